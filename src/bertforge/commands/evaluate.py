@@ -1,0 +1,52 @@
+"""Evaluate a fine-tuned checkpoint on a labelled file; prints one JSON object of metrics.
+
+Example:
+  bertforge evaluate --model runs/sst2 --task sst2 --data dev.tsv
+"""
+from __future__ import annotations
+
+import time
+
+from ..adapters import adapter_for
+from ..data.tasks import get_task
+from ..errors import ConfigError
+from ..hf import load_pretrained, read_config
+from ..tokenizer import load_tokenizer
+from ._common import print_json, resolve_model_dir
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="fine-tuned checkpoint dir")
+    p.add_argument("--task", help="task name (default: the task the model was fine-tuned on)")
+    p.add_argument("--data", required=True, help="labelled file (TSV/CSV/JSONL) or hub dataset name")
+    p.add_argument("--max-seq-len", type=int, help="default: the fine-tuning length")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-samples", type=int)
+
+
+def load_for_task(model_arg, task_name, max_seq_len=None):
+    model_dir = resolve_model_dir(model_arg)
+    cfg = read_config(model_dir)
+    meta = cfg.get("bertforge") or {}
+    name = task_name or meta.get("task")
+    if not name:
+        raise ConfigError(f"{model_dir} does not record its task; pass --task NAME")
+    task = get_task(name, **meta.get("task_spec", {}))
+    tok = load_tokenizer(model_dir)
+    adapter = adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+    model = load_pretrained(model_dir, head=adapter.head)
+    if adapter.head != "base" and model.head is not None and hasattr(model.head, "num_labels") \
+            and task.num_labels and model.head.num_labels != task.num_labels:
+        raise ConfigError(f"{model_dir} predicts {model.head.num_labels} labels but task {task.name} has "
+                          f"{task.num_labels}; pass the task it was fine-tuned on")
+    return model_dir, task, adapter, model
+
+
+def run(args) -> int:
+    model_dir, task, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
+    data = adapter.load(args.data, args.max_samples)
+    t0 = time.perf_counter()
+    metrics = adapter.evaluate(model, data, args.batch_size)
+    print_json({"task": task.name, "n": len(data), **metrics,
+                "eval_seconds": round(time.perf_counter() - t0, 3)})
+    return 0

@@ -1,0 +1,77 @@
+"""Fine-tune a checkpoint on a labelled task (GLUE, custom CSV/TSV/JSONL, NER, QA).
+
+Example:
+  bertforge finetune --model minilm --task sst2 --train train.tsv --eval dev.tsv --out runs/sst2 \
+      --epochs 1 --batch-size 32 --lr 5e-5 --max-seq-len 64 --max-train-samples 8000
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..adapters import adapter_for
+from ..data.tasks import get_task
+from ..errors import ConfigError
+from ..hf import load_pretrained, read_config
+from ..tokenizer import load_tokenizer
+from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
+                      prepare_out_dir, print_json, resolve_model_dir)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm' (embedded)")
+    p.add_argument("--task", help="task name (sst2, stsb, qnli, mrpc, cola, qqp, mnli, rte, wnli, custom, …)")
+    p.add_argument("--train", help="training file (TSV/CSV/JSONL) or hub dataset name")
+    p.add_argument("--eval", help="evaluation file")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--max-train-samples", type=int)
+    add_train_args(p)
+    add_recipe_args(p)
+
+
+def setup(args, recipe):
+    """Resolve model, task and data (validated before anything is written)."""
+    d = recipe.data
+    d.task = args.task or d.task
+    d.train = args.train or d.train
+    d.eval = args.eval or d.eval
+    if not d.task:
+        raise ConfigError("no task given; pass --task NAME (e.g. sst2) or data.task in the recipe")
+    if not d.train:
+        raise ConfigError("no training data given; pass --train FILE")
+    model_dir = resolve_model_dir(args.model)
+    hf_cfg = read_config(model_dir)
+    task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
+    tok = load_tokenizer(model_dir)
+    max_pos = hf_cfg.get("max_position_embeddings", 512) - (2 if hf_cfg.get("model_type") == "roberta" else 0)
+    if d.max_seq_len > max_pos:
+        raise ConfigError(f"--max-seq-len {d.max_seq_len} exceeds the model's {max_pos} positions; "
+                          f"pass --max-seq-len {max_pos} or less")
+    adapter = adapter_for(task, tok, d.max_seq_len)
+    train_ds = adapter.load(d.train, d.max_train_samples)
+    eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+    return model_dir, task, tok, adapter, train_ds, eval_ds
+
+
+def run(args) -> int:
+    from ..train.trainer import Trainer
+    recipe = build_recipe(args)
+    model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
+    out = Path(args.out)
+    work = prepare_out_dir(out, args.resume, args.overwrite)
+    try:
+        model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
+        model.config.bertforge = {**model.config.bertforge, "task": task.name,
+                                  "max_seq_len": recipe.data.max_seq_len}
+        if recipe.train.metric_for_best is None and eval_ds is not None:
+            recipe.train.metric_for_best = task.metrics[0]
+        eval_fn = (lambda m: adapter.evaluate(m, eval_ds)) if eval_ds is not None else None
+        trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
+                          save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir))
+        result = trainer.fit(resume=args.resume)
+    except BaseException:
+        abandon_out_dir(work, out)
+        raise
+    finish_out_dir(work, out)
+    print_json({"out": str(out), **result})
+    return 0

@@ -1,0 +1,30 @@
+"""Write predictions of a fine-tuned checkpoint as JSONL (one object per input example).
+
+Example:
+  bertforge predict --model runs/sst2 --data test.tsv --out preds.jsonl
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..io import atomic_write_text
+from .evaluate import load_for_task
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True)
+    p.add_argument("--task")
+    p.add_argument("--data", required=True, help="input file (labels not needed)")
+    p.add_argument("--out", required=True, help="output .jsonl")
+    p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--batch-size", type=int, default=64)
+
+
+def run(args) -> int:
+    _, task, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
+    data = adapter.load(args.data, require_labels=False)
+    preds = adapter.predictions(model, data, args.batch_size)
+    atomic_write_text(Path(args.out), "".join(json.dumps(p) + "\n" for p in preds))
+    print(json.dumps({"out": args.out, "n": len(preds)}))
+    return 0

@@ -1,0 +1,265 @@
+"""Typed configuration: the model architecture and a run recipe split by axis.
+
+Following cramming (Geiping & Goldstein 2022), a recipe has four axes:
+
+* ``model`` — the architecture (:class:`ModelConfig`, stored in ``config.json``);
+* ``data``  — what is read and how it is tokenized (:class:`DataConfig`);
+* ``train`` — everything that changes results: optimiser, schedule, batch, epochs, seed (:class:`TrainConfig`);
+* ``impl``  — only speed: threads, dtype, compile (:class:`ImplConfig`). An ``impl`` change must never change
+  the numbers beyond noise (bf16 autocast is the documented exception: it is a precision choice).
+
+Recipes are YAML files with those top-level keys; ``key=value`` overrides use dotted paths
+(``train.lr=3e-5``). Unknown keys raise :class:`~bertforge.errors.ConfigError` naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ConfigError
+
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+SHARING = ("none", "attention", "ffn", "all")
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of one encoder (BERT family), in Hugging Face ``BertConfig`` vocabulary.
+
+    ``model_type`` picks the family: ``bert`` (Devlin et al. 2018), ``roberta`` (Liu et al. 2019; positions
+    offset by ``pad_token_id + 1``), ``albert`` (Lan et al. 2019; factorized embeddings ``embedding_size`` → H
+    and cross-layer sharing), ``electra`` (Clark et al. 2020; embedding projection when E ≠ H), ``distilbert``
+    (Sanh et al. 2019; no token types, no pooler).
+
+    ``layer_num_heads`` / ``layer_intermediate_sizes`` (one entry per layer) describe structurally pruned
+    models (Michel et al. 2019); ``None`` means every layer has ``num_attention_heads`` heads and
+    ``intermediate_size`` FFN units. The head size is always ``hidden_size // num_attention_heads``.
+    """
+
+    model_type: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    embedding_size: Optional[int] = None
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    layer_sharing: str = "none"
+    add_pooling_layer: bool = True
+    layer_num_heads: Optional[list] = None
+    layer_intermediate_sizes: Optional[list] = None
+    # task head
+    num_labels: int = 2
+    problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
+    id2label: Optional[dict] = None
+    classifier_dropout: Optional[float] = None
+    # free-form provenance (e.g. how a student was built); saved in config.json
+    bertforge: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model_type not in FAMILIES:
+            raise ConfigError(
+                f"unknown model family {self.model_type!r}; choose one of {', '.join(FAMILIES)}")
+        if self.layer_sharing not in SHARING:
+            raise ConfigError(
+                f"model.layer_sharing={self.layer_sharing!r} is not one of {', '.join(SHARING)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; pick a head count that divides it")
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        for name in ("layer_num_heads", "layer_intermediate_sizes"):
+            v = getattr(self, name)
+            if v is not None and len(v) != self.num_hidden_layers:
+                raise ConfigError(f"{name} has {len(v)} entries but the model has "
+                                  f"{self.num_hidden_layers} layers")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def heads_of(self, layer: int) -> int:
+        return self.layer_num_heads[layer] if self.layer_num_heads else self.num_attention_heads
+
+    def intermediate_of(self, layer: int) -> int:
+        if self.layer_intermediate_sizes:
+            return self.layer_intermediate_sizes[layer]
+        return self.intermediate_size
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **kw) -> "ModelConfig":
+        d = self.to_dict()
+        d.update(kw)
+        return ModelConfig(**d)
+
+
+@dataclass
+class DataConfig:
+    """What is read: task name, files and tokenization limits."""
+
+    task: Optional[str] = None
+    train: Optional[str] = None
+    eval: Optional[str] = None
+    max_seq_len: int = 128
+    max_train_samples: Optional[int] = None
+    max_eval_samples: Optional[int] = None
+    # generic CSV/TSV/JSONL layouts (``task: custom`` or to override a registered task's columns)
+    text_columns: Optional[list] = None
+    label_column: Optional[Any] = None
+    labels: Optional[list] = None
+    header: Optional[bool] = None
+    metric: Optional[str] = None
+    corpus: Optional[list] = None
+
+
+@dataclass
+class TrainConfig:
+    """Everything that changes results."""
+
+    epochs: float = 3.0
+    max_steps: Optional[int] = None
+    batch_size: int = 32
+    grad_accum_steps: int = 1
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    adam_betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_ratio: float = 0.1
+    warmup_steps: Optional[int] = None
+    schedule: str = "linear"  # linear | constant | cosine | inverse_sqrt
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    eval_every: Optional[int] = None  # steps; None = once per epoch
+    save_every: Optional[int] = None  # steps; None = once per epoch
+    keep_checkpoints: int = 2
+    metric_for_best: Optional[str] = None
+    load_best_at_end: bool = True
+    log_every: int = 10
+    dropout_off: bool = False
+    deterministic: bool = False
+
+
+@dataclass
+class ImplConfig:
+    """Only speed. ``dtype`` bfloat16 turns on CPU/GPU autocast."""
+
+    dtype: str = "float32"  # float32 | bfloat16
+    threads: Optional[int] = None
+    compile: bool = False
+    num_workers: int = 0
+    device: str = "auto"
+    progress: bool = True
+
+
+@dataclass
+class Recipe:
+    model: dict = field(default_factory=dict)  # overrides of the ModelConfig of the loaded/new model
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    impl: ImplConfig = field(default_factory=ImplConfig)
+    extra: dict = field(default_factory=dict)  # verb-specific sections (objective, distill, …)
+
+    def to_dict(self) -> dict:
+        d = {"model": dict(self.model), "data": dataclasses.asdict(self.data),
+             "train": dataclasses.asdict(self.train), "impl": dataclasses.asdict(self.impl)}
+        d["train"]["adam_betas"] = list(d["train"]["adam_betas"])
+        d.update(self.extra)
+        return d
+
+    def save(self, path: Path) -> None:
+        from .io import atomic_write_text
+        atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+_SECTIONS = {"data": DataConfig, "train": TrainConfig, "impl": ImplConfig}
+
+
+def _coerce(value: str) -> Any:
+    """Parse an override value with YAML rules (``3e-5`` → float, ``true`` → bool, ``[1,2]`` → list)."""
+    try:
+        v = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if isinstance(v, str) and re.fullmatch(r"[-+]?\d*\.?\d+([eE][-+]?\d+)?", v):
+        return float(v)  # YAML 1.1 reads "3e-5" as a string
+    return v
+
+
+def _build_section(name: str, cls, values: dict):
+    known = {f.name: f for f in fields(cls)}
+    for k in values:
+        if k not in known:
+            raise ConfigError(f"unknown recipe key '{name}.{k}'; valid keys: {', '.join(sorted(known))}")
+    vals = dict(values)
+    if "adam_betas" in vals:
+        vals["adam_betas"] = tuple(vals["adam_betas"])
+    return cls(**vals)
+
+
+def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
+                extra_sections: tuple = ()) -> Recipe:
+    """Read a YAML recipe and apply ``key=value`` overrides.
+
+    Args:
+        path: YAML file with top-level ``model``/``data``/``train``/``impl`` (and verb sections listed
+            in ``extra_sections``), or ``None`` for defaults.
+        overrides: strings ``section.key=value``.
+    Raises:
+        ConfigError: unreadable YAML, unknown section or key, malformed override.
+    """
+    raw: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"recipe file {path} does not exist; pass a YAML file (see recipes/)")
+        try:
+            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            msg = str(e).splitlines()[0]
+            raise ConfigError(f"recipe {path} is not valid YAML ({msg}); fix the file") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"recipe {path} must be a mapping with keys model/data/train/impl")
+    raw = {k: dict(v or {}) for k, v in raw.items()}
+    for ov in overrides or []:
+        if "=" not in ov or "." not in ov.split("=", 1)[0]:
+            raise ConfigError(f"override {ov!r} must look like section.key=value (e.g. train.lr=3e-5)")
+        key, value = ov.split("=", 1)
+        section, sub = key.split(".", 1)
+        raw.setdefault(section, {})[sub] = _coerce(value)
+    allowed = {"model", *_SECTIONS, *extra_sections}
+    for k in raw:
+        if k not in allowed:
+            raise ConfigError(f"unknown recipe section {k!r}; valid sections: {', '.join(sorted(allowed))}")
+    recipe = Recipe(model=raw.get("model", {}))
+    for name, cls in _SECTIONS.items():
+        setattr(recipe, name, _build_section(name, cls, raw.get(name, {})))
+    recipe.extra = {k: raw[k] for k in extra_sections if k in raw}
+    return recipe
+
+
+def model_config_from_dict(d: dict) -> ModelConfig:
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = set(d) - known
+    if unknown:
+        raise ConfigError(f"unknown model keys {sorted(unknown)}; valid keys: {', '.join(sorted(known))}")
+    return ModelConfig(**d)
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False)

@@ -1,0 +1,220 @@
+"""Readers for labelled sentence (pair) data: GLUE TSV, generic CSV/TSV/JSONL, and hub datasets.
+
+Every reader returns a list of :class:`Example` and raises :class:`~bertforge.errors.DataError`
+naming the file (and line) and the fix for: a missing or empty file, non-UTF-8 bytes, missing columns,
+and labels outside the task's label set.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from ..errors import DataError
+from .tasks import Task
+
+csv.field_size_limit(sys.maxsize)
+
+
+@dataclass
+class Example:
+    text_a: str
+    text_b: Optional[str] = None
+    label: Optional[Union[int, float]] = None  # class id or float target; None when unlabelled
+    guid: Optional[str] = None
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise DataError(f"{path} does not exist; check the path")
+    if path.is_dir():
+        raise DataError(f"{path} is a directory; pass a data file (TSV, CSV or JSONL)")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path} is empty; pass a file with a header and data rows")
+
+
+def _read_text(path: Path) -> str:
+    _check_file(path)
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise DataError(f"{path} is not UTF-8 (bad byte at line {line}); re-encode it as UTF-8") from None
+
+
+def read_examples(path, task: Task, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
+    """Read ``path`` for ``task``; the format is chosen by suffix (.tsv, .csv, .jsonl/.json).
+
+    Args:
+        path: data file.
+        task: the task (columns, labels).
+        max_samples: keep only the first N examples.
+        require_labels: raise when the label column is missing (False: read unlabelled test files).
+    Raises:
+        DataError: see module doc.
+    """
+    path = Path(path)
+    if task.hub and not path.exists() and not path.suffix and "/" not in str(path).strip("./"):
+        return read_hub(str(path), task, max_samples)
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        rows, header = _read_jsonl(path), None
+    else:
+        rows, header = _read_delimited(path, "," if suffix == ".csv" else "\t", task)
+    return _rows_to_examples(rows, header, task, path, max_samples, require_labels)
+
+
+def _read_delimited(path: Path, delim: str, task: Task):
+    text = _read_text(path)
+    lines = text.splitlines()
+    # GLUE TSVs contain bare quotes: read them with quoting disabled, like the GLUE reference code
+    reader = csv.reader(lines, delimiter=delim, quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
+    rows = [r for r in reader if r and any(c.strip() for c in r)]
+    if not rows:
+        raise DataError(f"{path} has no rows; pass a non-empty file")
+    header = None
+    has_header = task.header
+    if has_header is None:  # guess: a header row names the columns the task asks for
+        want = [c for c in (*task.text_columns, task.label_column) if isinstance(c, str)]
+        has_header = bool(want) and all(w in rows[0] for w in want)
+    if has_header:
+        header, rows = [c.strip() for c in rows[0]], rows[1:]
+        if not rows:
+            raise DataError(f"{path} has a header but no data rows; add examples")
+    return [(i + (2 if header else 1), r) for i, r in enumerate(rows)], header
+
+
+def _read_jsonl(path: Path):
+    text = _read_text(path)
+    out = []
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); fix the file") from None
+        return [(i + 1, r) for i, r in enumerate(data)]
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((i, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{i} is not valid JSON ({e.msg}); write one JSON object per line") from None
+    if not out:
+        raise DataError(f"{path} has no JSON lines; pass a non-empty file")
+    return out
+
+
+def _col_index(col, header, path: Path, task: Task):
+    if isinstance(col, int):
+        return col
+    if header is None:
+        raise DataError(f"{path} has no header row but task {task.name} names column {col!r}; add a "
+                        f"header or give positional columns (data.text_columns=[0,1])")
+    if col not in header:
+        raise DataError(f"{path} has no column {col!r} (columns: {', '.join(header)}); task {task.name} "
+                        f"expects {', '.join(str(c) for c in (*task.text_columns, task.label_column))}")
+    return header.index(col)
+
+
+def _rows_to_examples(rows, header, task: Task, path: Path, max_samples, require_labels) -> list:
+    is_json = bool(rows) and isinstance(rows[0][1], dict)
+    label_map = {lab: i for i, lab in enumerate(task.labels)} if task.labels else None
+    out = []
+    if not is_json:
+        text_idx = [_col_index(c, header, path, task) for c in task.text_columns]
+        label_idx = None
+        if task.label_column is not None:
+            try:
+                label_idx = _col_index(task.label_column, header, path, task)
+            except DataError:
+                if require_labels:
+                    raise
+    for lineno, row in rows:
+        if max_samples is not None and len(out) >= max_samples:
+            break
+        if is_json:
+            missing = [c for c in task.text_columns if str(c) not in row]
+            if missing:
+                raise DataError(f"{path}:{lineno} has no field {missing[0]!r}; task {task.name} expects "
+                                f"fields {', '.join(map(str, task.text_columns))}")
+            texts = [str(row[str(c)]) for c in task.text_columns]
+            raw_label = row.get(str(task.label_column)) if task.label_column is not None else None
+            if raw_label is None and require_labels:
+                raise DataError(f"{path}:{lineno} has no label field {task.label_column!r}; add it")
+        else:
+            need = max(text_idx + ([label_idx] if label_idx is not None else []))
+            if len(row) <= need:
+                raise DataError(f"{path}:{lineno} has {len(row)} columns but task {task.name} needs "
+                                f"column {need + 1}; check the delimiter and the file layout")
+            texts = [row[i] for i in text_idx]
+            raw_label = row[label_idx] if label_idx is not None else None
+        label = None
+        if raw_label is not None:
+            label = _parse_label(raw_label, task, label_map, path, lineno)
+        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, f"{path.name}:{lineno}"))
+    if not out:
+        raise DataError(f"{path} has no examples; pass a non-empty file")
+    return out
+
+
+def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
+    if task.kind == "regression":
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise DataError(f"{path}:{lineno} label {raw!r} is not a number; task {task.name} is a "
+                            f"regression task") from None
+    key = str(raw).strip()
+    if isinstance(raw, bool):
+        key = str(int(raw))
+    if key not in label_map:
+        # tolerate "1.0"-style integers and integer ids for string label sets
+        try:
+            f = float(key)
+            if f.is_integer() and str(int(f)) in label_map:
+                return label_map[str(int(f))]
+            if f.is_integer() and 0 <= int(f) < len(task.labels) and not task.labels[0].isdigit():
+                return int(f)
+        except ValueError:
+            pass
+        raise DataError(f"{path}:{lineno} label {key!r} is not in task {task.name}'s label set "
+                        f"{list(task.labels)}; fix the row or pass data.labels=[...]")
+    return label_map[key]
+
+
+def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: str = "train") -> list:
+    """Read a Hugging Face hub dataset (``datasets.load_dataset``), e.g. ``glue/sst2:validation``.
+
+    Needs network access (or a local ``datasets`` cache). Raises DataError when it cannot be loaded.
+    """
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover
+        raise DataError("reading hub datasets needs the `datasets` package; pip install datasets") from None
+    spec, _, sp = name.partition(":")
+    parts = spec.split("/")
+    ds_name, cfg = (parts[0], parts[1]) if len(parts) == 2 else (spec, None)
+    if task.hub and ds_name == task.hub[0] and cfg is None:
+        cfg = task.hub[1]
+    try:
+        ds = datasets.load_dataset(ds_name, cfg, split=sp or split)
+    except Exception as e:
+        raise DataError(f"cannot load hub dataset {name!r} ({str(e).splitlines()[0]}); check the name "
+                        f"or pass a local file") from None
+    cols = task.hub_columns or (*task.text_columns, task.label_column)
+    out = []
+    for i, row in enumerate(ds):
+        if max_samples is not None and i >= max_samples:
+            break
+        texts = [row[c] for c in cols[:-1]]
+        lab = row.get(cols[-1])
+        if lab is not None and task.kind == "classification" and isinstance(lab, int) and lab < 0:
+            lab = None  # GLUE test split
+        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None,
+                           float(lab) if task.kind == "regression" and lab is not None else lab, str(i)))
+    return out

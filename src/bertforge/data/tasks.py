@@ -1,0 +1,120 @@
+"""Task registry: columns, label list and metric of each named task.
+
+The nine GLUE tasks (Wang et al. 2019) with the file layouts the GLUE distribution ships
+(``download_glue_data.py``): TSV, quoting disabled, a header row except for CoLA train/dev. Columns are
+named by header where there is one and by position otherwise (``int``). ``label_column`` is the gold
+label of train/dev files; test files without it can still be read for prediction.
+
+A task of kind ``classification`` maps label strings to ids in ``labels`` order; ``regression`` reads
+floats. ``metrics`` are keys of :data:`bertforge.evaluate.metrics.METRICS`; the first is the one used to
+pick the best checkpoint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional, Union
+
+from ..errors import ConfigError
+
+Column = Union[str, int]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    text_columns: tuple  # one (single sentence) or two (pair) columns
+    label_column: Optional[Column]
+    labels: Optional[tuple]  # None for regression
+    metrics: tuple
+    kind: str = "classification"  # classification | regression | token_classification | qa
+    header: Optional[bool] = True
+    hub: Optional[tuple] = None  # (dataset, config) on the HF hub
+    hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
+    splits: dict = field(default_factory=dict)  # conventional split → file name
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.kind == "regression" else len(self.labels or ())
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    TASKS[task.name] = task
+    return task
+
+
+_NLI2 = ("entailment", "not_entailment")
+for _t in [
+    Task("cola", (3,), 1, ("0", "1"), ("mcc", "accuracy"), header=False, hub=("glue", "cola"),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("sst2", ("sentence",), "label", ("0", "1"), ("accuracy",), hub=("glue", "sst2"),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("mrpc", ("#1 String", "#2 String"), "Quality", ("0", "1"), ("f1", "accuracy"),
+         hub=("glue", "mrpc"), hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), kind="regression",
+         hub=("glue", "stsb"), hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("qqp", ("question1", "question2"), "is_duplicate", ("0", "1"), ("f1", "accuracy"),
+         hub=("glue", "qqp"), hub_columns=("question1", "question2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("mnli", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
+         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
+         splits={"train": "train.tsv", "dev": "dev_matched.tsv"}),
+    Task("mnli-mm", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
+         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
+         splits={"train": "train.tsv", "dev": "dev_mismatched.tsv"}),
+    Task("qnli", ("question", "sentence"), "label", _NLI2, ("accuracy",), hub=("glue", "qnli"),
+         hub_columns=("question", "sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("rte", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",), hub=("glue", "rte"),
+         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("wnli", ("sentence1", "sentence2"), "label", ("0", "1"), ("accuracy",), hub=("glue", "wnli"),
+         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+]:
+    register_task(_t)
+
+ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "mnli",
+           "mnli_mismatched": "mnli-mm", "qnli": "qnli"}
+
+
+def get_task(name: str, text_columns=None, label_column=None, labels=None, metric=None,
+             header=None) -> Task:
+    """Look a task up by name (case-insensitive, GLUE aliases such as ``SST-2``), or build ``custom``.
+
+    ``custom`` needs ``text_columns`` (1 or 2) and ``label_column``; ``labels`` (list) makes it a
+    classification task, without it the label is a float (regression). Overrides of a registered
+    task's columns are applied on top of it.
+    Raises:
+        ConfigError: unknown name, or a custom task without columns.
+    """
+    key = ALIASES.get(name.lower(), name.lower())
+    if key == "custom":
+        if not text_columns or label_column is None:
+            raise ConfigError("--task custom needs data.text_columns=[...] and data.label_column=... "
+                              "(and data.labels=[...] for classification)")
+        kind = "classification" if labels else "regression"
+        return Task("custom", tuple(text_columns), label_column,
+                    tuple(str(x) for x in labels) if labels else None,
+                    (metric,) if metric else (("accuracy",) if labels else ("pearson", "spearman")),
+                    kind=kind, header=header)
+    if key not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))} or custom")
+    t = TASKS[key]
+    upd = {}
+    if text_columns:
+        upd["text_columns"] = tuple(text_columns)
+    if label_column is not None:
+        upd["label_column"] = label_column
+    if labels:
+        upd["labels"] = tuple(str(x) for x in labels)
+    if metric:
+        upd["metrics"] = (metric,) + tuple(m for m in t.metrics if m != metric)
+    if header is not None:
+        upd["header"] = header
+    return replace(t, **upd) if upd else t

@@ -1,0 +1,44 @@
+"""Task metrics, computed with scikit-learn and SciPy (not re-implemented).
+
+``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP); ``mcc`` Matthews correlation (CoLA);
+``pearson`` / ``spearman`` correlations (STS-B). Each takes predictions and references (1-D arrays:
+class ids, or floats for the correlations) and returns a float.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def accuracy(pred, ref) -> float:
+    from sklearn.metrics import accuracy_score
+    return float(accuracy_score(ref, pred))
+
+
+def f1(pred, ref) -> float:
+    from sklearn.metrics import f1_score
+    return float(f1_score(ref, pred, average="binary" if len(set(np.asarray(ref).tolist())) <= 2 else "macro"))
+
+
+def mcc(pred, ref) -> float:
+    from sklearn.metrics import matthews_corrcoef
+    return float(matthews_corrcoef(ref, pred))
+
+
+def pearson(pred, ref) -> float:
+    from scipy.stats import pearsonr
+    return float(pearsonr(np.asarray(pred, dtype=float), np.asarray(ref, dtype=float))[0])
+
+
+def spearman(pred, ref) -> float:
+    from scipy.stats import spearmanr
+    return float(spearmanr(np.asarray(pred, dtype=float), np.asarray(ref, dtype=float))[0])
+
+
+METRICS: dict[str, Callable] = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
+                                "spearman": spearman}
+
+
+def compute(names, pred, ref) -> dict:
+    return {n: METRICS[n](pred, ref) for n in names}

@@ -1,0 +1,361 @@
+"""Hugging Face checkpoint directories in and out.
+
+A bertforge checkpoint *is* a ``transformers`` checkpoint dir: ``config.json`` (with ``model_type`` and
+``architectures``), ``model.safetensors``, ``tokenizer.json`` + ``tokenizer_config.json``. This module
+holds, per family, the map between our parameter names and Hugging Face's, and the config translation.
+
+Loading accepts ``model.safetensors`` or ``pytorch_model.bin`` (read with ``torch.load(weights_only=True)``,
+never unpickling code), base-model dirs (``BertModel``, keys without prefix) and task dirs
+(``BertForSequenceClassification``, keys under ``bert.``). Weights are never pickled on save.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .config import FAMILIES, ModelConfig
+from .errors import CheckpointError
+from .io import atomic_dir, atomic_write_text
+from .models.heads import HEADS, TaskModel
+
+FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
+                "distilbert": "DistilBert"}
+PREFIX = {f: f for f in FAMILIES}
+OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
+                   "add_pooling_layer", "bertforge")
+
+
+# ----------------------------------------------------------------------------------------- key maps
+def _linear(ours: str, theirs) -> list:
+    """[(our_key, [hf_keys…])] for weight and bias; several HF keys are concatenated along dim 0."""
+    theirs = [theirs] if isinstance(theirs, str) else theirs
+    return [(f"{ours}.{p}", [f"{t}.{p}" for t in theirs]) for p in ("weight", "bias")]
+
+
+def encoder_key_map(config: ModelConfig) -> list:
+    """Our encoder parameter names ↔ HF base-model names (without the family prefix).
+
+    Returns a list of ``(our_key, [hf_key, …])``; a list of several HF keys means our tensor is their
+    concatenation along dim 0 (fused Q/K/V). Shared ALBERT layers map every depth onto its group.
+    """
+    fam, n = config.model_type, config.num_hidden_layers
+    m = [("embeddings.word_embeddings.weight", ["embeddings.word_embeddings.weight"]),
+         ("embeddings.position_embeddings.weight", ["embeddings.position_embeddings.weight"])]
+    if config.type_vocab_size > 0:
+        m.append(("embeddings.token_type_embeddings.weight", ["embeddings.token_type_embeddings.weight"]))
+    m += _linear("embeddings.LayerNorm", "embeddings.LayerNorm")
+    if fam == "albert":
+        m += _linear("embeddings.projection", "encoder.embedding_hidden_mapping_in")
+    elif config.embedding_size != config.hidden_size:
+        m += _linear("embeddings.projection", "embeddings_project")
+    groups = albert_num_groups(config) if fam == "albert" else n
+    for i in range(n):
+        o = f"layers.{i}"
+        if fam == "distilbert":
+            t = f"transformer.layer.{i}"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.q_lin", f"{t}.attention.k_lin",
+                                                f"{t}.attention.v_lin"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.out_lin")
+            m += _linear(f"{o}.attention_norm", f"{t}.sa_layer_norm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.ffn.lin1")
+            m += _linear(f"{o}.ffn.output", f"{t}.ffn.lin2")
+            m += _linear(f"{o}.ffn_norm", f"{t}.output_layer_norm")
+        elif fam == "albert":
+            g = i // (n // groups)
+            t = f"encoder.albert_layer_groups.{g}.albert_layers.0"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.query", f"{t}.attention.key",
+                                                f"{t}.attention.value"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.dense")
+            m += _linear(f"{o}.attention_norm", f"{t}.attention.LayerNorm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.ffn")
+            m += _linear(f"{o}.ffn.output", f"{t}.ffn_output")
+            m += _linear(f"{o}.ffn_norm", f"{t}.full_layer_layer_norm")
+        else:
+            t = f"encoder.layer.{i}"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.self.query", f"{t}.attention.self.key",
+                                                f"{t}.attention.self.value"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.output.dense")
+            m += _linear(f"{o}.attention_norm", f"{t}.attention.output.LayerNorm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.intermediate.dense")
+            m += _linear(f"{o}.ffn.output", f"{t}.output.dense")
+            m += _linear(f"{o}.ffn_norm", f"{t}.output.LayerNorm")
+    if config.add_pooling_layer:
+        m += _linear("pooler", "pooler" if fam == "albert" else "pooler.dense")
+    return m
+
+
+def albert_num_groups(config: ModelConfig) -> int:
+    """ALBERT stores one weight group when every layer is shared, else one group per layer."""
+    return 1 if config.layer_sharing == "all" else config.num_hidden_layers
+
+
+# ------------------------------------------------------------------------------------ config mapping
+def config_from_hf(d: dict) -> ModelConfig:
+    """HF ``config.json`` dict → :class:`ModelConfig`. Raises CheckpointError for unknown families."""
+    fam = d.get("model_type")
+    if fam not in FAMILIES:
+        raise CheckpointError(
+            f"config.json has model_type={fam!r}; bertforge loads {', '.join(FAMILIES)} checkpoints")
+    kw: dict = {}
+    if fam == "distilbert":
+        kw.update(hidden_size=d.get("dim", 768), num_hidden_layers=d.get("n_layers", 6),
+                  num_attention_heads=d.get("n_heads", 12), intermediate_size=d.get("hidden_dim", 3072),
+                  hidden_act=d.get("activation", "gelu"), hidden_dropout_prob=d.get("dropout", 0.1),
+                  attention_probs_dropout_prob=d.get("attention_dropout", 0.1),
+                  type_vocab_size=0, add_pooling_layer=False, layer_norm_eps=1e-12,
+                  classifier_dropout=d.get("seq_classif_dropout"))
+        if d.get("sinusoidal_pos_embds"):
+            kw["bertforge"] = {"sinusoidal_pos_embds": True}
+    else:
+        for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size",
+                  "layer_norm_eps", "embedding_size"):
+            if k in d and d[k] is not None:
+                kw[k] = d[k]
+        cd = d.get("classifier_dropout", d.get("classifier_dropout_prob"))
+        if cd is not None:
+            kw["classifier_dropout"] = cd
+        if fam == "albert" and "layer_sharing" not in d:
+            kw["layer_sharing"] = "all" if d.get("num_hidden_groups", 1) == 1 else "none"
+            if d.get("num_hidden_groups", 1) not in (1, d.get("num_hidden_layers")) or d.get(
+                    "inner_group_num", 1) != 1:
+                raise CheckpointError("ALBERT checkpoints with num_hidden_groups other than 1 or "
+                                      "num_hidden_layers, or inner_group_num != 1, are not supported")
+    for k in ("vocab_size", "max_position_embeddings", "initializer_range", "pad_token_id",
+              "problem_type"):
+        if d.get(k) is not None:
+            kw[k] = d[k]
+    for k in OUR_CONFIG_KEYS:
+        if k in d and d[k] is not None:
+            kw[k] = d[k]
+    if d.get("id2label"):
+        id2label = {int(k): v for k, v in d["id2label"].items()}
+        kw["id2label"] = id2label
+        kw["num_labels"] = len(id2label)
+    if fam == "electra":
+        kw.setdefault("add_pooling_layer", False)
+    return ModelConfig(model_type=fam, **kw)
+
+
+def config_to_hf(config: ModelConfig, head: str) -> dict:
+    """:class:`ModelConfig` → HF ``config.json`` dict for ``{Family}{head suffix}``."""
+    fam = config.model_type
+    arch = FAMILY_CLASS[fam] + HEADS[head].hf_suffix
+    d: dict = {"architectures": [arch], "model_type": fam}
+    if fam == "distilbert":
+        d.update(dim=config.hidden_size, n_layers=config.num_hidden_layers,
+                 n_heads=config.num_attention_heads, hidden_dim=config.intermediate_size,
+                 activation=config.hidden_act, dropout=config.hidden_dropout_prob,
+                 attention_dropout=config.attention_probs_dropout_prob, sinusoidal_pos_embds=False,
+                 seq_classif_dropout=config.classifier_dropout or 0.2, qa_dropout=0.1)
+    else:
+        d.update(hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+                 num_attention_heads=config.num_attention_heads,
+                 intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                 hidden_dropout_prob=config.hidden_dropout_prob,
+                 attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+                 type_vocab_size=config.type_vocab_size, layer_norm_eps=config.layer_norm_eps)
+        if config.classifier_dropout is not None:
+            d["classifier_dropout"] = config.classifier_dropout
+        if fam in ("albert", "electra"):
+            d["embedding_size"] = config.embedding_size
+        if fam == "albert":
+            d.update(num_hidden_groups=albert_num_groups(config), inner_group_num=1)
+            if config.classifier_dropout is not None:
+                d["classifier_dropout_prob"] = config.classifier_dropout
+        if fam == "roberta":
+            d.update(bos_token_id=0, eos_token_id=2)
+    d.update(vocab_size=config.vocab_size, max_position_embeddings=config.max_position_embeddings,
+             initializer_range=config.initializer_range, pad_token_id=config.pad_token_id)
+    if head != "base":
+        id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
+        d["id2label"] = {str(k): v for k, v in id2label.items()}
+        d["label2id"] = {v: int(k) for k, v in id2label.items()}
+        if config.problem_type:
+            d["problem_type"] = config.problem_type
+    for k in OUR_CONFIG_KEYS:
+        d[k] = getattr(config, k)
+    d["bertforge_head"] = head
+    return d
+
+
+# ------------------------------------------------------------------------------------------ loading
+def read_state_dict(path: Path) -> dict:
+    """Read ``model.safetensors`` (preferred) or ``pytorch_model.bin`` (``weights_only=True``)."""
+    st, binf = path / "model.safetensors", path / "pytorch_model.bin"
+    if st.is_file():
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(st))
+        except Exception as e:  # corrupt or truncated file
+            raise CheckpointError(f"{st} cannot be read ({str(e).splitlines()[0]}); "
+                                  "re-save or re-download the checkpoint") from None
+    if binf.is_file():
+        try:
+            return torch.load(binf, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{binf} cannot be read safely ({str(e).splitlines()[0]}); "
+                                  "convert it to model.safetensors") from None
+    raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin; "
+                          "pass a checkpoint directory written by transformers or bertforge")
+
+
+def read_config(path: Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"model directory {path} does not exist; pass a checkpoint directory")
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a checkpoint directory; pass the folder that "
+                              "holds config.json")
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
+                              "transformers or bertforge")
+    try:
+        return json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
+
+
+def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:
+    """Split a state dict into (base-model keys without prefix, top-level head keys)."""
+    p = PREFIX[fam] + "."
+    base_roots = ("embeddings.", "encoder.", "pooler.", "transformer.", "embeddings_project.")
+    base, head = {}, {}
+    for k, v in state.items():
+        if k.startswith(p):
+            base[k[len(p):]] = v
+        elif k.startswith(base_roots):
+            base[k] = v
+        else:
+            head[k] = v
+    return base, head
+
+
+def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
+                    **config_overrides) -> TaskModel:
+    """Load a HF/bertforge checkpoint dir into a :class:`TaskModel`.
+
+    Args:
+        path: checkpoint directory.
+        head: head name (``sequence_classification`` …); default: the head the dir was saved with, else
+            ``base``. A head whose weights are absent is freshly initialised (e.g. fine-tuning from a
+            pretrained encoder).
+        config_overrides: ModelConfig fields to change (``num_labels``, ``id2label``, dropouts…).
+    Raises:
+        CheckpointError: missing dir/config/weights, unknown family, weights that do not fit.
+    """
+    path = Path(path)
+    d = read_config(path)
+    config = config_from_hf(d)
+    state = read_state_dict(path)
+    base, head_state = split_prefix(state, config.model_type)
+    if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert"):
+        config.add_pooling_layer = any(k.startswith("pooler") for k in base)
+    saved_head = d.get("bertforge_head") or _head_from_arch(d)
+    head = head or saved_head or "base"
+    if head != saved_head:
+        # a different head: don't carry the old label space over
+        for k in ("id2label",):
+            if k not in config_overrides:
+                config_overrides[k] = None
+        config_overrides.setdefault("num_labels", 2)
+    if config_overrides:
+        config = config.replace(**config_overrides)
+    model = TaskModel(config, head=head)
+    own = model.state_dict()
+    new_state = {}
+    missing = []
+    for ours, theirs in encoder_key_map(config):
+        if not all(t in base for t in theirs):
+            missing.append(theirs[0])
+            continue
+        t = torch.cat([base[x] for x in theirs], 0) if len(theirs) > 1 else base[theirs[0]]
+        new_state["encoder." + ours] = t
+    if missing:
+        raise CheckpointError(f"{path} is missing encoder weights ({', '.join(missing[:3])}…) for a "
+                              f"{config.model_type} model; is config.json from a different model?")
+    if model.head is not None:
+        hk = model.head.hf_keys(config)
+        have = {o: head_state[t] for o, t in hk.items() if t in head_state}
+        if hk and head == saved_head and len(have) == len(hk):
+            for o, t in have.items():
+                new_state["head." + o] = t
+        elif hk:
+            print(f"bertforge: {head} head weights not in {path}; initialised fresh", file=sys.stderr)
+    for k, v in new_state.items():
+        if k not in own:
+            continue
+        if own[k].shape != v.shape:
+            raise CheckpointError(f"{path}: weight {k} has shape {tuple(v.shape)} but the config gives "
+                                  f"{tuple(own[k].shape)}; config.json and the weights disagree")
+    model.load_state_dict(new_state, strict=False)
+    if model.head is not None and hasattr(model.head, "tie_weights"):
+        model.head.tie_weights(model.encoder)
+    model.source_dir = str(path)
+    return model
+
+
+def _head_from_arch(d: dict) -> Optional[str]:
+    for arch in d.get("architectures") or []:
+        for name, cls in HEADS.items():
+            if name != "base" and arch.endswith(cls.hf_suffix):
+                return name
+    return None
+
+
+# ------------------------------------------------------------------------------------------- saving
+def hf_state_dict(model: TaskModel) -> dict:
+    """Our weights under HF names (``{prefix}.…`` for the encoder, top-level for the head)."""
+    config = model.config
+    own = model.state_dict()
+    p = PREFIX[config.model_type] + "."
+    out: dict = {}
+    for ours, theirs in encoder_key_map(config):
+        t = own["encoder." + ours]
+        if len(theirs) == 1:
+            out[p + theirs[0]] = t
+        else:
+            for name, part in zip(theirs, t.chunk(len(theirs), 0)):
+                out[p + name] = part
+    if model.head is not None:
+        for o, t in model.head.hf_keys(config).items():
+            out[t] = own["head." + o]
+    # safetensors refuses shared memory: give every entry its own contiguous storage
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in out.items()}
+
+
+def save_pretrained(model: TaskModel, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+    """Write ``config.json`` + ``model.safetensors`` (+ tokenizer files) atomically into ``out_dir``.
+
+    Files that already exist in ``out_dir`` and are not part of a checkpoint (``metrics.jsonl``,
+    ``recipe.yaml``, sub-directories) are kept. Each file is written under a temporary name and renamed.
+    """
+    from safetensors.torch import save_file
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = config_to_hf(model.config, model.head_name)
+    with atomic_dir(out_dir / ".staging") as tmp:
+        save_file(hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+        if tokenizer is not None:
+            from .tokenizer import save_tokenizer
+            save_tokenizer(tokenizer, tmp, model_max_length=model.config.max_position_embeddings)
+        elif tokenizer_dir is not None:
+            from .tokenizer import copy_tokenizer_files
+            copy_tokenizer_files(Path(tokenizer_dir), tmp)
+        for f in tmp.iterdir():
+            f.replace(out_dir / f.name)
+    shutil.rmtree(out_dir / ".staging", ignore_errors=True)
+    for stale in ("pytorch_model.bin",):
+        if (out_dir / stale).exists():
+            (out_dir / stale).unlink()
+
+
+__all__ = ["load_pretrained", "save_pretrained", "config_from_hf", "config_to_hf", "encoder_key_map",
+           "hf_state_dict", "read_state_dict", "atomic_write_text"]

@@ -1,0 +1,81 @@
+"""Atomic file and directory writes: write to a temporary name in the same folder, then rename.
+
+A kill during a write leaves the previous file (or directory) in place and loadable.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .errors import BertforgeError
+
+
+def _explain(e: OSError, path: Path) -> BertforgeError:
+    import errno
+    if e.errno == errno.ENOSPC:
+        return BertforgeError(f"disk full while writing {path}; free space or choose another --out")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return BertforgeError(f"permission denied writing {path}; choose a writable --out")
+    return BertforgeError(f"cannot write {path} ({e.strerror}); check the path")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise _explain(e, path) from None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it replaces ``path`` (the old one is removed
+    only after the new one is complete). On any exception the temporary directory is deleted and
+    ``path`` is untouched."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as e:
+        raise _explain(e, path) from None
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _explain(e, path) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    import json
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()

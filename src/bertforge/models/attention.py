@@ -1,0 +1,142 @@
+"""Scaled dot-product multi-head attention (Vaswani et al. 2017, §3.2) and the activation registry.
+
+Two paths compute the same thing:
+
+* the fast path calls :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels);
+* the explicit path materialises ``scores = QKᵀ/√d_k + mask`` and ``probs = softmax(scores)``, used when a
+  caller asks for ``attentions`` (probabilities, B×heads×T×T), ``attention_scores`` (the unnormalised
+  scores TinyBERT distils) or per-head gates ``head_gates`` (Michel et al. 2019 importance ξ_h).
+
+The projection of queries, keys and values is one fused ``qkv`` Linear (H → 3·heads·d_k), laid out as
+``[Q; K; V]`` along the output dimension so Hugging Face ``query/key/value`` weights concatenate into it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+
+
+def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(1.702 * x)
+
+
+#: name → activation, with Hugging Face's names (``hidden_act``).
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,  # exact erf GELU (Hendrycks & Gimpel 2016), BERT
+    "gelu_new": _gelu_new,  # tanh approximation, ALBERT / GPT-2
+    "gelu_pytorch_tanh": _gelu_new,
+    "gelu_fast": _gelu_fast,
+    "quick_gelu": _quick_gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown activation {name!r}; choose one of {', '.join(ACTIVATIONS)}") from None
+
+
+def padding_mask_bias(attention_mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """(B, T_k) mask of 1 = attend / 0 = padding → additive bias (B, 1, 1, T_k) (0 or dtype min).
+
+    Returns ``None`` when nothing is masked, so the fused kernel can use its unmasked fast path.
+    """
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
+    bias.masked_fill_(attention_mask == 0, torch.finfo(dtype).min)
+    return bias[:, None, None, :]
+
+
+def causal_mask_bias(t_q: int, t_k: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(1, 1, T_q, T_k) additive bias that hides future positions (decoder self-attention, §3.2.3)."""
+    future = torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1 + t_k - t_q)
+    return torch.zeros(t_q, t_k, dtype=dtype, device=device).masked_fill(
+        future, torch.finfo(dtype).min)[None, None]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with output projection.
+
+    Shapes: ``hidden_states`` (B, T_q, H); ``key_value_states`` (B, T_k, H) for cross-attention (else
+    self-attention); ``bias`` broadcastable to (B, heads, T_q, T_k), additive. Returns the context
+    (B, T_q, H) and, on the explicit path, probabilities / scores (B, heads, T_q, T_k) and values
+    (B, heads, T_k, d_k).
+
+    ``num_heads`` may be smaller than ``hidden_size // head_dim`` after head pruning, and may be 0: then
+    the block outputs zeros (only the output bias remains) and the residual carries the input.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, dropout: float = 0.0,
+                 cross: bool = False):
+        super().__init__()
+        self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
+        self.dropout = dropout
+        self.cross = cross
+        inner = num_heads * head_dim
+        if cross:  # queries from the decoder, keys/values from the encoder memory
+            self.q = nn.Linear(hidden_size, inner)
+            self.kv = nn.Linear(hidden_size, 2 * inner)
+        else:
+            self.qkv = nn.Linear(hidden_size, 3 * inner)
+        self.out = nn.Linear(inner, hidden_size)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, hidden_states: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                key_value_states: Optional[torch.Tensor] = None, explicit: bool = False,
+                head_gates: Optional[torch.Tensor] = None, is_causal: bool = False):
+        b, t, _ = hidden_states.shape
+        if self.num_heads == 0:
+            return self.out.bias.expand(b, t, self.hidden_size).to(hidden_states.dtype), None, None, None
+        inner = self.num_heads * self.head_dim
+        if self.cross:
+            q = self._split(self.q(hidden_states))
+            k, v = self.kv(key_value_states).split(inner, dim=-1)
+            k, v = self._split(k), self._split(v)
+        else:
+            q, k, v = self.qkv(hidden_states).split(inner, dim=-1)
+            q, k, v = self._split(q), self._split(k), self._split(v)
+        p_drop = self.dropout if self.training else 0.0
+        probs = scores = None
+        if explicit or head_gates is not None:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+            if bias is not None:
+                scores = scores + bias
+            if is_causal:
+                scores = scores + causal_mask_bias(t, k.shape[2], scores.dtype, scores.device)
+            probs = torch.softmax(scores, dim=-1)
+            ctx = F.dropout(probs, p_drop, self.training) @ v
+            if head_gates is not None:
+                ctx = ctx * head_gates.view(1, -1, 1, 1).to(ctx.dtype)
+        else:
+            if bias is not None and bias.dtype != q.dtype:
+                bias = bias.to(q.dtype)
+            if bias is not None and is_causal:
+                bias = bias + causal_mask_bias(t, k.shape[2], q.dtype, q.device)
+                is_causal = False
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p_drop,
+                                                 is_causal=is_causal)
+        ctx = ctx.transpose(1, 2).reshape(b, t, inner)
+        return self.out(ctx), probs, scores, v
