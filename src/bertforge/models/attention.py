@@ -5,7 +5,8 @@ Two paths compute the same thing:
 * the fast path calls :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels);
 * the explicit path materialises ``scores = QKᵀ/√d_k + mask`` and ``probs = softmax(scores)``, used when a
   caller asks for ``attentions`` (probabilities, B×heads×T×T), ``attention_scores`` (the unnormalised
-  scores TinyBERT distils) or per-head gates ``head_gates`` (Michel et al. 2019 importance ξ_h).
+  scores TinyBERT distils) or per-head gates ``head_gates`` (Michel et al. 2019 importance ξ_h), shape
+  (heads,) or, per example, (B, heads).
 
 The projection of queries, keys and values is one fused ``qkv`` Linear (H → 3·heads·d_k), laid out as
 ``[Q; K; V]`` along the output dimension so Hugging Face ``query/key/value`` weights concatenate into it.
@@ -129,7 +130,10 @@ class MultiHeadAttention(nn.Module):
             probs = torch.softmax(scores, dim=-1)
             ctx = F.dropout(probs, p_drop, self.training) @ v
             if head_gates is not None:
-                ctx = ctx * head_gates.view(1, -1, 1, 1).to(ctx.dtype)
+                # (heads,) one gate per head, or (B, heads) per example (per-example importance)
+                g = head_gates.view(-1, self.num_heads, 1, 1) if head_gates.dim() == 2 \
+                    else head_gates.view(1, -1, 1, 1)
+                ctx = ctx * g.to(ctx.dtype)
         else:
             if bias is not None and bias.dtype != q.dtype:
                 bias = bias.to(q.dtype)
