@@ -91,7 +91,7 @@ class MultiHeadAttention(nn.Module):
                  cross: bool = False):
         super().__init__()
         self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
-        self.dropout = dropout
+        self.dropout = nn.Dropout(dropout)  # on attention probabilities; its p feeds SDPA's dropout_p
         self.cross = cross
         inner = num_heads * head_dim
         if cross:  # queries from the decoder, keys/values from the encoder memory
@@ -119,7 +119,7 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.qkv(hidden_states).split(inner, dim=-1)
             q, k, v = self._split(q), self._split(k), self._split(v)
-        p_drop = self.dropout if self.training else 0.0
+        p_drop = self.dropout.p if self.training else 0.0
         probs = scores = None
         if explicit or head_gates is not None:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)

@@ -35,6 +35,35 @@ class EncoderOutput:
     values: Optional[tuple] = None
 
 
+@dataclass
+class Packing:
+    """Where the real tokens of a right-padded (B, T) batch are: ``idx`` (N,) flat indices into B·T;
+    ``starts`` (B,) packed index of each sequence's first token. Linear layers, LayerNorm and the FFN then
+    run on (N, H) instead of (B, T, H): padding costs nothing (the idea of "unpadding", as in
+    ModernBERT, Warner et al. 2024 §2.1.3). Results equal the padded computation at every real token."""
+
+    idx: torch.Tensor
+    starts: torch.Tensor
+    batch: int
+    length: int
+
+    @staticmethod
+    def from_mask(attention_mask: torch.Tensor) -> Optional["Packing"]:
+        b, t = attention_mask.shape
+        if not bool(attention_mask[:, 0].all()):
+            return None  # left padding: keep the padded path
+        flat = attention_mask.reshape(-1).bool()
+        idx = flat.nonzero(as_tuple=True)[0]
+        pos = torch.cumsum(flat.long(), 0) - 1
+        starts = pos[torch.arange(b, device=flat.device) * t]
+        return Packing(idx, starts, b, t)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, H) → (B, T, H) with zeros at padding."""
+        out = x.new_zeros(self.batch * self.length, x.shape[-1]).index_copy(0, self.idx, x)
+        return out.view(self.batch, self.length, -1)
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN(x) = W₂·act(W₁x + b₁) + b₂ (Vaswani et al. 2017, eq. 2). (B, T, H) → (B, T, H)."""
 
@@ -64,8 +93,14 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor], explicit: bool = False,
-                head_gates: Optional[torch.Tensor] = None, query_index: Optional[torch.Tensor] = None):
-        if query_index is None:
+                head_gates: Optional[torch.Tensor] = None, query_index: Optional[torch.Tensor] = None,
+                packing: Optional["Packing"] = None, cls_only: bool = False):
+        if packing is not None:  # x is (N, H): only real tokens (see Packing)
+            a = self._attend_packed(x, bias, packing, cls_only)
+            if cls_only:
+                x = x.index_select(0, packing.starts)
+            probs = scores = values = None
+        elif query_index is None:
             a, probs, scores, values = self.attention(x, bias, explicit=explicit, head_gates=head_gates)
         else:  # only these query positions are needed downstream (e.g. [CLS] in the last block)
             a, probs, scores, values = self._attend_subset(x[:, query_index], x, bias)
@@ -73,6 +108,30 @@ class EncoderLayer(nn.Module):
         x = self.attention_norm(x + self.dropout(a))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs, scores, values
+
+    def _attend_packed(self, x: torch.Tensor, bias, pk: "Packing", cls_only: bool) -> torch.Tensor:
+        """Attention on packed tokens: the projections run on the N real tokens only; Q/K/V are scattered
+        to (B, T) for the attention product itself. Returns (N, H), or (B, H) for ``cls_only``."""
+        att = self.attention
+        if att.num_heads == 0:
+            rows = pk.starts.numel() if cls_only else x.shape[0]
+            return att.out.bias.expand(rows, att.hidden_size).to(x.dtype)
+        inner = att.num_heads * att.head_dim
+        qkv = att.qkv(x)
+        full = qkv.new_zeros(pk.batch * pk.length, 3 * inner).index_copy(0, pk.idx, qkv)
+        q, k, v = full.view(pk.batch, pk.length, 3 * inner).split(inner, dim=-1)
+        if cls_only:
+            q = q[:, :1]
+        q, k, v = att._split(q), att._split(k), att._split(v)
+        if bias is not None and bias.dtype != q.dtype:
+            bias = bias.to(q.dtype)
+        ctx = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
+        if cls_only:
+            ctx = ctx.reshape(pk.batch, inner)
+        else:
+            ctx = ctx.transpose(1, 2).reshape(pk.batch * pk.length, inner).index_select(0, pk.idx)
+        return att.out(ctx)
 
     def _attend_subset(self, q_in, kv_in, bias):
         """Self-attention where only some query rows are computed (keys/values from all positions)."""
@@ -89,7 +148,7 @@ class EncoderLayer(nn.Module):
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
         ctx = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=att.dropout if self.training else 0.0)
+            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
         b, t = q_in.shape[:2]
         ctx = ctx.transpose(1, 2).reshape(b, t, inner)
         return att.out(ctx), None, None, v
@@ -115,6 +174,8 @@ class Encoder(nn.Module):
             if s in ("ffn", "all"):
                 lyr.ffn, lyr.ffn_norm = layers[0].ffn, layers[0].ffn_norm
         self.layers = nn.ModuleList(layers)
+        #: run linear layers on real tokens only when the batch is padded (an ``impl`` choice: same numbers)
+        self.unpad = True
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
         init_weights(self, config.initializer_range)
 
@@ -127,6 +188,11 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
+        per_layer = explicit or output_hidden_states or output_values or head_gates is not None
+        packing = Packing.from_mask(attention_mask) if (self.unpad and bias is not None
+                                                         and not per_layer) else None
+        if packing is not None:
+            return self._forward_packed(x, bias, packing, cls_only)
         hidden, attns, scores, values = [x], [], [], []
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
@@ -145,6 +211,19 @@ class Encoder(nn.Module):
             attentions=tuple(attns) if output_attentions else None,
             attention_scores=tuple(scores) if output_attention_scores else None,
             values=tuple(values) if output_values else None)
+
+    def _forward_packed(self, x: torch.Tensor, bias, pk: Packing, cls_only: bool) -> EncoderOutput:
+        b, t, h = x.shape
+        x = x.reshape(b * t, h).index_select(0, pk.idx)
+        n = len(self.layers)
+        for i, layer in enumerate(self.layers):
+            x, *_ = layer(x, bias, packing=pk, cls_only=cls_only and i == n - 1)
+        if cls_only:
+            last = x[:, None, :]
+        else:
+            last = pk.pad(x)
+        pooled = torch.tanh(self.pooler(last[:, 0])) if self.pooler is not None else None
+        return EncoderOutput(last_hidden_state=last, pooler_output=pooled)
 
     def unique_layers(self) -> list:
         return list(dict.fromkeys(self.layers))
