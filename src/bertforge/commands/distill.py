@@ -1,0 +1,206 @@
+"""Distil a teacher into a smaller student (KD, DistilBERT, BERT-PKD, TinyBERT, MiniLM).
+
+Examples:
+  bertforge distill --teacher runs/sst2 --student layers:0,2,4 --method kd --task sst2 \
+      --train train.tsv --eval dev.tsv --out runs/sst2-3l
+  bertforge distill --stage general --teacher minilm --student 4L-312H-12A-1200I --method tinybert \
+      --corpus wiki.valid.raw emma.txt --out runs/tiny-general --max-steps 300
+  bertforge distill --teacher runs/sst2 --student runs/tiny-general --method tinybert --task sst2 \
+      --train train.tsv --eval dev.tsv --augment 4 --out runs/tiny-sst2
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ..errors import ConfigError
+from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
+                      prepare_out_dir, print_json, resolve_model_dir)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--teacher", action="append", required=True,
+                   help="teacher checkpoint dir or 'minilm'; repeat for several teachers (averaged soft targets)")
+    p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), layers:0,2,4 (copied from the "
+                                     "teacher) or a checkpoint dir (an earlier stage)")
+    p.add_argument("--method", choices=["kd", "distilbert", "pkd", "tinybert", "minilm"],
+                   help="named loss set (default kd for --stage task, tinybert for --stage general)")
+    p.add_argument("--stage", choices=["task", "general"], help="task (labelled data) or general (raw text)")
+    p.add_argument("--task", help="task name for --stage task (default: the teacher's task)")
+    p.add_argument("--train", help="labelled training file (--stage task)")
+    p.add_argument("--eval", help="labelled evaluation file")
+    p.add_argument("--corpus", nargs="+", help="text files (--stage general)")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--max-train-samples", type=int, help="examples (task) or sequences (general) to use")
+    p.add_argument("--temperature", type=float, help="soft-target temperature T (all logits losses)")
+    p.add_argument("--alpha", type=float, help="kd: weight of the soft loss; 1−α goes to the hard labels")
+    p.add_argument("--layer-map", help="uniform | pkd_skip | pkd_last | last | pairs like 1:2,2:4,3:6")
+    p.add_argument("--augment", type=int, default=None, metavar="N",
+                   help="TinyBERT augmentation: N augmented copies per training example (task stage)")
+    p.add_argument("--augment-prob", type=float, help="per-word replacement probability (default 0.4)")
+    p.add_argument("--mlm-prob", type=float, help="general stage: MLM-corrupt inputs with this probability")
+    p.add_argument("--no-cache", action="store_true", help="run the teacher every step (no disk cache)")
+    p.add_argument("--cache-dir", help="where teacher outputs are cached (default: <out>/teacher_cache)")
+    add_train_args(p)
+    add_recipe_args(p)
+
+
+def _distill_section(recipe) -> dict:
+    d = dict(recipe.extra.get("distill") or {})
+    known = {"method", "stage", "student", "losses", "temperature", "alpha", "layer_map", "augment",
+             "cache", "mlm_probability", "teachers"}
+    bad = set(d) - known
+    if bad:
+        raise ConfigError(f"unknown recipe keys distill.{sorted(bad)[0]}; valid: {', '.join(sorted(known))}")
+    return d
+
+
+def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
+    h = hashlib.sha1()
+    for it in items:
+        h.update(json.dumps(it["input_ids"]).encode())
+    teach = []
+    for t in teacher_dirs:
+        st = Path(t) / "model.safetensors"
+        teach.append([str(t), st.stat().st_mtime if st.is_file() else None])
+    return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
+
+
+def run(args) -> int:
+    from ..adapters import adapter_for
+    from ..data.tasks import get_task
+    from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
+    from ..distill.distiller import Distiller, build_terms, has_mlm_head, method_terms, mlm_head_name
+    from ..distill.student import build_student
+    from ..hf import load_pretrained, read_config
+    from ..tokenizer import load_tokenizer, pad_id, special_tokens
+    from ..data.collate import PadCollator
+    from ..train.trainer import Trainer
+
+    recipe = build_recipe(args, extra_sections=("distill",))
+    ds = _distill_section(recipe)
+    stage = args.stage or ds.get("stage") or ("general" if args.corpus else "task")
+    method = args.method or ds.get("method") or ("tinybert" if stage == "general" else "kd")
+    student_spec = args.student or ds.get("student")
+    if not student_spec:
+        raise ConfigError("no student given; pass --student 4L-312H-12A-1200I, layers:0,2,4 or a checkpoint dir")
+    teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
+    for t in teacher_dirs:
+        read_config(t)  # validates the dir before anything is written
+    d = recipe.data
+    set_len = args.max_seq_len is not None or any(
+        o.startswith("data.max_seq_len=") for o in (getattr(args, "overrides", None) or []))
+    if not set_len:
+        meta = read_config(teacher_dirs[0]).get("bertforge") or {}
+        if meta.get("max_seq_len") and d.max_seq_len == 128:
+            d.max_seq_len = int(meta["max_seq_len"])
+    tok = load_tokenizer(teacher_dirs[0])
+    eval_ds = adapter = task = None
+
+    if stage == "task":
+        meta = read_config(teacher_dirs[0]).get("bertforge") or {}
+        d.task = args.task or d.task or meta.get("task")
+        d.train = args.train or d.train
+        d.eval = args.eval or d.eval
+        if not d.task:
+            raise ConfigError("--stage task needs --task NAME (the teacher does not record one)")
+        if not d.train:
+            raise ConfigError("--stage task needs --train FILE (labelled data)")
+        task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
+        adapter = adapter_for(task, tok, d.max_seq_len)
+        head, head_cfg = adapter.head, adapter.head_config()
+        teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
+        for t, tdir in zip(teachers, teacher_dirs):
+            if getattr(t.head, "num_labels", None) != task.num_labels:
+                raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
+                                  f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
+        from ..data.readers import read_examples
+        examples = read_examples(d.train, task, d.max_train_samples)
+        aug_cfg = dict(ds.get("augment") or {})
+        n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
+        if n_aug:
+            from ..distill.augment import augment_examples, default_augmenter
+            augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
+                                          p=args.augment_prob or aug_cfg.get("prob", 0.4),
+                                          k=aug_cfg.get("top_k", 15),
+                                          swap_prob=aug_cfg.get("swap_prob", 0.1),
+                                          seed=recipe.train.seed)
+            examples = augment_examples(examples, augmenter, n_aug)
+        from ..data.collate import encode_examples
+        items = encode_examples(tok, examples, d.max_seq_len)
+        base_collate = adapter.collator()
+        eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+    else:
+        corpus = args.corpus or d.corpus
+        if not corpus:
+            raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
+        d.corpus = list(corpus)
+        teachers = [load_pretrained(t) for t in teacher_dirs]
+        head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
+        head_cfg = {}
+        items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
+        base_collate = PadCollator(pad_id(tok))
+
+    teacher = teachers[0]
+    student = build_student(student_spec, teacher, head=head, head_config=head_cfg,
+                            teacher_dir=str(teacher_dirs[0]))
+    entries = ds.get("losses") or method_terms(method, stage)
+    if stage == "general" and not has_mlm_head(teacher):
+        dropped = [e for e in entries if e.get("loss") == "mlm_soft"]
+        entries = [e for e in entries if e.get("loss") != "mlm_soft"]
+        if dropped and not entries:
+            raise ConfigError(f"--method {method} in the general stage needs an MLM head on the teacher, and "
+                              f"{teacher_dirs[0]} has none; use --method tinybert or minilm")
+    terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
+                        temperature=args.temperature if args.temperature is not None else ds.get("temperature"),
+                        alpha=args.alpha if args.alpha is not None else ds.get("alpha"),
+                        layer_map=args.layer_map or ds.get("layer_map"))
+    mlm_p = args.mlm_prob if args.mlm_prob is not None else float(ds.get("mlm_probability", 0.0))
+    use_cache = not args.no_cache and ds.get("cache", True) and mlm_p == 0
+    sp = special_tokens(tok)
+    collate = DistillCollator(base_collate, mlm_p, tok.token_to_id(sp.get("mask", "[MASK]")) if mlm_p else None,
+                              teacher.config.vocab_size,
+                              tuple(tok.token_to_id(sp[r]) for r in ("cls", "sep", "pad") if r in sp))
+    dataset = IndexedDataset(items)
+    student.config.bertforge = {**student.config.bertforge, "max_seq_len": d.max_seq_len,
+                                "distill": {"method": method, "stage": stage,
+                                            "teachers": [str(t) for t in teacher_dirs],
+                                            "losses": [{"loss": t.loss, "weight": t.weight, "pairs": t.pairs,
+                                                        "temperature": t.temperature, "alpha": t.alpha}
+                                                       for t in terms]}}
+    if task is not None:
+        student.config.bertforge["task"] = task.name
+    recipe.extra["distill"] = {**ds, "method": method, "stage": stage, "student": student_spec,
+                               "teachers": [str(t) for t in teacher_dirs],
+                               "losses": [{k: v for k, v in e.items()} for e in entries]}
+    out = Path(args.out)
+    work = prepare_out_dir(out, args.resume, args.overwrite)
+    try:
+        cache = None
+        distiller = Distiller(student, teachers, terms)
+        if use_cache:
+            from ..distill.cache import TeacherCache
+            root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
+            shapes = distiller.cache_shapes(d.max_seq_len)
+            cache = TeacherCache(root, len(items), shapes,
+                                 _fingerprint(teacher_dirs, items, d.max_seq_len, shapes))
+            distiller.cache = cache
+        if eval_ds is not None and recipe.train.metric_for_best is None:
+            recipe.train.metric_for_best = task.metrics[0]
+        eval_fn = (lambda m: adapter.evaluate(m.student, eval_ds)) if eval_ds is not None else None
+        trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
+                          save_fn=lambda m, dst: m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]))
+        result = trainer.fit(resume=args.resume)
+        if cache is not None:
+            cache.flush()
+    except BaseException:
+        abandon_out_dir(work, out)
+        raise
+    finish_out_dir(work, out)
+    res = {"out": str(out), "stage": stage, "method": method, "student": student_spec,
+           "student_params": sum(p.numel() for p in student.parameters()),
+           "teacher_params": sum(p.numel() for p in teacher.parameters()), **result}
+    print_json(res)
+    return 0

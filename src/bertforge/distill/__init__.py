@@ -1,0 +1,2 @@
+"""Knowledge distillation: losses by name, layer maps, students, teacher-output cache, augmentation and
+the distiller objective trained by the one :class:`~bertforge.train.trainer.Trainer`."""

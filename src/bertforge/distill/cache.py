@@ -1,0 +1,117 @@
+"""Teacher outputs cached on disk, memory-mapped (``numpy.lib.format.open_memmap``).
+
+The first time an example is seen, the teacher runs and its features (logits, the hidden states /
+attention scores / probabilities / values of the mapped teacher layers) are written to one ``.npy`` file
+per feature, padded to ``max_len``; a ``filled`` byte per example records what is present. Later epochs
+(and resumed runs) read them back and only the student runs. ``meta.json`` holds a fingerprint of the
+teacher, data and features: a cache made for other inputs is discarded and rebuilt.
+
+Storage: logits float32 (n, C); hidden (n, T, H), attention maps (n, heads, T, T), values
+(n, heads, T, d_k) float16. Valid only for deterministic inputs (no dynamic masking).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..io import atomic_write_text
+
+#: feature kind → index of the sequence axes (after the example axis) that are padded to max_len
+_SEQ_AXES = {"logits": (), "hidden": (0,), "attention_scores": (1, 2), "attentions": (1, 2),
+             "values": (1,)}
+
+
+class TeacherCache:
+    """Disk cache of teacher features for ``n`` examples.
+
+    Args:
+        root: directory (created).
+        n: number of examples (indices 0…n−1 = dataset positions).
+        shapes: feature name (``"<kind>.<layer or teacher>"``) → per-example shape with T = max_len.
+        fingerprint: any JSON-able description of teacher + data; a mismatch rebuilds the cache.
+    """
+
+    def __init__(self, root, n: int, shapes: dict, fingerprint: dict):
+        self.root = Path(root)
+        self.n, self.shapes = n, {k: tuple(v) for k, v in shapes.items()}
+        meta = {"n": n, "shapes": {k: list(v) for k, v in self.shapes.items()}, "fingerprint": fingerprint}
+        mp = self.root / "meta.json"
+        if mp.is_file():
+            try:
+                old = json.loads(mp.read_text())
+            except json.JSONDecodeError:
+                old = None
+            if old != json.loads(json.dumps(meta)):
+                shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        fresh = not mp.is_file()
+        mode = "w+" if fresh else "r+"
+        self.arrays = {}
+        for name, shape in self.shapes.items():
+            dtype = np.float32 if name.startswith("logits") else np.float16
+            self.arrays[name] = np.lib.format.open_memmap(self.root / f"{name}.npy", mode=mode,
+                                                          dtype=dtype, shape=(n, *shape))
+        self.filled = np.lib.format.open_memmap(self.root / "filled.npy", mode=mode, dtype=np.uint8,
+                                                shape=(n,))
+        if fresh:
+            atomic_write_text(mp, json.dumps(meta))
+
+    def has(self, idx: torch.Tensor) -> bool:
+        return bool(self.filled[idx.cpu().numpy()].all())
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.filled.all())
+
+    def write(self, idx: torch.Tensor, feats: dict, lengths: torch.Tensor) -> None:
+        """Store the batch's features (tensors with the batch's T ≤ max_len) at rows ``idx``."""
+        rows = idx.cpu().numpy()
+        for name, t in feats.items():
+            arr = self.arrays[name]
+            kind = name.split(".")[0]
+            x = t.detach().float().cpu().numpy()
+            if kind == "attention_scores":  # masked entries hold the dtype minimum: store 0 there
+                x = np.where(x < -1e4, 0.0, x)
+            x = x.astype(arr.dtype)
+            slices = [slice(None)] + [slice(0, s) for s in x.shape[1:]]
+            block = np.zeros((len(rows), *arr.shape[1:]), dtype=arr.dtype)
+            block[tuple(slices)] = x
+            arr[rows] = block
+        self.filled[rows] = 1
+
+    def read(self, idx: torch.Tensor, t: int, device) -> dict:
+        """Features of rows ``idx`` cut to sequence length ``t``, as float32 tensors on ``device``."""
+        rows = idx.cpu().numpy()
+        out = {}
+        for name, arr in self.arrays.items():
+            kind = name.split(".")[0]
+            x = arr[rows]
+            sl = [slice(None)] * x.ndim
+            for ax in _SEQ_AXES[kind]:
+                sl[ax + 1] = slice(0, t)
+            out[name] = torch.from_numpy(np.ascontiguousarray(x[tuple(sl)])).to(device, torch.float32)
+        return out
+
+    def flush(self) -> None:
+        for a in self.arrays.values():
+            a.flush()
+        self.filled.flush()
+
+
+def feature_shape(kind: str, config, layer: Optional[int], max_len: int, num_labels: int = 0) -> tuple:
+    """Per-example cached shape of a teacher feature (see module doc)."""
+    if kind == "logits":
+        return (num_labels,)
+    if kind == "hidden":
+        return (max_len, config.hidden_size)
+    heads = config.heads_of(layer - 1)
+    if kind in ("attention_scores", "attentions"):
+        return (heads, max_len, max_len)
+    if kind == "values":
+        return (heads, max_len, config.head_dim)
+    raise ValueError(kind)

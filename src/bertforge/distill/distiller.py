@@ -1,0 +1,332 @@
+"""The distiller: an objective module whose ``forward(**batch)`` returns ``loss`` + ``terms``.
+
+It is trained by the one :class:`~bertforge.train.trainer.Trainer` like any model. It holds the student
+(trainable), the learned projections W (student H → teacher H) and, outside its parameter tree, one or
+more frozen teachers (``requires_grad=False``, always in eval mode, never saved in checkpoints).
+
+A distillation setup is a list of *terms* (TextBrewer's "intermediate matches" + KD loss, as data):
+``{loss: <name in LOSSES>, weight: w, layers: <map>, temperature: T, alpha: α, relation_heads: R}``.
+Each term's weighted value is logged under its name (``terms`` → ``metrics.jsonl``).
+
+Teacher features come from the :class:`~bertforge.distill.cache.TeacherCache` when the batch's rows are
+cached (``example_index`` in the batch), else from running the teachers under ``no_grad``; the result is
+then written to the cache. With several teachers the soft targets are averaged:
+``p = (1/K) Σ_k softmax(z_k/T)`` (passed on as logits ``T·log p``); representation losses read the first
+teacher (Hinton et al. 2015 §2 uses ensembles as the teacher; TinyBERT/MiniLM use one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..models.heads import HEADS, TaskModel
+from .cache import TeacherCache, feature_shape
+from .losses import get_loss
+from .mapping import resolve_map
+
+
+@dataclass
+class Term:
+    """One loss term: ``loss`` name, ``weight``, resolved layer ``pairs`` (student, teacher) for
+    layer-wise losses, ``temperature``, ``alpha`` (kd), ``relation_heads`` (value_relation_kl)."""
+
+    loss: str
+    weight: float = 1.0
+    pairs: list = field(default_factory=list)
+    temperature: float = 1.0
+    alpha: float = 1.0
+    relation_heads: Optional[int] = None
+    name: str = ""
+
+    @property
+    def spec(self):
+        return get_loss(self.loss)
+
+
+#: method name → stage → list of term dicts (the defaults; recipes under recipes/distill/ may override)
+METHODS: dict = {
+    "kd": {  # Hinton et al. 2015
+        "task": [{"loss": "kd", "weight": 1.0, "temperature": 2.0, "alpha": 0.5}],
+        "general": [{"loss": "mlm_soft", "weight": 1.0, "temperature": 2.0}],
+    },
+    "distilbert": {  # Sanh et al. 2019: 5·L_ce + 2·L_mlm + 1·L_cos (no MLM labels in task stage)
+        "task": [{"loss": "kd", "weight": 1.0, "temperature": 2.0, "alpha": 0.5},
+                 {"loss": "cosine", "weight": 1.0, "layers": "last"}],
+        "general": [{"loss": "mlm_soft", "weight": 5.0, "temperature": 2.0},
+                    {"loss": "cosine", "weight": 1.0, "layers": "last"}],
+    },
+    "pkd": {  # Sun et al. 2019: (1−α)·CE + α·T²·KL + β·Σ PT, β = 100 (Table 1 grid {10,100,500,1000})
+        "task": [{"loss": "kd", "weight": 1.0, "temperature": 5.0, "alpha": 0.5},
+                 {"loss": "pkd", "weight": 100.0, "layers": "pkd_skip"}],
+        "general": [{"loss": "pkd", "weight": 100.0, "layers": "uniform"}],
+    },
+    "tinybert": {  # Jiao et al. 2020: L = L_embd + Σ (L_hidn + L_attn) (+ L_pred in the task stage)
+        "task": [{"loss": "embedding_mse", "weight": 1.0, "layers": [[0, 0]]},
+                 {"loss": "hidden_mse", "weight": 1.0, "layers": "uniform"},
+                 {"loss": "attention_mse", "weight": 1.0, "layers": "uniform"},
+                 {"loss": "soft_ce", "weight": 1.0, "temperature": 1.0}],
+        "general": [{"loss": "embedding_mse", "weight": 1.0, "layers": [[0, 0]]},
+                    {"loss": "hidden_mse", "weight": 1.0, "layers": "uniform"},
+                    {"loss": "attention_mse", "weight": 1.0, "layers": "uniform"}],
+    },
+    "minilm": {  # Wang et al. 2020: last-layer attention KL + value-relation KL
+        "task": [{"loss": "attention_kl", "weight": 1.0, "layers": "last"},
+                 {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"},
+                 {"loss": "kd", "weight": 1.0, "temperature": 1.0, "alpha": 1.0}],
+        "general": [{"loss": "attention_kl", "weight": 1.0, "layers": "last"},
+                    {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
+    },
+}
+
+_TERM_KEYS = {"loss", "weight", "layers", "temperature", "alpha", "relation_heads", "name"}
+
+
+def mlm_head_name() -> Optional[str]:
+    """The registered head whose HF class suffix is ``ForMaskedLM`` (None when none is registered)."""
+    for name, cls in HEADS.items():
+        if getattr(cls, "hf_suffix", "") == "ForMaskedLM":
+            return name
+    return None
+
+
+def has_mlm_head(model: TaskModel) -> bool:
+    return model.head is not None and getattr(type(model.head), "hf_suffix", "") == "ForMaskedLM"
+
+
+def method_terms(method: str, stage: str) -> list:
+    """Default term dicts of a named method for a stage (``task`` | ``general``)."""
+    if method not in METHODS:
+        raise ConfigError(f"unknown distillation method {method!r}; choose one of {', '.join(METHODS)}")
+    if stage not in ("task", "general"):
+        raise ConfigError(f"unknown stage {stage!r}; choose task or general")
+    return [dict(t) for t in METHODS[method][stage]]
+
+
+def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = None,
+                alpha: Optional[float] = None, layer_map=None) -> list:
+    """Term dicts → :class:`Term` list with layer maps resolved against student depth ``m`` and teacher
+    depth ``n``. ``temperature``/``alpha``/``layer_map`` (CLI flags) override every term's values
+    (``layer_map`` only those whose map is a strategy name, not the fixed embedding pair).
+
+    Raises:
+        ConfigError: unknown loss or key, a layer-wise loss without ``layers``, bad maps.
+    """
+    if not entries:
+        raise ConfigError("no distillation losses given; pick --method or list distill.losses in the recipe")
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or "loss" not in e:
+            raise ConfigError(f"distill.losses entry {e!r} must be a mapping with a 'loss' key")
+        bad = set(e) - _TERM_KEYS
+        if bad:
+            raise ConfigError(f"distill.losses entry has unknown keys {sorted(bad)}; valid: "
+                              f"{', '.join(sorted(_TERM_KEYS))}")
+        spec = get_loss(e["loss"])
+        pairs = []
+        if spec.layerwise:
+            lay = e.get("layers", "uniform")
+            if e["loss"] == "embedding_mse":
+                lay = [[0, 0]]
+            elif layer_map is not None and isinstance(lay, str):
+                lay = layer_map
+            pairs = resolve_map(lay, m, n)
+            if spec.feature in ("attention_scores", "attentions", "values"):
+                zero = [p for p in pairs if 0 in p]
+                if zero:
+                    raise ConfigError(f"{e['loss']}: layer 0 (embeddings) has no attention; remove pair "
+                                      f"{zero[0]} from its layer map")
+        t = Term(loss=e["loss"], weight=float(e.get("weight", 1.0)), pairs=pairs,
+                 temperature=float(temperature if temperature is not None else e.get("temperature", 1.0)),
+                 alpha=float(alpha if alpha is not None and e["loss"] == "kd" else e.get("alpha", 1.0)),
+                 relation_heads=e.get("relation_heads"), name=e.get("name") or e["loss"])
+        out.append(t)
+    return out
+
+
+class Distiller(nn.Module):
+    """Student + frozen teachers + projections → ``ModelOutput(loss, logits, terms)``.
+
+    Args:
+        student: the :class:`TaskModel` being trained.
+        teachers: one or more frozen :class:`TaskModel` (or any module with the same ``forward``).
+        terms: :class:`Term` list (see :func:`build_terms`).
+        cache: optional :class:`TeacherCache`; requires ``example_index`` (B,) in every batch.
+    Batch: ``input_ids``/``attention_mask``/``token_type_ids`` (B, T); ``labels`` (B,) for kd α < 1;
+    ``mlm_labels`` (B, T) with −100 at unmasked positions for ``mlm_soft`` (optional).
+    Raises:
+        ConfigError: a term needs a feature the models cannot give (e.g. ``mlm_soft`` without MLM heads).
+    """
+
+    def __init__(self, student: TaskModel, teachers: list, terms: list,
+                 cache: Optional[TeacherCache] = None):
+        super().__init__()
+        if not teachers:
+            raise ConfigError("distillation needs at least one --teacher")
+        self.student = student
+        self._teachers = list(teachers)  # not registered: not trained, not saved
+        for t in self._teachers:
+            t.eval()
+            for p in t.parameters():
+                p.requires_grad_(False)
+        self.terms = terms
+        self.cache = cache
+        self.proj = nn.ModuleDict()
+        hs = student.config.hidden_size
+        ht = self.teacher.config.hidden_size
+        for term in terms:
+            spec = term.spec
+            if spec.feature == "mlm_logits" and not (has_mlm_head(student) and has_mlm_head(self.teacher)):
+                raise ConfigError(f"loss {term.loss} needs masked-LM heads on teacher and student; this "
+                                  f"teacher has none: use representation losses (--method tinybert or minilm)")
+            if spec.feature == "logits" and (student.head is None or self.teacher.head is None):
+                raise ConfigError(f"loss {term.loss} needs task heads (logits) on teacher and student; use "
+                                  f"--stage task or representation losses")
+            if spec.projects and hs != ht:
+                for s, t in term.pairs:
+                    key = self._proj_key(term, s, t)
+                    if key not in self.proj:
+                        lin = nn.Linear(hs, ht)
+                        nn.init.normal_(lin.weight, 0.0, student.config.initializer_range)
+                        nn.init.zeros_(lin.bias)
+                        self.proj[key] = lin
+        self._needs = self._features()
+
+    # ----------------------------------------------------------------- teacher handling
+    @property
+    def teacher(self) -> TaskModel:
+        return self._teachers[0]
+
+    @property
+    def teachers(self) -> list:
+        return list(self._teachers)
+
+    def _apply(self, fn, *args, **kwargs):  # .to()/.cuda() also move the (unregistered) teachers
+        super()._apply(fn, *args, **kwargs)
+        for t in self._teachers:
+            t._apply(fn, *args, **kwargs)
+        return self
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for t in self._teachers:
+            t.eval()
+        return self
+
+    @staticmethod
+    def _proj_key(term: Term, s: int, t: int) -> str:
+        return f"{term.name}_{s}_{t}"
+
+    def _features(self) -> dict:
+        """Teacher feature names needed: ``{"hidden.3": (kind, layer), "logits.0": ("logits", 0), …}``."""
+        need = {}
+        for term in self.terms:
+            kind = term.spec.feature
+            if kind in ("logits", "mlm_logits"):
+                ks = range(len(self._teachers)) if kind == "logits" else [0]
+                for k in ks:
+                    need[f"{kind}.{k}"] = (kind, k)
+            else:
+                for _, t in term.pairs:
+                    need[f"{kind}.{t}"] = (kind, t)
+        return need
+
+    def cache_shapes(self, max_len: int) -> dict:
+        """Per-example shapes of the cacheable teacher features (all but ``mlm_logits``)."""
+        out = {}
+        nl = self.teacher.config.num_labels if self.teacher.head is not None else 0
+        for name, (kind, layer) in self._needs.items():
+            if kind == "mlm_logits":
+                raise ConfigError("mlm_soft reads teacher MLM logits (B×T×V): too large to cache, and MLM "
+                                  "inputs change every epoch; run without the cache")
+            cfg = self._teachers[layer].config if kind == "logits" else self.teacher.config
+            out[name] = feature_shape(kind, cfg, layer, max_len, nl)
+        return out
+
+    @staticmethod
+    def _wants(kinds) -> dict:
+        return {"output_hidden_states": "hidden" in kinds,
+                "output_attentions": "attentions" in kinds,
+                "output_attention_scores": "attention_scores" in kinds,
+                "output_values": "values" in kinds}
+
+    @torch.no_grad()
+    def teacher_features(self, input_ids, attention_mask=None, token_type_ids=None) -> dict:
+        """Run the teachers (eval, no grad) and collect the needed features (see :meth:`_features`)."""
+        kinds = {k for k, _ in self._needs.values()}
+        feats = {}
+        for k, teacher in enumerate(self._teachers):
+            if k > 0 and not any(n.startswith("logits.") for n in self._needs):
+                break
+            out = teacher(input_ids, attention_mask, token_type_ids, **(self._wants(kinds) if k == 0 else {}))
+            for name, (kind, layer) in self._needs.items():
+                if kind in ("logits", "mlm_logits"):
+                    if layer == k:
+                        feats[name] = out.logits.float()
+                elif k == 0:
+                    src = {"hidden": out.hidden_states, "attentions": out.attentions,
+                           "attention_scores": out.attention_scores, "values": out.values}[kind]
+                    feats[name] = src[layer] if kind == "hidden" else src[layer - 1]
+        return feats
+
+    def _combined_logits(self, feats: dict, temperature: float, kind: str = "logits") -> torch.Tensor:
+        zs = [feats[n] for n in sorted(feats) if n.startswith(kind + ".")]
+        if len(zs) == 1:
+            return zs[0]
+        z = torch.stack([x.float() for x in zs])
+        if z.shape[-1] == 1:  # regression: average predictions
+            return z.mean(0)
+        t = float(temperature)  # averaged soft targets, as logits whose softmax at T is the mean
+        return t * torch.log(torch.softmax(z / t, -1).mean(0).clamp_min(1e-30))
+
+    # --------------------------------------------------------------------------- forward
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
+                **_):
+        from ..models.heads import ModelOutput
+        kinds = {k for k, _ in self._needs.values()}
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        # teacher side: cache hit, or run the teachers (and fill the cache)
+        feats = None
+        if self.cache is not None and example_index is not None and self.cache.has(example_index):
+            feats = self.cache.read(example_index, input_ids.shape[1], input_ids.device)
+        if feats is None:
+            feats = self.teacher_features(input_ids, attention_mask, token_type_ids)
+            if self.cache is not None and example_index is not None:
+                self.cache.write(example_index, feats, attention_mask.sum(1))
+        # student side
+        out_S = self.student(input_ids, attention_mask, token_type_ids, **self._wants(kinds))
+        total = None
+        terms = {}
+        for term in self.terms:
+            spec = term.spec
+            kind = spec.feature
+            if kind in ("logits", "mlm_logits"):
+                zt = self._combined_logits(feats, term.temperature, kind)
+                value = spec.fn(out_S.logits, zt, temperature=term.temperature, labels=labels,
+                                alpha=term.alpha, mask=attention_mask, mlm_labels=mlm_labels)
+            else:
+                value = 0.0
+                for s, t in term.pairs:
+                    if kind == "hidden":
+                        a_S = out_S.hidden_states[s]
+                    else:
+                        a_S = {"attentions": out_S.attentions, "attention_scores": out_S.attention_scores,
+                               "values": out_S.values}[kind][s - 1]
+                    a_T = feats[f"{kind}.{t}"]
+                    kw = {"mask": attention_mask}
+                    if spec.projects:
+                        kw["proj"] = self.proj[self._proj_key(term, s, t)] \
+                            if self._proj_key(term, s, t) in self.proj else None
+                    if kind == "values":
+                        kw["relation_heads"] = term.relation_heads
+                    value = value + spec.fn(a_S, a_T, **kw)
+            weighted = term.weight * value
+            terms[term.name] = terms.get(term.name, 0.0) + weighted.detach()
+            total = weighted if total is None else total + weighted
+        return ModelOutput(loss=total, logits=out_S.logits, terms=terms)

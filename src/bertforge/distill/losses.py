@@ -1,0 +1,268 @@
+"""Distillation losses, by name (:data:`LOSSES`), each with its paper reference.
+
+Naming follows TextBrewer: ``_S`` is the student's tensor, ``_T`` the teacher's. Shapes:
+``logits`` (B, C); ``hidden`` (B, T, H); attention ``scores``/``probs`` (B, heads, T, T); ``values``
+(B, heads, T, d_k); ``mask`` (B, T) with 1 = token, 0 = padding (padding never contributes).
+Every loss returns a scalar tensor (float32) averaged over the batch as documented per function.
+
+=====================  ==========================================================================
+name                   source
+=====================  ==========================================================================
+``kd``                 Hinton et al. 2015 §2: α·T²·KL(p_T^τ ‖ p_S^τ) + (1 − α)·CE(z_S, y)
+``soft_ce``            TinyBERT (Jiao et al. 2020) eq. 10: −Σ softmax(z_T/t)·log softmax(z_S/t)
+``cosine``             DistilBERT (Sanh et al. 2019) §3: L_cos = 1 − cos(h_S, h_T) per token
+``hidden_mse``         TinyBERT eq. 8: MSE(H_S W_h, H_T), W_h learned (d_S → d_T)
+``embedding_mse``      TinyBERT eq. 9: MSE(E_S W_e, E_T)
+``attention_mse``      TinyBERT eq. 7: MSE(A_S, A_T) on the unnormalised scores QKᵀ/√d
+``attention_kl``       MiniLM (Wang et al. 2020) eq. 4: KL(A_T ‖ A_S) per query row
+``pkd``                BERT-PKD (Sun et al. 2019) eq. 3: ‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖² on [CLS]
+``value_relation_kl``  MiniLM eq. 6 (relation heads as MiniLMv2, Wang et al. 2021 §3.1)
+``mlm_soft``           DistilBERT L_ce: T²·KL of MLM distributions at masked (or all) positions
+=====================  ==========================================================================
+
+``attention_mse``/``attention_kl`` need equal head counts; when they differ, both sides are averaged over
+heads first (documented fallback). ``value_relation_kl`` works with any head counts: the concatenated
+values are re-split into ``relation_heads`` heads on both sides (MiniLMv2).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """``feature``: what the loss reads (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions``
+    | ``values`` | ``mlm_logits``); ``layerwise``: True when it is applied to layer pairs of a map;
+    ``projects``: True when a learned W (student H → teacher H) is inserted when the widths differ."""
+
+    name: str
+    fn: Callable
+    feature: str
+    layerwise: bool
+    projects: bool = False
+
+
+#: loss name → :class:`LossSpec`
+LOSSES: dict[str, LossSpec] = {}
+
+
+def register_loss(name: str, feature: str, layerwise: bool, projects: bool = False):
+    def deco(fn):
+        LOSSES[name] = LossSpec(name, fn, feature, layerwise, projects)
+        fn.loss_name = name
+        return fn
+    return deco
+
+
+def get_loss(name: str) -> LossSpec:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ConfigError(f"unknown distillation loss {name!r}; choose one of {', '.join(LOSSES)}") from None
+
+
+def _token_mask(mask: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """(B, T) float mask of valid tokens (all ones when ``mask`` is None)."""
+    if mask is None:
+        return torch.ones(like.shape[0], like.shape[1], dtype=torch.float32, device=like.device)
+    return mask.to(torch.float32)
+
+
+# ------------------------------------------------------------------------------------ prediction layer
+@register_loss("kd", "logits", layerwise=False)
+def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
+            labels: Optional[torch.Tensor] = None, alpha: float = 1.0) -> torch.Tensor:
+    """Hinton et al. 2015 ("Distilling the Knowledge in a Neural Network", §2):
+
+    ``α · T² · KL(softmax(z_T/T) ‖ softmax(z_S/T)) + (1 − α) · CE(z_S, y)``, KL summed over classes and
+    averaged over the batch. The T² factor keeps the soft-target gradient magnitude independent of T
+    (the gradient of the KL term scales as 1/T²). ``labels`` (B,) are used only when ``α < 1``.
+    A regression head (C = 1) distils by ``MSE(z_S, z_T)`` (TinyBERT's STS-B choice), mixed with
+    ``MSE(z_S, y)`` by α.
+    Raises:
+        ConfigError: α < 1 without labels.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ConfigError(f"kd alpha={alpha} must be in [0, 1] (weight of the soft targets)")
+    zs, zt = logits_S.float(), logits_T.float()
+    if zs.shape[-1] == 1:
+        soft = F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
+    else:
+        t = float(temperature)
+        soft = F.kl_div(F.log_softmax(zs / t, -1), F.log_softmax(zt / t, -1), reduction="batchmean",
+                        log_target=True) * t * t
+    if alpha >= 1.0:
+        return soft
+    if labels is None:
+        raise ConfigError("kd alpha < 1 mixes in the hard-label loss but the batch has no labels; "
+                          "set alpha=1 or distil on labelled data")
+    if zs.shape[-1] == 1:
+        hard = F.mse_loss(zs.squeeze(-1), labels.float())
+    else:
+        hard = F.cross_entropy(zs, labels.long())
+    return alpha * soft + (1.0 - alpha) * hard
+
+
+@register_loss("soft_ce", "logits", layerwise=False)
+def soft_ce_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
+                 **_) -> torch.Tensor:
+    """TinyBERT prediction-layer loss (Jiao et al. 2020, eq. 10): ``−Σ_c softmax(z_T/t)_c ·
+    log softmax(z_S/t)_c``, averaged over the batch (no T² factor, as the paper; t = 1 there).
+    A regression head (C = 1) uses ``MSE(z_S, z_T)``."""
+    zs, zt = logits_S.float(), logits_T.float()
+    if zs.shape[-1] == 1:
+        return F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
+    t = float(temperature)
+    return -(F.softmax(zt / t, -1) * F.log_softmax(zs / t, -1)).sum(-1).mean()
+
+
+@register_loss("mlm_soft", "mlm_logits", layerwise=False)
+def mlm_soft_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
+                  mask: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
+                  **_) -> torch.Tensor:
+    """Soft-target MLM distillation (DistilBERT's L_ce, Sanh et al. 2019 §3; TextBrewer ``kd_ce``):
+    ``T² · KL(softmax(z_T/T) ‖ softmax(z_S/T))`` over the vocabulary, averaged over the positions that
+    were masked (``mlm_labels != -100``) or, without MLM labels, over every valid token.
+    Shapes: logits (B, T, V); mask/mlm_labels (B, T)."""
+    if mlm_labels is not None:
+        sel = mlm_labels != -100
+    else:
+        sel = _token_mask(mask, logits_S).bool()
+    if not bool(sel.any()):
+        return logits_S.sum() * 0.0
+    t = float(temperature)
+    zs, zt = logits_S[sel].float() / t, logits_T[sel].float() / t
+    return F.kl_div(F.log_softmax(zs, -1), F.log_softmax(zt, -1), reduction="batchmean",
+                    log_target=True) * t * t
+
+
+# ------------------------------------------------------------------------------------- hidden states
+@register_loss("cosine", "hidden", layerwise=True, projects=True)
+def cosine_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                **_) -> torch.Tensor:
+    """DistilBERT cosine embedding loss (Sanh et al. 2019, §3 "L_cos"): ``1 − cos(h_S, h_T)`` per
+    token, averaged over the valid tokens. (B, T, H) each (equal H: project the student first)."""
+    m = _token_mask(mask, hidden_S)
+    cos = F.cosine_similarity(hidden_S.float(), hidden_T.float(), dim=-1, eps=1e-8)
+    return ((1.0 - cos) * m).sum() / m.sum().clamp_min(1.0)
+
+
+def _masked_mse(a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the valid tokens and all features: Σ m·(a−b)² / (Σm · H)."""
+    sq = (a.float() - b.float()).pow(2).sum(-1)
+    return (sq * m).sum() / (m.sum().clamp_min(1.0) * a.shape[-1])
+
+
+@register_loss("hidden_mse", "hidden", layerwise=True, projects=True)
+def hidden_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                    proj: Optional[Callable] = None, **_) -> torch.Tensor:
+    """TinyBERT hidden-state loss (Jiao et al. 2020, eq. 8): ``MSE(H_S W_h, H_T)``; ``proj`` is the
+    learned W_h (a Linear d_S → d_T) or None when the widths agree. Averaged over valid tokens × d_T."""
+    if proj is not None:
+        hidden_S = proj(hidden_S)
+    return _masked_mse(hidden_S, hidden_T, _token_mask(mask, hidden_S))
+
+
+@register_loss("embedding_mse", "hidden", layerwise=True, projects=True)
+def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                       proj: Optional[Callable] = None, **_) -> torch.Tensor:
+    """TinyBERT embedding-layer loss (eq. 9): ``MSE(E_S W_e, E_T)``, applied to hidden_states[0] of both
+    models (the layer map of this loss is forced to (0, 0)). Same averaging as ``hidden_mse``."""
+    return hidden_mse_loss(hidden_S, hidden_T, mask, proj)
+
+
+@register_loss("pkd", "hidden", layerwise=True, projects=True)
+def pkd_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+             proj: Optional[Callable] = None, **_) -> torch.Tensor:
+    """BERT-PKD patient loss (Sun et al. 2019, eq. 3) for one layer pair: ``‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖₂²``
+    on the [CLS] state (position 0), averaged over the batch. Input (B, T, H) or (B, H)."""
+    if hidden_S.dim() == 3:
+        hidden_S, hidden_T = hidden_S[:, 0], hidden_T[:, 0]
+    if proj is not None:
+        hidden_S = proj(hidden_S)
+    s = F.normalize(hidden_S.float(), dim=-1, eps=1e-12)
+    t = F.normalize(hidden_T.float(), dim=-1, eps=1e-12)
+    return (s - t).pow(2).sum(-1).mean()
+
+
+# ----------------------------------------------------------------------------------------- attention
+def _match_heads(a_S: torch.Tensor, a_T: torch.Tensor):
+    if a_S.shape[1] != a_T.shape[1]:  # different head counts: compare head-averaged maps
+        return a_S.mean(1, keepdim=True), a_T.mean(1, keepdim=True)
+    return a_S, a_T
+
+
+def _pair_mask(mask: Optional[torch.Tensor], a: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) float mask of valid (query, key) pairs."""
+    if mask is None:
+        return torch.ones(a.shape[0], 1, a.shape[2], a.shape[3], device=a.device)
+    m = mask.to(torch.float32)
+    return (m[:, :, None] * m[:, None, :])[:, None]
+
+
+@register_loss("attention_mse", "attention_scores", layerwise=True)
+def attention_mse_loss(scores_S: torch.Tensor, scores_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                       **_) -> torch.Tensor:
+    """TinyBERT attention loss (Jiao et al. 2020, eq. 7): ``MSE(A_S, A_T)`` on the *unnormalised*
+    scores QKᵀ/√d_k (B, heads, T, T), averaged over heads and valid (query, key) pairs; padded pairs
+    (where the mask bias was added) are excluded, as TinyBERT zeroes them."""
+    s, t = _match_heads(scores_S.float(), scores_T.float())
+    pm = _pair_mask(mask, s)
+    sq = (s - t).pow(2) * pm
+    return sq.sum() / (pm.sum().clamp_min(1.0) * s.shape[1])
+
+
+@register_loss("attention_kl", "attentions", layerwise=True)
+def attention_kl_loss(probs_S: torch.Tensor, probs_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                      **_) -> torch.Tensor:
+    """MiniLM self-attention distribution transfer (Wang et al. 2020, eq. 4):
+    ``KL(A_T ‖ A_S) = Σ_j A_T[i,j]·(log A_T[i,j] − log A_S[i,j])`` per head and query row i, averaged
+    over heads and valid queries. Probabilities (B, heads, T, T)."""
+    s, t = _match_heads(probs_S.float(), probs_T.float())
+    eps = 1e-12
+    kl = (t * (torch.log(t + eps) - torch.log(s + eps))).sum(-1)  # (B, h, T)
+    m = _token_mask(mask, s[:, 0])[:, None, :]
+    return (kl * m).sum() / (m.sum().clamp_min(1.0) * s.shape[1])
+
+
+def value_relation(values: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                   relation_heads: Optional[int] = None) -> torch.Tensor:
+    """MiniLM value relation ``VR = softmax(V Vᵀ / √d_r)`` (Wang et al. 2020, eq. 5), (B, R, T, T).
+
+    ``values`` (B, heads, T, d_k) are concatenated to (B, T, heads·d_k) and re-split into
+    ``relation_heads`` R heads of size d_r (MiniLMv2 §3.1); R = heads when None. Padded keys get
+    probability 0. Raises ConfigError when R does not divide heads·d_k.
+    """
+    b, h, t, d = values.shape
+    inner = h * d
+    r = relation_heads or h
+    if inner % r:
+        raise ConfigError(f"relation_heads={r} does not divide the value width {inner}; pick a divisor")
+    v = values.float().transpose(1, 2).reshape(b, t, r, inner // r).transpose(1, 2)  # (B, R, T, d_r)
+    rel = v @ v.transpose(-1, -2) / math.sqrt(inner // r)
+    if mask is not None:
+        rel = rel.masked_fill(mask[:, None, None, :] == 0, torch.finfo(rel.dtype).min)
+    return torch.softmax(rel, -1)
+
+
+@register_loss("value_relation_kl", "values", layerwise=True)
+def value_relation_kl_loss(values_S: torch.Tensor, values_T: torch.Tensor,
+                           mask: Optional[torch.Tensor] = None, relation_heads: Optional[int] = None,
+                           **_) -> torch.Tensor:
+    """MiniLM value-relation transfer (Wang et al. 2020, eq. 6): ``KL(VR_T ‖ VR_S)`` per relation head
+    and valid query row, averaged. Values (B, heads_S, T, d_S) and (B, heads_T, T, d_T) may differ in
+    head count and width: both are re-split into ``relation_heads`` heads (default: the teacher's head
+    count when it divides the student's value width, else the gcd of the head counts)."""
+    hs, ht = values_S.shape[1], values_T.shape[1]
+    if relation_heads is None:
+        relation_heads = ht if (values_S.shape[1] * values_S.shape[3]) % ht == 0 else math.gcd(hs, ht)
+    vr_s = value_relation(values_S, mask, relation_heads)
+    vr_t = value_relation(values_T, mask, relation_heads)
+    return attention_kl_loss(vr_s, vr_t, mask)

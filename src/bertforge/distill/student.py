@@ -1,0 +1,133 @@
+"""Students: a named shape (fresh weights) or teacher layers copied (DistilBERT initialisation).
+
+* Shape ``4L-312H-12A-1200I`` (TinyBERT-4, Jiao et al. 2020 §4.1), ``6L-768H`` …: parts ``<n>L`` layers,
+  ``<n>H`` hidden size, ``<n>A`` heads (default H/64), ``<n>I`` FFN size (default 4H). Vocabulary,
+  positions, family and tokenizer are the teacher's; weights are freshly initialised (N(0, 0.02)).
+* ``layers:0,2,4`` — the student has those teacher blocks (0-based block indices), the teacher's
+  embeddings, pooler and (when the heads agree) task head: DistilBERT's initialisation "taking one
+  layer out of two" (Sanh et al. 2019, §3) and BERT-PKD's (Sun et al. 2019, §4.1).
+* an existing checkpoint directory — the student of an earlier stage (chaining general → task).
+
+How the student was made is recorded in ``config.bertforge["student"]`` (saved in ``config.json``).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..config import ModelConfig
+from ..errors import ConfigError
+from ..models.heads import TaskModel
+
+_PART = re.compile(r"^(\d+)([LHAI])$", re.IGNORECASE)
+
+
+def parse_shape(spec: str) -> dict:
+    """``"4L-312H-12A-1200I"`` → ``{num_hidden_layers: 4, hidden_size: 312, num_attention_heads: 12,
+    intermediate_size: 1200}`` (missing A → max(1, H/64), missing I → 4H; L and H are required).
+
+    Raises:
+        ConfigError: malformed part, missing L or H, or H not divisible by A.
+    """
+    keys = {"L": "num_hidden_layers", "H": "hidden_size", "A": "num_attention_heads", "I": "intermediate_size"}
+    out: dict = {}
+    for part in spec.strip().split("-"):
+        m = _PART.match(part.strip())
+        if not m:
+            raise ConfigError(f"student shape {spec!r}: part {part!r} is not like 4L, 312H, 12A or 1200I; "
+                              f"write e.g. --student 4L-312H-12A-1200I or --student layers:0,2,4")
+        out[keys[m.group(2).upper()]] = int(m.group(1))
+    if "num_hidden_layers" not in out or "hidden_size" not in out:
+        raise ConfigError(f"student shape {spec!r} needs at least <n>L and <n>H (e.g. 6L-768H)")
+    h = out["hidden_size"]
+    out.setdefault("num_attention_heads", max(1, h // 64))
+    out.setdefault("intermediate_size", 4 * h)
+    if h % out["num_attention_heads"]:
+        raise ConfigError(f"student shape {spec!r}: hidden size {h} is not divisible by "
+                          f"{out['num_attention_heads']} heads; pick a head count that divides it")
+    if min(out.values()) < 1:
+        raise ConfigError(f"student shape {spec!r}: every size must be ≥ 1")
+    return out
+
+
+def parse_layers(spec: str, teacher_layers: int) -> list:
+    """``"layers:0,2,4"`` → [0, 2, 4], validated against the teacher depth (0-based block indices)."""
+    body = spec.split(":", 1)[1]
+    try:
+        idx = [int(x) for x in body.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"student {spec!r}: write teacher block indices like layers:0,2,4") from None
+    if not idx:
+        raise ConfigError(f"student {spec!r} names no layers; write e.g. layers:0,2,4")
+    bad = [i for i in idx if not 0 <= i < teacher_layers]
+    if bad:
+        raise ConfigError(f"student {spec!r}: layer {bad[0]} does not exist; the teacher has blocks "
+                          f"0…{teacher_layers - 1}")
+    return idx
+
+
+def student_config(teacher_config: ModelConfig, shape: dict, **overrides) -> ModelConfig:
+    """The teacher's config with the student's sizes (per-layer pruning lists cleared)."""
+    kw = dict(shape, layer_num_heads=None, layer_intermediate_sizes=None, **overrides)
+    if teacher_config.model_type != "albert":
+        kw["embedding_size"] = None  # = hidden size
+    return teacher_config.replace(**kw)
+
+
+def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **overrides) -> TaskModel:
+    """A student made of the teacher's blocks ``layers`` + embeddings + pooler (+ head when ``head`` is
+    the teacher's and shapes agree). Weights are copied (not shared)."""
+    tc = teacher.config
+    lnh = [tc.heads_of(i) for i in layers] if tc.layer_num_heads else None
+    lis = [tc.intermediate_of(i) for i in layers] if tc.layer_intermediate_sizes else None
+    cfg = tc.replace(num_hidden_layers=len(layers), layer_num_heads=lnh, layer_intermediate_sizes=lis,
+                     **overrides)
+    head = head or teacher.head_name
+    student = TaskModel(cfg, head=head)
+    te, se = teacher.encoder, student.encoder
+    with torch.no_grad():
+        se.embeddings.load_state_dict(te.embeddings.state_dict())
+        for j, i in enumerate(layers):
+            se.layers[j].load_state_dict(te.layers[i].state_dict())
+        if se.pooler is not None and te.pooler is not None:
+            se.pooler.load_state_dict(te.pooler.state_dict())
+        if student.head is not None and teacher.head is not None and head == teacher.head_name:
+            own = student.head.state_dict()
+            src = teacher.head.state_dict()
+            if all(k in src and src[k].shape == v.shape for k, v in own.items()):
+                student.head.load_state_dict(src)
+    if hasattr(student.head, "tie_weights"):
+        student.head.tie_weights(student.encoder)
+    return student
+
+
+def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config: Optional[dict] = None,
+                  teacher_dir: Optional[str] = None) -> TaskModel:
+    """Make the student named by ``spec`` (shape, ``layers:…`` or a checkpoint dir); see module doc.
+
+    Raises:
+        ConfigError: malformed spec; CheckpointError: a dir that cannot be loaded.
+    """
+    head_config = dict(head_config or {})
+    spec = str(spec).strip()
+    record: dict = {"spec": spec, "teacher": str(teacher_dir) if teacher_dir else None}
+    if Path(spec).is_dir():
+        from ..hf import load_pretrained
+        student = load_pretrained(spec, head=head, **head_config)
+        prev = dict(student.config.bertforge.get("student") or {})
+        record = {**prev, "from_dir": spec}
+    elif spec.lower().startswith("layers:"):
+        layers = parse_layers(spec, teacher.config.num_hidden_layers)
+        student = copy_layers(teacher, layers, head=head, **head_config)
+        record["layers"] = layers
+    else:
+        shape = parse_shape(spec)
+        cfg = student_config(teacher.config, shape, **head_config)
+        student = TaskModel(cfg, head=head)
+        record["shape"] = shape
+    bf = {k: v for k, v in student.config.bertforge.items() if k not in ("task", "max_seq_len")}
+    student.config.bertforge = {**bf, "student": record}
+    return student
