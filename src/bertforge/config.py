@@ -165,6 +165,7 @@ class ImplConfig:
     num_workers: int = 0
     device: str = "auto"
     progress: bool = True
+    parallel: str = "ddp"  # under torchrun: ddp | fsdp (sharded params/grads/optimizer state)
 
 
 @dataclass

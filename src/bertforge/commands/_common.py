@@ -103,6 +103,10 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
                              f"to replace it, or another --out")
     if busy:
         import tempfile
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
+            st = out.with_name(f".{out.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
+            st.mkdir(exist_ok=True)
+            return st
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +118,7 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
 def finish_out_dir(work: Path, out: Path) -> None:
     """Swap a staging dir into place (no-op when the run wrote ``out`` directly)."""
     work, out = Path(work), Path(out)
-    if work.resolve() == out.resolve():
+    if work.resolve() == out.resolve() or int(os.environ.get("RANK", "0")) != 0:
         return
     import shutil
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -124,11 +128,13 @@ def finish_out_dir(work: Path, out: Path) -> None:
 
 
 def abandon_out_dir(work: Path, out: Path) -> None:
-    if Path(work).resolve() != Path(out).resolve():
+    if Path(work).resolve() != Path(out).resolve() and int(os.environ.get("RANK", "0")) == 0:
         import shutil
         shutil.rmtree(work, ignore_errors=True)
 
 
 def print_json(obj) -> None:
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
+        return
     sys.stdout.write(json.dumps(obj, default=float) + "\n")
     sys.stdout.flush()

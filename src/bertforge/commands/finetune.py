@@ -60,6 +60,8 @@ def run(args) -> int:
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite)
     try:
+        from ..train.trainer import set_seed
+        set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
         model.config.bertforge = {**model.config.bertforge, "task": task.name,
                                   "max_seq_len": recipe.data.max_seq_len}

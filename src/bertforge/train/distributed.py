@@ -1,21 +1,38 @@
-"""Distributed data parallel under ``torchrun`` — PyTorch's own DDP, no home-made layer.
+"""Data parallelism under ``torchrun`` — PyTorch's own DDP / FSDP, no home-made layer.
 
 ``torchrun --nproc_per_node N bertforge finetune …`` sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``;
 :func:`init_distributed` then joins the process group (gloo on CPU, NCCL on GPU). Without those
 variables everything runs in one process and these helpers are no-ops.
+
+Two wrappers (``impl.parallel``):
+
+* ``ddp`` (default) — :class:`torch.nn.parallel.DistributedDataParallel` (Li et al. 2020, "PyTorch
+  Distributed: Experiences on Accelerating Data Parallel Training"): every rank holds the whole model;
+  gradients are all-reduced (averaged) in buckets during ``backward``.
+* ``fsdp`` — ``torch.distributed.fsdp.fully_shard`` (FSDP2; Zhao et al. 2023, "PyTorch FSDP"): parameters,
+  gradients and optimizer state are sharded across ranks, each encoder layer is gathered just in time.
+  For models whose optimizer state does not fit one device.
+
+The collectives used by the Trainer (:func:`all_reduce_sum`, :func:`any_rank`, :func:`gather_object`,
+:func:`broadcast_object`, :func:`barrier`) are thin wrappers that do nothing in a single process.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+PARALLEL = ("ddp", "fsdp")
+
 
 @dataclass
 class DistContext:
+    """``rank`` in [0, world_size); ``local_rank`` picks the GPU on a node; ``device`` of this rank."""
+
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -23,25 +40,60 @@ class DistContext:
 
 
 def init_distributed() -> DistContext:
+    """Join the ``torchrun`` process group (gloo on CPU, NCCL on GPU) or return a 1-process context."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
     if world <= 1:
         return DistContext(device=torch.device("cuda") if cuda else torch.device("cpu"))
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
     return DistContext(rank, world, local, device)
 
 
-def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
+def set_deterministic() -> None:
+    """Deterministic kernels (``torch.use_deterministic_algorithms``), no cuDNN autotuning, and the
+    cuBLAS workspace setting that deterministic GEMMs need on CUDA."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
+def wrap_ddp(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = True) -> nn.Module:
+    """DDP-wrap ``model`` (returned unchanged in a single process). Rank 0's parameters are broadcast
+    to every rank at construction. ``find_unused_parameters`` lets heads that skip a module (e.g. a
+    pooler a RoBERTa head does not read) train without a reduction hang."""
     if ctx.world_size <= 1:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
     ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DDP(model, device_ids=ids, find_unused_parameters=False)
+    return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
+
+
+def wrap_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
+    """Shard ``model`` in place with FSDP2 ``fully_shard``: each encoder layer is its own unit, then the
+    root. Parameters become ``DTensor`` shards; build the optimizer after this call. Returns ``model``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    if ctx.world_size <= 1:
+        return model
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    for m in model.modules():
+        if type(m).__name__ == "EncoderLayer":
+            fully_shard(m, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, parallel: str = "ddp") -> nn.Module:
+    """``impl.parallel`` → the wrapped module whose ``forward`` the training step calls."""
+    if parallel == "fsdp":
+        return wrap_fsdp(model, ctx)
+    return wrap_ddp(model, ctx)
 
 
 def barrier(ctx: DistContext) -> None:
@@ -50,6 +102,38 @@ def barrier(ctx: DistContext) -> None:
 
 
 def all_reduce_sum(t: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """In-place sum of ``t`` over ranks (gloo on CPU tensors; NCCL needs ``t`` on the rank's GPU)."""
     if ctx.world_size > 1 and dist.is_initialized():
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        if ctx.device.type == "cuda" and t.device.type != "cuda":
+            g = t.to(ctx.device)
+            dist.all_reduce(g, op=dist.ReduceOp.SUM)
+            t.copy_(g.cpu())
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def any_rank(flag: bool, ctx: DistContext) -> bool:
+    """True on every rank when ``flag`` is True on at least one (e.g. a NaN loss on one shard)."""
+    if ctx.world_size <= 1:
+        return bool(flag)
+    t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
+    return bool(all_reduce_sum(t, ctx).item() > 0)
+
+
+def gather_object(obj: Any, ctx: DistContext) -> Optional[list]:
+    """Every rank's ``obj`` as a list on rank 0 (``None`` elsewhere); ``[obj]`` in one process."""
+    if ctx.world_size <= 1:
+        return [obj]
+    out = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def broadcast_object(obj: Any, ctx: DistContext) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if ctx.world_size <= 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -3,17 +3,33 @@
 Every verb (finetune, pretrain, distill, translate train) builds a model whose ``forward(**batch)``
 returns an object with ``loss`` (scalar) and optionally ``terms`` (dict of named loss components,
 logged), a dataset and a collator, and hands them to :class:`Trainer`. The Trainer owns the rest:
-AdamW + warmup/decay, gradient accumulation and clipping, bf16 autocast (``impl.dtype``), DDP under
-``torchrun`` (gloo on CPU, NCCL on GPU), periodic evaluation with best-checkpoint keeping, atomic
-checkpoints with optimizer/scheduler/RNG state and data position, ``--resume``, tqdm progress and
-``metrics.jsonl``.
+AdamW + warmup/decay, gradient accumulation and clipping, bf16 autocast (``impl.dtype``), DDP or FSDP
+under ``torchrun`` (gloo on CPU, NCCL on GPU), periodic evaluation with best-checkpoint keeping, atomic
+checkpoints with optimizer/scheduler/RNG state (every rank) and data position, ``--resume``, a NaN/inf
+guard, tqdm progress and ``metrics.jsonl``.
+
+Data order (what makes 1 process ≡ N processes, and resume ≡ no interruption): epoch ``e`` is a
+permutation of the dataset that is a pure function of ``(train.seed, e)``; global micro-batch ``j`` of
+epoch ``e`` is the slice ``[j·B, (j+1)·B)`` of it (``B = train.batch_size``), and it is collated — with
+the collator's random draws (dynamic masking) seeded by ``(seed, e, j)`` — identically on every rank;
+rank ``r`` of ``W`` then trains on rows ``r, r+W, …`` of it. DDP averages the ``W`` shard gradients,
+which equals the gradient of the mean loss over the global micro-batch. An optimizer step takes
+``train.grad_accum_steps`` micro-batches (``no_sync`` on all but the last); an epoch has
+``len(dataset) // (B · grad_accum_steps)`` steps (the remainder is dropped, as ``drop_last``), so the
+data position of a checkpoint is just its step.
 
 Layout of ``out_dir``::
 
     recipe.yaml              the resolved recipe (re-run from it)
     metrics.jsonl            one JSON object per log/eval event
     config.json, model.safetensors, tokenizer.json …   the final (or best) model, HF layout
-    checkpoints/step-N/      model (HF layout) + trainer_state.json + optimizer.pt + scheduler.pt + rng.pt
+    checkpoints/step-N/      model (HF layout) + trainer_model.safetensors + trainer_state.json
+                             + optimizer.pt + scheduler.pt + rng.pt (one RNG state per rank)
+
+Every checkpoint directory is written under a hidden temporary name and renamed when complete
+(:func:`bertforge.io.atomic_dir`), so a kill at any moment leaves the previous checkpoint loadable.
+Weights are safetensors; ``optimizer.pt``/``scheduler.pt``/``rng.pt`` hold only tensors and plain
+containers and are read with ``torch.load(weights_only=True)``.
 """
 from __future__ import annotations
 
@@ -30,16 +46,21 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset, Sampler
 
 from ..config import Recipe
-from ..errors import TrainingError
-from ..io import append_jsonl, atomic_dir, atomic_write_text
+from ..errors import BertforgeError, CheckpointError, ConfigError, DataError, TrainingError
+from ..io import _explain, append_jsonl, atomic_dir, atomic_write_text
 from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler
 
+#: test hook: seconds to sleep inside a checkpoint write (after the model files, before the rename)
+CKPT_DELAY_ENV = "BERTFORGE_TEST_CKPT_WRITE_DELAY"
+
 
 def set_seed(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and every GPU) RNGs. Call it before building a model whose
+    fresh weights (e.g. a new head) must be the same in every run and on every rank."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -49,8 +70,9 @@ class EpochSampler(Sampler):
     """Shuffles with a generator seeded by (seed, epoch) and shards across ranks.
 
     The order of epoch e is a pure function of (seed, e), so a resumed run skips exactly the batches it
-    already saw. With world size W each rank takes every W-th index of the shuffled order (padded by
-    repetition so every rank has the same count, as ``DistributedSampler``).
+    already saw, and N processes see the same global order as one. :meth:`global_order` is what the
+    Trainer slices into global micro-batches; :meth:`order` (every W-th index, padded by repetition so
+    every rank has the same count, as ``DistributedSampler``) is this rank's share of it.
     """
 
     def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1):
@@ -60,13 +82,21 @@ class EpochSampler(Sampler):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def order(self) -> list:
+    def global_order(self, length: Optional[int] = None) -> list:
+        """The permutation of epoch ``self.epoch`` (identical on every rank), repeated cyclically up to
+        ``length`` indices when the dataset is smaller than that."""
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed * 1000003 + self.epoch)
             idx = torch.randperm(self.n, generator=g).tolist()
         else:
             idx = list(range(self.n))
+        if length is not None and length > len(idx):
+            idx = (idx * (length // max(1, len(idx)) + 1))[:length]
+        return idx
+
+    def order(self) -> list:
+        idx = self.global_order()
         per = math.ceil(self.n / self.world)
         idx = idx + idx[: per * self.world - self.n]
         return idx[self.rank::self.world]
@@ -85,15 +115,21 @@ class Trainer:
         model: ``forward(**batch)`` → object with ``.loss`` and optional ``.terms``.
         train_dataset: a map-style dataset (``len`` + ``__getitem__``) of examples.
         collate_fn: list of examples → batch dict of tensors. It may draw random numbers (dynamic
-            masking); the Trainer seeds it per step so runs and resumes are reproducible.
+            masking); the Trainer seeds it per global micro-batch so runs, resumes and any number of
+            processes draw the same masks. Tensors whose first dimension is the batch are split across
+            ranks; others are passed to every rank unchanged.
         recipe: the resolved recipe; ``train`` and ``impl`` sections are read here.
         out_dir: run directory (created; see module doc for its layout).
-        eval_fn: ``eval_fn(model) -> dict`` of metrics, called every ``train.eval_every`` steps and at
-            each epoch end; ``train.metric_for_best`` names the key that picks the best checkpoint
+        eval_fn: ``eval_fn(model) -> dict`` of metrics, called (on rank 0) every ``train.eval_every``
+            steps and at the end; ``train.metric_for_best`` names the key that picks the best checkpoint
             (higher is better unless it contains "loss").
         save_fn: ``save_fn(model, dir)`` writes the model in HF layout (default: ``model.save_pretrained``).
     Raises:
-        TrainingError: the loss became NaN/inf (the last good checkpoint is kept).
+        ConfigError: ``train.batch_size`` not divisible by the number of processes, unknown ``impl.parallel``.
+        DataError: an empty training set.
+        TrainingError: the loss became NaN/inf (the last good checkpoint is kept); a checkpoint write failed.
+        CheckpointError: ``--resume`` from a checkpoint that is incomplete or was written for other data /
+            batch settings.
     """
 
     def __init__(self, model: nn.Module, train_dataset: Dataset, collate_fn: Callable, recipe: Recipe,
@@ -102,12 +138,15 @@ class Trainer:
                  global_batch_size: Optional[int] = None):
         self.recipe, self.cfg, self.impl = recipe, recipe.train, recipe.impl
         self.out_dir = Path(out_dir)
+        self.parallel = getattr(self.impl, "parallel", "ddp") or "ddp"
+        if self.parallel not in dist_utils.PARALLEL:
+            raise ConfigError(f"impl.parallel={self.parallel!r}; choose one of {', '.join(dist_utils.PARALLEL)}")
         self.ctx = dist_utils.init_distributed()
         self.device = self.ctx.device if self.impl.device == "auto" else torch.device(self.impl.device)
         if self.impl.threads:
             torch.set_num_threads(self.impl.threads)
         if self.cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            dist_utils.set_deterministic()
         set_seed(self.cfg.seed)
         self.model = model.to(self.device)
         if self.cfg.dropout_off:
@@ -117,34 +156,44 @@ class Trainer:
         self.train_dataset, self.collate_fn = train_dataset, collate_fn
         self.eval_fn = eval_fn
         self.save_fn = save_fn or (lambda m, d: m.save_pretrained(d))
-        # micro-batch per rank: the global batch is split across ranks
         world = self.ctx.world_size
         if self.cfg.batch_size % world:
-            from ..errors import ConfigError
             raise ConfigError(f"train.batch_size={self.cfg.batch_size} is not divisible by the "
                               f"{world} processes; pick a multiple of {world}")
+        # train.batch_size is the global micro-batch; each rank takes batch_size / world rows of it
         self.micro_batch = self.cfg.batch_size // world
-        self.sampler = EpochSampler(len(train_dataset), self.cfg.seed, True, self.ctx.rank, world)
-        self.steps_per_epoch = max(1, len(self.sampler) // self.micro_batch // self.cfg.grad_accum_steps)
+        self.n_examples = len(train_dataset)
+        if self.n_examples == 0:
+            raise DataError("the training set is empty; pass a file with examples")
+        self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world)
+        self.steps_per_epoch = max(1, self.n_examples // (self.cfg.batch_size * self.cfg.grad_accum_steps))
         if self.cfg.max_steps:
             self.total_steps = int(self.cfg.max_steps)
         else:
             self.total_steps = max(1, int(math.ceil(self.cfg.epochs * self.steps_per_epoch)))
         warm = self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(
             self.cfg.warmup_ratio * self.total_steps)
+        # FSDP shards the parameters in place: wrap before the optimizer sees them
+        self.ddp_model = dist_utils.wrap_model(self.model, self.ctx, self.parallel)
         self.optimizer = make_optimizer(self.model, self.cfg.lr, self.cfg.weight_decay, self.cfg.adam_betas,
                                         self.cfg.adam_eps)
         self.scheduler = make_scheduler(self.optimizer, self.cfg.schedule, warm, self.total_steps)
-        self.ddp_model = dist_utils.wrap_ddp(self.model, self.ctx)
+        if self.ctx.rank:  # model-internal randomness (dropout) differs per rank; data order does not
+            torch.manual_seed(self.cfg.seed + 1_000_003 * self.ctx.rank)
         self.step = 0
         self.best: Optional[float] = None
         self.best_step: Optional[int] = None
         self.metrics_path = self.out_dir / "metrics.jsonl"
+        self._running: dict = {}
 
     # ------------------------------------------------------------------ helpers
     @property
     def is_main(self) -> bool:
         return self.ctx.rank == 0
+
+    @property
+    def _fsdp(self) -> bool:
+        return self.parallel == "fsdp" and self.ctx.world_size > 1
 
     def _autocast(self):
         if self.impl.dtype == "bfloat16":
@@ -153,19 +202,26 @@ class Trainer:
 
     def _log(self, record: dict) -> None:
         if self.is_main:
-            append_jsonl(self.metrics_path, record)
+            try:
+                append_jsonl(self.metrics_path, record)
+            except OSError as e:
+                raise _explain(e, self.metrics_path) from None
 
     def _batches(self, epoch: int, skip: int):
+        """Yield this rank's share of the global micro-batches of ``epoch``, from optimizer step
+        ``skip`` on (see the module doc for the order)."""
+        accum, B, W, r = self.cfg.grad_accum_steps, self.cfg.batch_size, self.ctx.world_size, self.ctx.rank
+        n_micro = self.steps_per_epoch * accum
         self.sampler.set_epoch(epoch)
-        order = self.sampler.order()
-        mb = self.micro_batch
-        n_micro = (len(order) // mb)
-        for j in range(skip * self.cfg.grad_accum_steps, n_micro):
-            idx = order[j * mb:(j + 1) * mb]
-            # the collator's randomness (dynamic masking) is a function of (seed, epoch, micro-batch, rank)
-            seed = (self.cfg.seed * 7919 + epoch * 1_000_003 + j * 31 + self.ctx.rank) % 2**63
+        order = self.sampler.global_order(n_micro * B)
+        for j in range(skip * accum, n_micro):
+            idx = order[j * B:(j + 1) * B]
+            # the collator's randomness (dynamic masking) is a function of (seed, epoch, micro-batch)
+            seed = (self.cfg.seed * 7919 + epoch * 1_000_003 + j * 31) % 2**63
             with _seeded(seed):
                 batch = self.collate_fn([self.train_dataset[i] for i in idx])
+            if W > 1:
+                batch = _shard(batch, r, W, len(idx))
             yield batch
 
     def _to_device(self, batch: dict) -> dict:
@@ -176,58 +232,193 @@ class Trainer:
     def _ckpt_root(self) -> Path:
         return self.out_dir / "checkpoints"
 
+    def _full_state(self) -> tuple:
+        """(model state dict, optimizer state dict) as full, unsharded tensors — a collective under FSDP."""
+        if not self._fsdp:
+            return None, self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return (get_model_state_dict(self.model, options=opts),
+                get_optimizer_state_dict(self.model, self.optimizer, options=opts))
+
+    def _state(self) -> dict:
+        return {"step": self.step, "best": self.best, "best_step": self.best_step,
+                "world_size": self.ctx.world_size, "seed": self.cfg.seed,
+                # data position: epoch and next global micro-batch; the order is a function of the seed
+                "epoch": self.step // self.steps_per_epoch,
+                "micro_batch": (self.step % self.steps_per_epoch) * self.cfg.grad_accum_steps,
+                "examples_seen": self.step * self.cfg.batch_size * self.cfg.grad_accum_steps,
+                "n_examples": self.n_examples, "batch_size": self.cfg.batch_size,
+                "grad_accum_steps": self.cfg.grad_accum_steps, "steps_per_epoch": self.steps_per_epoch,
+                "running": {k: [float(s), int(c)] for k, (s, c) in
+                            _reduce(self._running, self.ctx).items()}}
+
     def save_checkpoint(self) -> None:
-        """Write checkpoints/step-N atomically (all of it, or nothing), then rotate old ones."""
-        if not self.is_main:
-            dist_utils.barrier(self.ctx)
-            return
-        target = self._ckpt_root() / f"step-{self.step}"
-        with atomic_dir(target) as tmp:
+        """Write ``checkpoints/step-N`` atomically (all of it, or nothing), then rotate old ones
+        (keep the last ``train.keep_checkpoints`` plus the best). A collective: call it on every rank.
+
+        Raises:
+            TrainingError / BertforgeError: the write failed (disk full, permission…); nothing
+                half-written is left under ``step-N`` and older checkpoints are intact.
+        """
+        rng = dist_utils.gather_object(_rng_state_portable(), self.ctx)
+        model_sd, optim_sd = self._full_state()
+        state = self._state()
+        err: Optional[BaseException] = None
+        if self.is_main:
+            target = self._ckpt_root() / f"step-{self.step}"
+            try:
+                with atomic_dir(target) as tmp:
+                    self._save_model(tmp, model_sd)
+                    _test_delay(self.step)
+                    _torch_save(optim_sd, tmp / "optimizer.pt")
+                    _torch_save(self.scheduler.state_dict(), tmp / "scheduler.pt")
+                    _torch_save({"world_size": self.ctx.world_size, "ranks": rng}, tmp / "rng.pt")
+                    (tmp / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+                self._rotate()
+            except OSError as e:
+                err = _explain(e, target)
+            except BertforgeError as e:
+                err = e
+        if dist_utils.any_rank(err is not None, self.ctx):
+            if err is not None:
+                raise err
+            raise TrainingError("rank 0 could not write a checkpoint (see its message); free space or "
+                                "choose a writable --out")
+
+    def _save_model(self, tmp: Path, model_sd: Optional[dict]) -> None:
+        from safetensors.torch import save_file, save_model
+        if model_sd is None:
             self.save_fn(self.model, tmp)
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-            torch.save(self.scheduler.state_dict(), tmp / "scheduler.pt")
-            torch.save(_rng_state_portable(), tmp / "rng.pt")
-            from safetensors.torch import save_model
             save_model(self.model, str(tmp / "trainer_model.safetensors"))
-            state = {"step": self.step, "best": self.best, "best_step": self.best_step,
-                     "world_size": self.ctx.world_size}
-            (tmp / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
-        ckpts = sorted(self._ckpt_root().glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+            return
+        # FSDP: a plain CPU copy of the module carries the gathered weights into save_fn
+        plain = _plain_copy(self.model, model_sd)
+        self.save_fn(plain, tmp)
+        save_model(plain, str(tmp / "trainer_model.safetensors"))
+
+    def _rotate(self) -> None:
+        ckpts = sorted(self._ckpt_root().glob("step-*"), key=_step_of)
         keep = set(ckpts[-max(1, self.cfg.keep_checkpoints):])
         if self.best_step is not None:
             keep.add(self._ckpt_root() / f"step-{self.best_step}")
         for p in ckpts:
             if p not in keep:
+                # rename first (atomic): a kill during rmtree leaves no half-deleted step-N behind
+                gone = p.with_name(f".{p.name}.deleting")
+                os.replace(p, gone)
+                shutil.rmtree(gone, ignore_errors=True)
+
+    def _clean_stale(self) -> None:
+        """Remove temporaries of checkpoint writes that a kill interrupted."""
+        root = self._ckpt_root()
+        if root.is_dir():
+            for p in root.glob(".step-*"):
                 shutil.rmtree(p, ignore_errors=True)
-        dist_utils.barrier(self.ctx)
 
     def latest_checkpoint(self) -> Optional[Path]:
         root = self._ckpt_root()
         ckpts = [p for p in root.glob("step-*") if (p / "trainer_state.json").is_file()]
-        return max(ckpts, key=lambda p: int(p.name.split("-")[1])) if ckpts else None
+        return max(ckpts, key=_step_of) if ckpts else None
 
     def resume(self, path: Optional[Path] = None) -> bool:
-        """Load model/optimizer/scheduler/RNG and step from ``path`` (default: the latest checkpoint)."""
+        """Load model/optimizer/scheduler/RNG (this rank's) and the data position from ``path`` (default:
+        the latest checkpoint). Returns False when there is none.
+
+        Raises:
+            CheckpointError: a file is missing or unreadable, or the checkpoint was written for a
+                different training set size, batch size or accumulation.
+        """
         path = Path(path) if path else self.latest_checkpoint()
         if path is None:
             return False
-        from safetensors.torch import load_model
-        load_model(self.model, str(path / "trainer_model.safetensors"), strict=False)
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-        _set_rng_state_portable(torch.load(path / "rng.pt", weights_only=True))
-        state = json.loads((path / "trainer_state.json").read_text())
+        need = ("trainer_state.json", "trainer_model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt")
+        missing = [f for f in need if not (path / f).is_file()]
+        if missing:
+            raise CheckpointError(f"checkpoint {path} has no {missing[0]}; resume from another "
+                                  f"checkpoint or run without --resume")
+        try:
+            state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
+                                  f"checkpoint") from None
+        for key, now in (("n_examples", self.n_examples), ("batch_size", self.cfg.batch_size),
+                         ("grad_accum_steps", self.cfg.grad_accum_steps), ("seed", self.cfg.seed)):
+            if key in state and state[key] != now:
+                what = "training examples" if key == "n_examples" else key
+                raise CheckpointError(
+                    f"--resume: {path} was written with {state[key]} {what} but this run has {now}; "
+                    f"resume with the same data and train.{key if key != 'n_examples' else 'batch_size'} "
+                    f"settings, or start a new --out")
+        try:
+            from safetensors.torch import load_file, load_model
+            if self._fsdp:
+                from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                                     set_optimizer_state_dict)
+                opts = StateDictOptions(full_state_dict=True)
+                full = load_file(str(path / "trainer_model.safetensors"))
+                plain = _plain_copy(self.model, {})
+                plain.load_state_dict(full, strict=False)
+                set_model_state_dict(self.model, plain.state_dict(), options=opts)
+                set_optimizer_state_dict(self.model, self.optimizer,
+                                         torch.load(path / "optimizer.pt", weights_only=True), options=opts)
+            else:
+                missing_k, unexpected = load_model(self.model, str(path / "trainer_model.safetensors"),
+                                                   strict=False)
+                if missing_k or unexpected:
+                    raise CheckpointError(f"{path} does not fit this model ({(missing_k or unexpected)[0]}); "
+                                          f"resume with the same model and recipe")
+                self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+            self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+            rng = torch.load(path / "rng.pt", weights_only=True)
+        except CheckpointError:
+            raise
+        except Exception as e:  # truncated file, unpickling refused, shape mismatch …
+            raise CheckpointError(f"checkpoint {path} cannot be loaded ({str(e).splitlines()[0][:160]}); "
+                                  f"resume from another checkpoint") from None
+        if isinstance(rng, dict) and "ranks" in rng:
+            ranks = rng["ranks"]
+            _set_rng_state_portable(ranks[self.ctx.rank % len(ranks)])
+        else:  # single-state format of earlier checkpoints
+            _set_rng_state_portable(rng)
         self.step, self.best, self.best_step = state["step"], state["best"], state["best_step"]
+        run = state.get("running") or {}
+        # rank 0 carries the reduced sums of the interrupted log window; the others start at zero
+        self._running = {k: ((s, c) if self.is_main else (0.0, 0)) for k, (s, c) in run.items()}
         return True
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop log records written after ``step`` (by the killed run), and a torn last line."""
+        if not (self.is_main and self.metrics_path.is_file()):
+            return
+        keep = []
+        for line in self.metrics_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("step", 0) <= step:
+                keep.append(line)
+        atomic_write_text(self.metrics_path, "".join(x + "\n" for x in keep))
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self) -> dict:
+        """Run ``eval_fn`` on rank 0 and share its metrics with every rank; update the best step."""
         if self.eval_fn is None:
             return {}
-        self.model.eval()
-        with torch.no_grad(), self._autocast():
-            metrics = self.eval_fn(self.model)
-        self.model.train()
+        metrics: dict = {}
+        if self.is_main and not self._fsdp:
+            self.model.eval()
+            with torch.no_grad(), self._autocast():
+                metrics = self.eval_fn(self.model)
+            self.model.train()
+        elif self._fsdp:  # sharded weights: every rank takes part in the forward passes
+            self.model.eval()
+            with torch.no_grad(), self._autocast():
+                metrics = self.eval_fn(self.model)
+            self.model.train()
+        metrics = dist_utils.broadcast_object(metrics, self.ctx)
         key = self.cfg.metric_for_best or (next(iter(metrics)) if metrics else None)
         if key is not None and key in metrics:
             v = float(metrics[key])
@@ -239,14 +430,29 @@ class Trainer:
 
     # --------------------------------------------------------------------- fit
     def fit(self, resume: bool = False) -> dict:
+        """Train to ``total_steps`` (``train.max_steps`` or ``train.epochs``), from the latest checkpoint
+        when ``resume``. Returns ``{"step", "best", "best_step", **last eval metrics}``.
+
+        Raises:
+            TrainingError: NaN/inf loss on any rank (before the optimizer step; the last checkpoint is
+                intact and named in the message), or a failed checkpoint write.
+        """
         if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise _explain(e, self.out_dir) from None
             self.recipe.save(self.out_dir / "recipe.yaml")
-        if resume and not self.resume():
-            if self.is_main:
+            self._clean_stale()
+        dist_utils.barrier(self.ctx)
+        if resume:
+            if self.resume():
+                self._truncate_metrics(self.step)
+            elif self.is_main:
                 print(f"bertforge: no checkpoint in {self._ckpt_root()}; starting from step 0")
-        elif not resume and self.is_main and self.metrics_path.exists():
+        elif self.is_main and self.metrics_path.exists():
             self.metrics_path.unlink()
+        dist_utils.barrier(self.ctx)
         from tqdm.auto import tqdm
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=not (self.impl.progress and self.is_main), dynamic_ncols=True)
@@ -256,24 +462,21 @@ class Trainer:
         save_every = self.cfg.save_every or self.steps_per_epoch
         t0, tokens, examples = time.perf_counter(), 0, 0
         last_metrics: dict = {}
-        running: dict = {}
+        running = self._running
         while self.step < self.total_steps:
             epoch, skip = divmod(self.step, self.steps_per_epoch)
-            micro = 0
+            micro, bad = 0, None
             for batch in self._batches(epoch, skip):
                 batch = self._to_device(batch)
                 micro += 1
                 sync = micro % accum == 0
-                ctx = contextlib.nullcontext() if sync or self.ddp_model is self.model \
-                    else self.ddp_model.no_sync()
+                ctx = self._no_sync() if not sync else contextlib.nullcontext()
                 with ctx, self._autocast():
                     out = self.ddp_model(**batch)
                     loss = out.loss if not isinstance(out, dict) else out["loss"]
                     (loss / accum).backward()
-                if not torch.isfinite(loss.detach()):
-                    raise TrainingError(
-                        f"loss became {loss.item()} at step {self.step}; lower train.lr or use "
-                        f"impl.dtype=float32 (last good checkpoint: {self.latest_checkpoint()})")
+                if bad is None and not torch.isfinite(loss.detach()):
+                    bad = float(loss.detach())
                 _accumulate(running, "loss", loss.detach().float(), accum)
                 terms = getattr(out, "terms", None) if not isinstance(out, dict) else out.get("terms")
                 for k, v in (terms or {}).items():
@@ -283,6 +486,15 @@ class Trainer:
                 examples += int(next(iter(v for v in batch.values() if torch.is_tensor(v))).shape[0])
                 if not sync:
                     continue
+                if dist_utils.any_rank(bad is not None, self.ctx):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    bar.close()
+                    what = f"{bad}" if bad is not None else "NaN/inf on another rank"
+                    last = self.latest_checkpoint()
+                    raise TrainingError(
+                        f"loss became {what} at step {self.step + 1}; lower train.lr or use "
+                        f"impl.dtype=float32 and --resume (last good checkpoint: {last or 'none yet'})")
+                bad = None
                 if self.cfg.max_grad_norm and self.cfg.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
                 self.optimizer.step()
@@ -310,28 +522,108 @@ class Trainer:
         self._finalize()
         return {"step": self.step, "best": self.best, "best_step": self.best_step, **last_metrics}
 
+    def _no_sync(self):
+        if self.ddp_model is not self.model and hasattr(self.ddp_model, "no_sync"):
+            return self.ddp_model.no_sync()
+        if self._fsdp and hasattr(self.model, "set_requires_gradient_sync"):
+            return _fsdp_no_sync(self.model)
+        return contextlib.nullcontext()
+
     def _finalize(self) -> None:
         """Write the final model (the best one when evaluation picked one) at the top of out_dir."""
-        if not self.is_main:
-            dist_utils.barrier(self.ctx)
-            return
-        src = None
-        if self.cfg.load_best_at_end and self.best_step is not None and self.best_step != self.step:
-            cand = self._ckpt_root() / f"step-{self.best_step}"
-            if cand.is_dir():
-                src = cand
-        if src is not None:
-            for f in src.iterdir():
-                if f.suffix in (".json", ".safetensors", ".txt", ".model") and f.name != "trainer_state.json":
-                    tmp = self.out_dir / f".{f.name}.tmp"
-                    shutil.copyfile(f, tmp)
-                    os.replace(tmp, self.out_dir / f.name)
+        model_sd, _ = self._full_state() if self._fsdp else (None, None)
+        err: Optional[BaseException] = None
+        if self.is_main:
+            src = None
+            if self.cfg.load_best_at_end and self.best_step is not None and self.best_step != self.step:
+                cand = self._ckpt_root() / f"step-{self.best_step}"
+                if cand.is_dir():
+                    src = cand
+            try:
+                if src is not None:
+                    for f in src.iterdir():
+                        if f.suffix in (".json", ".safetensors", ".txt", ".model") and \
+                                f.name not in ("trainer_state.json", "trainer_model.safetensors"):
+                            tmp = self.out_dir / f".{f.name}.tmp"
+                            shutil.copyfile(f, tmp)
+                            os.replace(tmp, self.out_dir / f.name)
+                elif model_sd is not None:
+                    self.save_fn(_plain_copy(self.model, model_sd), self.out_dir)
+                else:
+                    self.save_fn(self.model, self.out_dir)
+                atomic_write_text(self.out_dir / "trainer_state.json",
+                                  json.dumps({"step": self.step, "best": self.best,
+                                              "best_step": self.best_step,
+                                              "final_from": str(src.name) if src else "last"}))
+            except OSError as e:
+                err = _explain(e, self.out_dir)
+            except BertforgeError as e:
+                err = e
+        if dist_utils.any_rank(err is not None, self.ctx):
+            if err is not None:
+                raise err
+            raise TrainingError("rank 0 could not write the final model (see its message)")
+
+
+def _test_delay(step: int) -> None:
+    """Test hook: ``BERTFORGE_TEST_CKPT_WRITE_DELAY=S`` sleeps S seconds inside every checkpoint write,
+    ``=N:S`` only inside the write of step N (so a test can kill the process mid-write)."""
+    spec = os.environ.get(CKPT_DELAY_ENV, "")
+    if not spec:
+        return
+    at, _, sec = spec.rpartition(":")
+    if not at or int(at) == step:
+        time.sleep(float(sec))
+
+
+def _step_of(p: Path) -> int:
+    return int(p.name.split("-")[1])
+
+
+def _torch_save(obj, path: Path) -> None:
+    """``torch.save`` that reports a failed write as the OSError it is (torch wraps it in RuntimeError)."""
+    try:
+        torch.save(obj, path)
+    except RuntimeError as e:
+        import errno
+        msg = str(e)
+        free = shutil.disk_usage(path.parent).free
+        code = errno.ENOSPC if free < 1 << 20 or "No space" in msg else errno.EIO
+        raise OSError(code, os.strerror(code)) from None
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _plain_copy(model: nn.Module, full_state: dict) -> nn.Module:
+    """A plain (unsharded) CPU copy of an FSDP-sharded ``model`` carrying ``full_state``."""
+    import copy
+    from torch.distributed.tensor import DTensor
+    memo = {}
+    for p in list(model.parameters()) + list(model.buffers()):
+        if isinstance(p, DTensor):
+            memo[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+    plain = copy.deepcopy(model, memo)
+    if full_state:
+        plain.load_state_dict(full_state, strict=False)
+    return plain
+
+
+def _shard(batch: dict, rank: int, world: int, b: int) -> dict:
+    """Rows ``rank, rank+world, …`` of every tensor whose first dimension is the batch size ``b``."""
+    out = {}
+    for k, v in batch.items():
+        if torch.is_tensor(v) and v.dim() > 0 and v.shape[0] == b:
+            out[k] = v[rank::world]
         else:
-            self.save_fn(self.model, self.out_dir)
-        atomic_write_text(self.out_dir / "trainer_state.json",
-                          json.dumps({"step": self.step, "best": self.best, "best_step": self.best_step,
-                                      "final_from": str(src.name) if src else "last"}))
-        dist_utils.barrier(self.ctx)
+            out[k] = v
+    return out
 
 
 def _accumulate(d: dict, k: str, v: torch.Tensor, accum: int) -> None:
@@ -340,9 +632,12 @@ def _accumulate(d: dict, k: str, v: torch.Tensor, accum: int) -> None:
 
 
 def _reduce(d: dict, ctx) -> dict:
+    """Sum (total, count) pairs over ranks (every rank must hold the same keys)."""
     if ctx.world_size == 1:
-        return d
+        return dict(d)
     keys = sorted(d)
+    if not keys:
+        return {}
     t = torch.tensor([[d[k][0], d[k][1]] for k in keys], dtype=torch.float64)
     dist_utils.all_reduce_sum(t, ctx)
     return {k: (t[i, 0].item(), t[i, 1].item()) for i, k in enumerate(keys)}
@@ -362,24 +657,31 @@ def _seeded(seed: int):
 
 
 def _rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state()}
+    s = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
 
 
 def _set_rng_state(s: dict) -> None:
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
     torch.set_rng_state(s["torch"])
+    if "cuda" in s:
+        torch.cuda.set_rng_state_all(s["cuda"])
 
 
 def _rng_state_portable() -> dict:
     """RNG states as tensors/ints/lists only, so ``torch.load(weights_only=True)`` reads them back."""
     py = random.getstate()
     npst = np.random.get_state()
-    return {"python": [py[0], list(py[1]), py[2]],
-            "numpy": [npst[0], torch.from_numpy(npst[1].astype(np.int64)), int(npst[2]), int(npst[3]),
-                      float(npst[4])],
-            "torch": torch.get_rng_state()}
+    s = {"python": [py[0], list(py[1]), py[2]],
+         "numpy": [npst[0], torch.from_numpy(npst[1].astype(np.int64)), int(npst[2]), int(npst[3]),
+                   float(npst[4])],
+         "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        s["cuda"] = list(torch.cuda.get_rng_state_all())
+    return s
 
 
 def _set_rng_state_portable(s: dict) -> None:
@@ -387,3 +689,5 @@ def _set_rng_state_portable(s: dict) -> None:
     n = s["numpy"]
     np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
     torch.set_rng_state(s["torch"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])

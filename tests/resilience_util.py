@@ -1,0 +1,79 @@
+"""Shared fixtures of the distributed / resume / bad-input tests: a tiny BERT checkpoint with its own
+WordPiece vocabulary, small SST-2-style TSV files, and helpers to run the CLI in a subprocess."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = ("good great fine bad awful dull film movie plot actor scene story music long short funny sad "
+         "the a an is was very not quite really and but with of").split()
+
+
+def sentences(n: int, seed: int = 0) -> list:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(3, 12))]
+        label = int(any(w in ("good", "great", "fine", "funny") for w in words))
+        out.append((" ".join(words), label))
+    return out
+
+
+def write_tsv(path: Path, rows: list) -> Path:
+    path = Path(path)
+    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows), encoding="utf-8")
+    return path
+
+
+def make_tiny_checkpoint(path: Path, vocab: int = 120, hidden: int = 32, layers: int = 2, heads: int = 2,
+                         max_pos: int = 64, seed: int = 0) -> Path:
+    """A randomly initialised BERT (H=32, 2 layers) with a WordPiece vocabulary trained on ``WORDS``."""
+    import torch
+    from tokenizers.implementations import BertWordPieceTokenizer
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator([s for s, _ in sentences(200)], vocab_size=vocab, min_frequency=1)
+    tok = wp._tokenizer
+    torch.manual_seed(seed)
+    cfg = ModelConfig(model_type="bert", vocab_size=tok.get_vocab_size(), hidden_size=hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
+                      max_position_embeddings=max_pos)
+    TaskModel(cfg, head="base").save_pretrained(path, tokenizer=tok)
+    return Path(path)
+
+
+def cli_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               BERTFORGE_NO_PROGRESS="1", PYTHONUNBUFFERED="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def bertforge_cmd(*args) -> list:
+    return [sys.executable, "-m", "bertforge", *map(str, args)]
+
+
+def torchrun_cmd(nproc: int, *args) -> list:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "bertforge", *map(str, args)]
+
+
+def run(cmd: list, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=cli_env(**env),
+                          cwd=str(REPO))
+
+
+def read_metrics(run_dir: Path) -> list:
+    import json
+    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def load_weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+    return load_file(str(path))

@@ -1,0 +1,125 @@
+"""DDP under torchrun: N processes with the same global batch train exactly like one process.
+
+Independent truths: the single-process run (same data, same global batch) for the 2-process run; the
+plain concatenation of the global micro-batch for the rank shards; a hand-counted checkpoint rotation.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from resilience_util import (bertforge_cmd, load_weights, make_tiny_checkpoint, read_metrics, run,
+                             sentences, torchrun_cmd, write_tsv)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    ckpt = make_tiny_checkpoint(d / "tiny")
+    train = write_tsv(d / "train.tsv", sentences(100, 1))
+    dev = write_tsv(d / "dev.tsv", sentences(24, 2))
+    return d, ckpt, train, dev
+
+
+# ----------------------------------------------------------------------------------------- in-process
+class _MaskingCollator:
+    """Pads and draws a random 'mask' per token (stands in for dynamic MLM masking)."""
+
+    def __call__(self, items):
+        t = max(len(x) for x in items)
+        ids = torch.zeros(len(items), t, dtype=torch.long)
+        for i, x in enumerate(items):
+            ids[i, :len(x)] = torch.tensor(x)
+        return {"input_ids": ids, "mask": torch.rand(len(items), t) < 0.15,
+                "labels": ids.sum(1), "scalar": torch.tensor(3.0)}
+
+
+class _Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Linear(1, 1)
+
+
+def _trainer(monkeypatch, tmp_path, rank, world, n=37, batch=8, accum=2):
+    from bertforge.config import Recipe
+    from bertforge.train import distributed as du
+    from bertforge.train import trainer as tr
+    monkeypatch.setattr(du, "init_distributed", lambda: du.DistContext(rank, world))
+    monkeypatch.setattr(du, "wrap_model", lambda m, ctx, parallel="ddp": m)
+    r = Recipe()
+    r.train.batch_size, r.train.grad_accum_steps, r.train.seed = batch, accum, 5
+    r.impl.progress = False
+    data = [[i + 1] + list(range(1, 1 + (i * 7) % 11)) for i in range(n)]  # first token = id
+    return tr.Trainer(_Lin(), data, _MaskingCollator(), r, tmp_path / f"r{rank}")
+
+
+def test_rank_shards_reassemble_the_single_process_batches(monkeypatch, tmp_path):
+    one = _trainer(monkeypatch, tmp_path, 0, 1)
+    shards = [_trainer(monkeypatch, tmp_path, r, 2) for r in range(2)]
+    assert one.steps_per_epoch == shards[0].steps_per_epoch == 37 // 16
+    for epoch in (0, 1):
+        ref = list(one._batches(epoch, 0))
+        per_rank = [list(s._batches(epoch, 0)) for s in shards]
+        assert len(ref) == len(per_rank[0]) == len(per_rank[1]) == 2 * 2
+        for j, b in enumerate(ref):
+            a0, a1 = per_rank[0][j], per_rank[1][j]
+            for k in ("input_ids", "mask", "labels"):
+                merged = torch.empty_like(b[k])
+                merged[0::2], merged[1::2] = a0[k], a1[k]
+                assert torch.equal(merged, b[k]), (epoch, j, k)  # same rows, same random masks
+            assert a0["scalar"] == b["scalar"]  # non-batch tensors reach every rank unchanged
+        # resuming at step 1 skips exactly accum micro-batches
+        skipped = list(one._batches(epoch, 1))
+        assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(skipped, ref[2:]))
+    e0 = torch.cat([b["input_ids"][:, 0] for b in one._batches(0, 0)])
+    e1 = torch.cat([b["input_ids"][:, 0] for b in one._batches(1, 0)])
+    assert not torch.equal(e0, e1)  # a fresh shuffle each epoch
+
+
+def test_dataset_smaller_than_global_batch_still_trains(monkeypatch, tmp_path):
+    t = _trainer(monkeypatch, tmp_path, 0, 1, n=5, batch=8, accum=1)
+    batches = list(t._batches(0, 0))
+    assert t.steps_per_epoch == 1 and len(batches) == 1 and batches[0]["input_ids"].shape[0] == 8
+
+
+def test_batch_not_divisible_by_world_is_a_config_error(monkeypatch, tmp_path):
+    from bertforge.errors import ConfigError
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        _trainer(monkeypatch, tmp_path, 0, 2, batch=7)
+
+
+# ----------------------------------------------------------------------------------------- torchrun
+def _finetune_args(ckpt, train, dev, out, extra=()):
+    return ["finetune", "--model", ckpt, "--task", "sst2", "--train", train, "--eval", dev, "--out", out,
+            "--max-steps", 6, "--batch-size", 8, "--max-seq-len", 32, "--no-progress",
+            "train.dropout_off=true", "train.log_every=1", "train.save_every=3", "train.lr=2e-3",
+            "train.grad_accum_steps=2", "train.deterministic=true", *extra]
+
+
+def test_finetune_two_processes_equal_one(tiny):
+    d, ckpt, train, dev = tiny
+    one, two = d / "one", d / "two"
+    r1 = run(bertforge_cmd(*_finetune_args(ckpt, train, dev, one)))
+    assert r1.returncode == 0, r1.stderr
+    r2 = run(torchrun_cmd(2, *_finetune_args(ckpt, train, dev, two)))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert r2.stdout.count('"out"') == 1  # only rank 0 reports
+    m1 = [m for m in read_metrics(one) if "loss" in m]
+    m2 = [m for m in read_metrics(two) if "loss" in m]
+    assert [m["step"] for m in m1] == [m["step"] for m in m2] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(m1, m2):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * max(1.0, abs(a["loss"])), (a, b)
+        assert a["lr"] == pytest.approx(b["lr"])
+    assert m1[-1]["loss"] < m1[0]["loss"]  # it did learn something (lr 2e-3)
+    w1, w2 = load_weights(one / "model.safetensors"), load_weights(two / "model.safetensors")
+    assert w1.keys() == w2.keys()
+    diff = max((w1[k] - w2[k]).abs().max().item() for k in w1)
+    assert diff <= 1e-5, diff
+    moved = max((w1[k] - load_weights(one / "checkpoints" / "step-3" / "model.safetensors")[k])
+                .abs().max().item() for k in w1)
+    assert moved > 1e-4  # the weights compared really changed during training
+    # rank-0-only writing: one run dir, both checkpoints, nothing stray
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["step-3", "step-6"]
+    shutil.rmtree(one), shutil.rmtree(two)
