@@ -78,7 +78,7 @@ def _token_mask(mask: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tenso
 # ------------------------------------------------------------------------------------ prediction layer
 @register_loss("kd", "logits", layerwise=False)
 def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
-            labels: Optional[torch.Tensor] = None, alpha: float = 1.0) -> torch.Tensor:
+            labels: Optional[torch.Tensor] = None, alpha: float = 1.0, **_) -> torch.Tensor:
     """Hinton et al. 2015 ("Distilling the Knowledge in a Neural Network", §2):
 
     ``α · T² · KL(softmax(z_T/T) ‖ softmax(z_S/T)) + (1 − α) · CE(z_S, y)``, KL summed over classes and
@@ -213,8 +213,11 @@ def attention_mse_loss(scores_S: torch.Tensor, scores_T: torch.Tensor, mask: Opt
     """TinyBERT attention loss (Jiao et al. 2020, eq. 7): ``MSE(A_S, A_T)`` on the *unnormalised*
     scores QKᵀ/√d_k (B, heads, T, T), averaged over heads and valid (query, key) pairs; padded pairs
     (where the mask bias was added) are excluded, as TinyBERT zeroes them."""
-    s, t = _match_heads(scores_S.float(), scores_T.float())
-    pm = _pair_mask(mask, s)
+    pm = _pair_mask(mask, scores_S)
+    # zero the masked pairs first (they hold the dtype minimum; (min − min)² would overflow to inf)
+    s = scores_S.float().masked_fill(pm == 0, 0.0)
+    t = scores_T.float().masked_fill(pm == 0, 0.0)
+    s, t = _match_heads(s, t)
     sq = (s - t).pow(2) * pm
     return sq.sum() / (pm.sum().clamp_min(1.0) * s.shape[1])
 
