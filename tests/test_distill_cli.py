@@ -1,0 +1,91 @@
+"""`bertforge distill` end to end on a tiny teacher: task stage (KD, augmentation, cache), general stage
+(TinyBERT shape), chaining general → task, user errors."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.cli import main
+from bertforge.config import ModelConfig
+from bertforge.models.heads import TaskModel
+
+SENTS = ["a charming and affecting journey .", "the movie is dull and boring .", "good acting , great film .",
+         "it is a terrible mess .", "funny and warm .", "nothing works in this film .",
+         "an excellent , moving story .", "bad script , worse direction ."]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, minilm_dir):
+    root = tmp_path_factory.mktemp("distill")
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, num_labels=2,
+                      problem_type="single_label_classification", id2label={0: "0", 1: "1"})
+    teacher = TaskModel(cfg, head="sequence_classification")
+    teacher.config.bertforge = {"task": "sst2", "max_seq_len": 32}
+    teacher.save_pretrained(root / "teacher", tokenizer_dir=minilm_dir)
+    rows = ["sentence\tlabel"] + [f"{s}\t{i % 2}" for i, s in enumerate(SENTS * 3)]
+    (root / "train.tsv").write_text("\n".join(rows) + "\n")
+    (root / "dev.tsv").write_text("\n".join(rows[:9]) + "\n")
+    (root / "corpus.txt").write_text(" = Heading = \n\n" + "\n\n".join(" ".join(SENTS[i:] + SENTS[:i])
+                                                                    for i in range(8)) + "\n")
+    return root
+
+
+def _metrics(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_task_stage_kd_copied_student_with_cache_and_augmentation(tiny, capsys):
+    out = tiny / "kd"
+    rc = main(["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2", "--method", "kd",
+               "--task", "sst2", "--train", str(tiny / "train.tsv"), "--eval", str(tiny / "dev.tsv"),
+               "--out", str(out), "--epochs", "2", "--batch-size", "8", "--augment", "1",
+               "--temperature", "3", "--alpha", "0.7", "train.log_every=1"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["student"] == "layers:0,2"
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["bertforge"]["student"]["layers"] == [0, 2]
+    assert cfg["bertforge"]["distill"]["losses"][0]["temperature"] == 3.0
+    assert cfg["bertforge"]["distill"]["losses"][0]["alpha"] == 0.7
+    m = _metrics(out)
+    assert any("kd" in r for r in m) and any("eval" in r for r in m)
+    filled = np.load(out / "teacher_cache" / "filled.npy")
+    assert len(filled) == 48 and filled.all()  # 24 originals + 24 augmented copies, all cached in epoch 1
+    from transformers import AutoModelForSequenceClassification
+    hf = AutoModelForSequenceClassification.from_pretrained(out)
+    assert hf.config.num_hidden_layers == 2
+
+
+def test_general_then_task_chain(tiny, capsys):
+    g = tiny / "general"
+    assert main(["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student",
+                 "2L-16H-2A-32I", "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"),
+                 "--out", str(g), "--max-steps", "3", "--batch-size", "4", "--max-seq-len", "16",
+                 "train.log_every=1"]) == 0
+    m = _metrics(g)
+    assert {"embedding_mse", "hidden_mse", "attention_mse"} <= set(m[0])
+    cfg = json.loads((g / "config.json").read_text())
+    assert cfg["hidden_size"] == 16 and cfg["bertforge"]["distill"]["stage"] == "general"
+    t = tiny / "task"
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", str(g), "--method", "tinybert",
+                 "--task", "sst2", "--train", str(tiny / "train.tsv"), "--out", str(t), "--max-steps", "2",
+                 "--batch-size", "8", "--no-cache", "train.log_every=1"]) == 0
+    m = _metrics(t)
+    assert {"soft_ce", "hidden_mse", "attention_mse", "embedding_mse"} <= set(m[0])
+    cfg = json.loads((t / "config.json").read_text())
+    assert cfg["bertforge"]["student"]["from_dir"] == str(g) and cfg["bertforge"]["student"]["shape"]["hidden_size"] == 16
+
+
+def test_user_errors(tiny, capsys, minilm_dir):
+    assert main(["distill", "--stage", "general", "--teacher", str(minilm_dir), "--student", "layers:0",
+                 "--method", "kd", "--corpus", str(tiny / "corpus.txt"), "--out", str(tiny / "e1")]) == 2
+    assert "MLM head" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0,9", "--task", "sst2",
+                 "--train", str(tiny / "train.tsv"), "--out", str(tiny / "e2")]) == 2
+    assert "0…3" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", "4L-30H-7A", "--task", "sst2",
+                 "--train", str(tiny / "train.tsv"), "--out", str(tiny / "e3")]) == 2
+    assert not (tiny / "e2").exists() or not any((tiny / "e2").iterdir())
