@@ -304,6 +304,9 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
 def _head_from_arch(d: dict) -> Optional[str]:
     for arch in d.get("architectures") or []:
         for name, cls in HEADS.items():
+            fams = getattr(cls, "families", None)  # heads that exist for some families only
+            if fams and d.get("model_type") not in fams:
+                continue
             if name != "base" and arch.endswith(cls.hf_suffix):
                 return name
     return None
@@ -359,3 +362,6 @@ def save_pretrained(model: TaskModel, out_dir, tokenizer_dir=None, tokenizer=Non
 
 __all__ = ["load_pretrained", "save_pretrained", "config_from_hf", "config_to_hf", "encoder_key_map",
            "hf_state_dict", "read_state_dict", "atomic_write_text"]
+
+# pretraining heads (mlm, mlm_nsp, mlm_sop, mlm_sbo, electra_discriminator) register on import
+from . import objectives  # noqa: E402,F401

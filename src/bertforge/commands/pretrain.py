@@ -1,0 +1,185 @@
+"""Pretrain an encoder from raw text: --objective bert|roberta|albert|electra|spanbert.
+
+Trains (or reuses) a tokenizer, tokenizes and caches the corpus, builds FULL-SENTENCES / DOC-SENTENCES
+/ NSP / SOP sequences, masks them (static ×K or dynamic; token, whole-word or span) and trains on the
+one Trainer. The run dir is a Hugging Face checkpoint (ELECTRA: the discriminator, generator in
+generator/) plus recipe.yaml and metrics.jsonl (per-term losses, MLM/RTD accuracy, held-out accuracy
+vs the unigram baseline).
+
+Example:
+  bertforge pretrain --objective roberta --corpus ../shared/data/wikitext-2-raw/wiki.valid.raw \
+      --out runs/roberta-tiny --size tiny --max-steps 300
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ..config import load_recipe
+from ..errors import BertforgeError, ConfigError, DataError
+from ._common import (abandon_out_dir, add_train_args, finish_out_dir, prepare_out_dir, print_json,
+                      resolve_model_dir)
+
+
+def add_arguments(p) -> None:
+    from ..objectives.pretrain import OBJECTIVES, SIZES
+    p.add_argument("--objective", required=True, choices=sorted(OBJECTIVES))
+    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
+                   help="text files (or HF dataset names with a 'text' column)")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--size", choices=sorted(SIZES), default="tiny", help="model/train shape (default tiny)")
+    p.add_argument("--tokenizer", help="wordpiece | wordpiece-cased | bpe | unigram (trained on the corpus) "
+                                       "or a checkpoint dir / 'minilm' to reuse its tokenizer")
+    p.add_argument("--vocab-size", type=int, help="vocabulary size of a trained tokenizer")
+    p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--masking", choices=("static", "dynamic"))
+    p.add_argument("--dupe-factor", type=int, help="static masking: copies with different masks (BERT: 10)")
+    p.add_argument("--whole-word", action="store_true", help="whole-word masking")
+    p.add_argument("--doc-sep", choices=("auto", "file", "blank", "heading"),
+                   help="where a document ends (default auto)")
+    p.add_argument("--cache-dir", help="tokenization cache (default $BERTFORGE_CACHE or ~/.cache/bertforge)")
+    add_train_args(p)
+    p.add_argument("--recipe", help="YAML recipe (model/data/train/impl/pretrain sections)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="recipe overrides with dotted keys, e.g. train.lr=3e-4 pretrain.mlm_probability=0.2")
+
+
+def build_pretrain_recipe(args):
+    """Shape defaults (--size) < recipe file < KEY=VALUE overrides < explicit flags."""
+    from ..objectives.pretrain import SIZES, deep_merge
+    raw = SIZES[args.size]
+    if args.recipe:
+        rp = Path(args.recipe)
+        if not rp.is_file():
+            raise ConfigError(f"recipe file {args.recipe} does not exist; pass a YAML file (see recipes/)")
+        try:
+            user = yaml.safe_load(rp.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"recipe {args.recipe} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(user, dict):
+            raise ConfigError(f"recipe {args.recipe} must be a mapping with model/data/train/impl sections")
+        raw = deep_merge(raw, user)
+    fd, tmp = tempfile.mkstemp(suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(raw, f)
+        r = load_recipe(tmp, args.overrides or [], extra_sections=("pretrain",))
+    finally:
+        os.unlink(tmp)
+    for a, k in {"epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr",
+                 "seed": "seed"}.items():
+        v = getattr(args, a, None)
+        if v is not None:
+            setattr(r.train, k, v)
+    if args.max_seq_len:
+        r.data.max_seq_len = args.max_seq_len
+    if args.bf16:
+        r.impl.dtype = "bfloat16"
+    if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
+        r.impl.progress = False
+    sec = r.extra.setdefault("pretrain", {})
+    for a, k in (("tokenizer", "tokenizer"), ("vocab_size", "vocab_size"), ("masking", "masking"),
+                 ("dupe_factor", "dupe_factor"), ("doc_sep", "doc_sep")):
+        v = getattr(args, a, None)
+        if v is not None:
+            sec[k] = v
+    if args.whole_word:
+        sec["whole_word"] = True
+    sec["objective"] = args.objective
+    r.data.corpus = [str(c) for c in args.corpus]
+    if r.train.batch_size < 1 or r.train.lr <= 0:
+        raise ConfigError("train.batch_size must be ≥ 1 and train.lr > 0")
+    return r
+
+
+def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_dir: Path):
+    """A trained (cached) tokenizer of kind ``spec``, or the tokenizer of a checkpoint dir."""
+    from ..data.tokenizers_train import KINDS, iter_lines, train_tokenizer
+    from ..tokenizer import load_tokenizer
+    spec = spec or kind_default
+    if spec not in KINDS:
+        return load_tokenizer(resolve_model_dir(spec))
+    from tokenizers import Tokenizer
+    meta = []
+    for c in corpus:
+        p = Path(c)
+        if not p.is_file():
+            raise DataError(f"corpus file {c} does not exist; pass text files")
+        st = p.stat()
+        meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
+    key = hashlib.sha256(json.dumps([spec, vocab_size, meta]).encode()).hexdigest()[:16]
+    path = cache_dir / f"tokenizer-{spec}-{vocab_size}-{key}.json"
+    if path.is_file():
+        return Tokenizer.from_file(str(path))
+    tok = train_tokenizer(spec, iter_lines(corpus), vocab_size)
+    from ..io import atomic_write_text
+    atomic_write_text(path, tok.to_str())
+    return tok
+
+
+def run(args) -> int:
+    import numpy as np
+    from ..data.corpus import PretrainDataset, TokenizedCorpus, default_cache_dir, split_documents
+    from ..objectives.collate import PretrainCollator
+    from ..objectives.pretrain import (build_model, evaluate_mlm, model_config, resolve_options,
+                                       unigram_top_id)
+    from ..tokenizer import special_tokens
+    from ..train.trainer import Trainer
+    from ..data.tokenizers_train import default_kind
+
+    recipe = build_pretrain_recipe(args)
+    opts = resolve_options(args.objective, {k: v for k, v in recipe.extra["pretrain"].items()
+                                            if k != "objective"})
+    recipe.extra["pretrain"] = {k: v for k, v in opts.items() if k not in ("family", "head")}
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
+                        int(opts["vocab_size"]), cache)
+    sp = special_tokens(tok)
+    for role in ("cls", "sep", "pad", "mask"):
+        if role not in sp:
+            raise BertforgeError(f"the tokenizer has no {role} token; use a BERT/RoBERTa-style tokenizer")
+    ids = {r: tok.token_to_id(t) for r, t in sp.items()}
+    corpus = TokenizedCorpus.build(recipe.data.corpus, tok, cache, opts["doc_sep"])
+    seed = recipe.train.seed
+    train_mask, eval_mask = split_documents(corpus, float(opts["eval_fraction"]), seed)
+    max_len = recipe.data.max_seq_len
+    common = dict(mode=opts["mode"], max_seq_len=max_len, cls_id=ids["cls"], sep_id=ids["sep"],
+                  short_seq_prob=float(opts["short_seq_prob"] or 0.0))
+    train_ds = PretrainDataset(corpus, sentence_mask=train_mask, dupe_factor=int(opts["dupe_factor"]),
+                               static_masking=opts["masking"] == "static", seed=seed, **common)
+    eval_ds = None
+    if eval_mask.any():
+        try:
+            eval_ds = PretrainDataset(corpus, sentence_mask=eval_mask, static_masking=True, seed=seed + 1,
+                                      max_items=int(opts["max_eval_sequences"]), **common)
+        except DataError:
+            eval_ds = None
+    collate = PretrainCollator(ids["pad"], ids["mask"], list(ids.values()), tok.get_vocab_size(),
+                               scheme=opts["scheme"], mlm_probability=float(opts["mlm_probability"]),
+                               geometric_p=float(opts["geometric_p"]), max_span=int(opts["max_span"]))
+    config = model_config(opts, recipe, tok.get_vocab_size(), ids["pad"])
+    config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
+    out = Path(args.out)
+    work = prepare_out_dir(out, args.resume, args.overwrite)
+    try:
+        model = build_model(opts, config)
+        uni = unigram_top_id(corpus, train_mask, list(ids.values()))
+        eval_fn = None
+        if eval_ds is not None:
+            eval_fn = lambda m: evaluate_mlm(m, eval_ds, collate, unigram_id=uni)  # noqa: E731
+        trainer = Trainer(model, train_ds, collate, recipe, work, eval_fn=eval_fn,
+                          save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer=tok))
+        result = trainer.fit(resume=args.resume)
+    except BaseException:
+        abandon_out_dir(work, out)
+        raise
+    finish_out_dir(work, out)
+    print_json({"out": str(out), "objective": args.objective, "train_sequences": len(train_ds),
+                "corpus_tokens": corpus.num_tokens, **{k: v for k, v in result.items()
+                                                        if not isinstance(v, (list, dict))}})
+    return 0

@@ -1,0 +1,123 @@
+"""Train subword tokenizers with HF ``tokenizers`` (never re-implemented here).
+
+Kinds, each with the special tokens (and ids) of the family that introduced it:
+
+* ``wordpiece`` — BERT uncased (Devlin et al. 2018; Wu et al. 2016 WordPiece): BertNormalizer
+  (lowercase, strip accents), BertPreTokenizer; ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``;
+* ``wordpiece-cased`` — the same without lowercasing / accent stripping;
+* ``bpe`` — byte-level BPE (GPT-2, Radford et al. 2019; used by RoBERTa, Liu et al. 2019 §4.4):
+  ``<s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4``, post-processor ``<s> A </s>``;
+* ``unigram`` — Unigram LM (Kudo 2018), SentencePiece-style Metaspace pre-tokenizer, lowercased as ALBERT
+  (Lan et al. 2019): ``<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4``.
+
+:func:`train_tokenizer` returns a ``tokenizers.Tokenizer`` whose post-processor adds the family's
+[CLS]/[SEP] so that ``encode(a, b)`` gives ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from ..errors import ConfigError
+
+KINDS = ("wordpiece", "wordpiece-cased", "bpe", "unigram")
+
+SPECIALS = {
+    "wordpiece": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+    "wordpiece-cased": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+    "bpe": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+    "unigram": ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
+}
+
+
+def _bert_template(tok: Tokenizer, cls: str, sep: str) -> processors.TemplateProcessing:
+    return processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
+                    min_frequency: int = 2, length: int | None = None,
+                    max_chars: int | None = None) -> Tokenizer:
+    """Train a ``kind`` tokenizer on an iterator of texts (streamed; nothing is held in memory).
+
+    Args:
+        kind: one of :data:`KINDS`.
+        texts: iterable of strings (lines or documents).
+        vocab_size: target vocabulary size including the special tokens.
+        length: number of texts, for the progress display only.
+        max_chars: stop reading texts after this many characters (Unigram training is
+            super-linear; by default it reads the first 2M characters).
+    Raises:
+        ConfigError: unknown kind or a vocabulary too small for the special tokens.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)} or pass a "
+                          "checkpoint dir")
+    specials = SPECIALS[kind]
+    if max_chars is None and kind == "unigram":
+        max_chars = 2_000_000
+    if max_chars:
+        texts = _take_chars(texts, max_chars)
+    if vocab_size < len(specials) + 64:
+        raise ConfigError(f"vocab size {vocab_size} is too small; use at least {len(specials) + 64}")
+    if kind.startswith("wordpiece"):
+        lower = kind == "wordpiece"
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                    strip_accents=lower, lowercase=lower)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials, continuing_subword_prefix="##",
+                                            show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer, length=length)
+        tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=specials, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(texts, trainer=trainer, length=length)
+        tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
+                                                          ("<s>", tok.token_to_id("<s>")))
+    else:  # unigram
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(),
+                                               normalizers.Lowercase()])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                          unk_token="<unk>", show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer, length=length)
+        tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
+    return tok
+
+
+def _take_chars(texts: Iterable[str], max_chars: int) -> Iterator[str]:
+    n = 0
+    for t in texts:
+        if n >= max_chars:
+            return
+        n += len(t)
+        yield t
+
+
+def default_kind(objective: str) -> str:
+    """The tokenizer each paper used: RoBERTa byte-level BPE, ALBERT Unigram, else WordPiece uncased."""
+    return {"roberta": "bpe", "albert": "unigram"}.get(objective, "wordpiece")
+
+
+def iter_lines(files: Iterable[str]) -> Iterator[str]:
+    for f in files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if line:
+                    yield line
+
+
+__all__ = ["KINDS", "SPECIALS", "train_tokenizer", "default_kind", "iter_lines"]

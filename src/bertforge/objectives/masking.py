@@ -1,0 +1,207 @@
+"""Token selection and corruption for masked-language-model pretraining.
+
+Three selection schemes, all vectorised over a (N, T) batch of token ids with a NumPy ``Generator``:
+
+* **token masking** (BERT, Devlin et al. 2018 §3.1 "Task #1: Masked LM"): each non-special token is
+  selected with probability ``mlm_probability`` (0.15);
+* **whole-word masking** (BERT's 2019 WWM release; Cui et al. 2019): the draw is made once per *word*
+  and every sub-token of a selected word is selected. Words come from the tokenizer's own word ids
+  (``Encoding.word_ids`` → ``word_starts``), so it works for WordPiece, byte-level BPE and Unigram alike
+  (no ``##`` convention);
+* **span masking** (SpanBERT, Joshi et al. 2020 §3.1): span lengths in *words* are drawn from
+  Geometric(p = 0.2) truncated to [1, 10] (renormalised; mean ≈ 3.8), anchored at a random word start,
+  until 15% of the tokens are selected.
+
+Selected tokens are then replaced 80% by ``[MASK]``, 10% by a random token, 10% kept (§3.1 and App.
+A.1); the decision is drawn per token, per word (whole-word) or per span (SpanBERT: "we replace 80% of
+the span with [MASK], 10% with random tokens and 10% with the original tokens", always for the whole
+span). Special tokens and padding (``special_mask``) are never selected.
+
+Static vs dynamic masking (RoBERTa, Liu et al. 2019 §4.1) is decided by the caller: static masking
+calls these functions with a generator seeded by the example (same mask every time it is served),
+dynamic masking with a fresh generator per batch.
+
+Labels use the ``-100`` ignore index of :func:`torch.nn.functional.cross_entropy`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+IGNORE_INDEX = -100
+
+#: SpanBERT span-length distribution: p(l) ∝ p·(1-p)^(l-1), l = 1..10, p = 0.2 (Joshi et al. 2020 §3.1)
+SPAN_LENGTHS = np.arange(1, 11)
+
+
+def span_length_distribution(p: float = 0.2, max_len: int = 10) -> np.ndarray:
+    """Truncated geometric probabilities for span lengths 1..max_len (sum 1). Mean for p=0.2: 3.78."""
+    lens = np.arange(1, max_len + 1)
+    w = p * (1 - p) ** (lens - 1)
+    return w / w.sum()
+
+
+@dataclass
+class MaskOutput:
+    """``input_ids`` (N, T) corrupted ids; ``labels`` (N, T) original id where selected else -100;
+    ``selected`` (N, T) bool; for span masking also ``span_left``/``span_right`` (N, T) token index of
+    the left/right boundary token outside the span (x_{s-1}, x_{e+1}) and ``span_pos`` (N, T) position
+    of the token inside its span (0-based), all -1 where not selected; ``span_lengths`` (S,) realised
+    span lengths in words and ``span_sampled`` (S,) the sampled lengths."""
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    selected: np.ndarray
+    span_left: Optional[np.ndarray] = None
+    span_right: Optional[np.ndarray] = None
+    span_pos: Optional[np.ndarray] = None
+    span_lengths: Optional[np.ndarray] = None
+    span_sampled: Optional[np.ndarray] = None
+
+
+def word_units(word_starts: np.ndarray) -> np.ndarray:
+    """(N, T) bool/int word-start flags → (N, T) int word index per token, unique within a row and < T."""
+    ws = np.asarray(word_starts).astype(bool).copy()
+    ws[:, 0] = True
+    return np.cumsum(ws, axis=1) - 1
+
+
+def corrupt(input_ids: np.ndarray, selected: np.ndarray, rng: np.random.Generator, mask_id: int,
+            random_ids: np.ndarray, units: Optional[np.ndarray] = None,
+            replace_probs: tuple = (0.8, 0.1, 0.1)) -> np.ndarray:
+    """Apply 80/10/10 replacement to the ``selected`` (N, T) positions of ``input_ids`` (N, T).
+
+    ``units`` (N, T) ints < T: one draw per unit (word or span) instead of per token.
+    ``random_ids``: ids a random replacement is drawn from (uniformly; the non-special vocabulary).
+    Returns the corrupted ids (a copy).
+    """
+    n, t = input_ids.shape
+    r = rng.random((n, t))
+    if units is not None:
+        r = np.take_along_axis(r, np.clip(units, 0, t - 1), axis=1)
+    p_mask, p_rand = replace_probs[0], replace_probs[1]
+    to_mask = selected & (r < p_mask)
+    to_rand = selected & (r >= p_mask) & (r < p_mask + p_rand)
+    out = input_ids.copy()
+    out[to_mask] = mask_id
+    k = int(to_rand.sum())
+    if k:
+        out[to_rand] = random_ids[rng.integers(0, len(random_ids), size=k)]
+    return out
+
+
+def mask_tokens(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, mask_id: int,
+                random_ids: np.ndarray, mlm_probability: float = 0.15,
+                word_starts: Optional[np.ndarray] = None, replace_probs: tuple = (0.8, 0.1, 0.1),
+                ) -> MaskOutput:
+    """BERT MLM masking (token-level, or whole-word when ``word_starts`` is given).
+
+    Args:
+        input_ids: (N, T) int token ids.
+        special_mask: (N, T) bool, True for [CLS]/[SEP]/[PAD]/… (never selected).
+        rng: NumPy generator (seed it per example for static masking).
+        mask_id: id of [MASK] / <mask>.
+        random_ids: candidate ids for the 10% random replacement.
+        mlm_probability: selection rate (0.15 in BERT).
+        word_starts: (N, T) flags, 1 where a token starts a word: enables whole-word masking.
+    Returns:
+        :class:`MaskOutput` with ``input_ids``, ``labels`` and ``selected``.
+    """
+    input_ids = np.asarray(input_ids)
+    n, t = input_ids.shape
+    u = rng.random((n, t))
+    units = None
+    if word_starts is not None:
+        units = word_units(word_starts)
+        u = np.take_along_axis(u, units, axis=1)  # one draw per word, shared by its sub-tokens
+    selected = (u < mlm_probability) & ~special_mask
+    ids = corrupt(input_ids, selected, rng, mask_id, random_ids, units, replace_probs)
+    labels = np.where(selected, input_ids, IGNORE_INDEX)
+    return MaskOutput(ids, labels, selected)
+
+
+def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, mask_id: int,
+               random_ids: np.ndarray, mlm_probability: float = 0.15,
+               word_starts: Optional[np.ndarray] = None, geometric_p: float = 0.2, max_span: int = 10,
+               replace_probs: tuple = (0.8, 0.1, 0.1)) -> MaskOutput:
+    """SpanBERT span masking (Joshi et al. 2020, §3.1).
+
+    Per row, the budget is ``round(mlm_probability · n)`` of its n non-special tokens. Repeatedly: sample
+    a span length ℓ (words) from the truncated geometric distribution, pick an unmasked word uniformly
+    as the span start, and select ℓ consecutive whole words (stopping early at a special token, an
+    already-selected word or when the budget is spent — as in the reference implementation, the last
+    span is cut at the budget). Each span is then replaced 80/10/10 as a unit.
+
+    Args: as :func:`mask_tokens`; ``word_starts`` None means every token is a word.
+    Returns:
+        :class:`MaskOutput` including span boundaries (for the SBO head) and span length statistics.
+    """
+    input_ids = np.asarray(input_ids)
+    n, t = input_ids.shape
+    if word_starts is None:
+        word_starts = np.ones((n, t), dtype=bool)
+    ws = np.asarray(word_starts).astype(bool) | special_mask
+    # a word start is also any candidate token that follows a special token
+    prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
+    ws = ws | prev_special
+    probs = span_length_distribution(geometric_p, max_span)
+    cdf = np.cumsum(probs)
+    cdf[-1] = 1.0
+    selected = np.zeros((n, t), dtype=bool)
+    left = np.full((n, t), -1, dtype=np.int64)
+    right = np.full((n, t), -1, dtype=np.int64)
+    pos = np.full((n, t), -1, dtype=np.int64)
+    span_unit = np.zeros((n, t), dtype=np.int64)
+    realised, sampled = [], []
+    for i in range(n):
+        cand = ~special_mask[i]
+        n_tok = int(cand.sum())
+        if n_tok == 0:
+            continue
+        budget = max(1, int(round(mlm_probability * n_tok)))
+        starts = np.flatnonzero(ws[i] & cand)
+        allb = np.flatnonzero(ws[i])  # word starts and special tokens: every boundary
+        nxt = np.searchsorted(allb, starts, side="right")
+        ends = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        nw = len(starts)
+        wsel = np.zeros(nw, dtype=bool)
+        count, tries, sid = 0, 0, 0
+        draws_l = draws_w = np.empty(0, dtype=np.int64)
+        while count < budget and tries < 50 * budget:
+            if tries % 64 == 0:  # draw lengths and anchors in blocks (one RNG call per 64 spans)
+                draws_l = np.searchsorted(cdf, rng.random(64), side="right") + 1
+                draws_w = rng.integers(0, nw, size=64)
+            L, w0 = int(min(draws_l[tries % 64], max_span)), int(draws_w[tries % 64])
+            tries += 1
+            if wsel[w0]:
+                continue
+            s_tok = starts[w0]
+            w, nwords, e_tok = w0, 0, s_tok
+            while w < nw and nwords < L and count < budget and not wsel[w]:
+                if nwords > 0 and starts[w] != ends[w - 1]:
+                    break  # a special token lies between the two words
+                take = min(ends[w] - starts[w], budget - count)
+                selected[i, starts[w]:starts[w] + take] = True
+                count += take
+                e_tok = starts[w] + take
+                wsel[w] = True
+                nwords += 1
+                w += 1
+            sid += 1
+            span = slice(s_tok, e_tok)
+            left[i, span] = s_tok - 1
+            right[i, span] = e_tok
+            pos[i, span] = np.arange(e_tok - s_tok)
+            span_unit[i, span] = sid
+            realised.append(nwords)
+            sampled.append(L)
+    ids = corrupt(input_ids, selected, rng, mask_id, random_ids, span_unit % t, replace_probs)
+    labels = np.where(selected, input_ids, IGNORE_INDEX)
+    return MaskOutput(ids, labels, selected, left, right, pos, np.array(realised, dtype=np.int64),
+                      np.array(sampled, dtype=np.int64))
+
+
+__all__ = ["IGNORE_INDEX", "MaskOutput", "mask_tokens", "mask_spans", "corrupt", "word_units",
+           "span_length_distribution"]

@@ -1,0 +1,128 @@
+"""Masked language modelling head (Devlin et al. 2018, §3.1 Task #1 and App. A.1).
+
+``logits = LN(act(h·W_t + b_t)) · Eᵀ + b`` where E is the input token-embedding matrix (tied weights,
+Press & Wolf 2017) — the transform maps H → embedding size (ALBERT/ELECTRA factorised embeddings).
+
+**Sparse head.** During training only the selected (masked) positions have a label, so the transform
+and the (H×V) decoder are applied to the N ≈ 0.15·B·T gathered hidden states only, not to all B·T: the
+vocabulary projection — the largest matmul of a small BERT — shrinks ≈ 6.7× (as in NVIDIA's and
+cramming's BERT implementations). ``logits`` are then (N, V) in the order of ``labels != -100``.
+Without labels the head returns full (B, T, V) logits, as ``…ForMaskedLM``.
+
+Weight names per family (so saved dirs load in ``transformers``): bert ``cls.predictions.*``, roberta
+``lm_head.*``, albert ``predictions.*``, electra generator ``generator_predictions.*`` +
+``generator_lm_head``, distilbert ``vocab_transform``/``vocab_layer_norm``/``vocab_projector``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from ..models.attention import get_activation
+from ..models.heads import register_head
+
+IGNORE_INDEX = -100
+
+
+class MLMPrediction(nn.Module):
+    """Transform (Linear H→E, activation, LayerNorm) + decoder tied to the word embeddings (V, E) + bias.
+
+    ``forward(h (…, H)) → logits (…, V)``. Call :meth:`tie` with the encoder's word-embedding module.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        e = config.embedding_size or config.hidden_size
+        fam = config.model_type
+        self.dense = nn.Linear(config.hidden_size, e)
+        self.act = get_activation("gelu" if fam in ("roberta", "electra") else config.hidden_act)
+        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
+        nn.init.zeros_(self.dense.bias)
+        self._embedding: tuple = ()
+
+    def tie(self, word_embeddings: nn.Embedding) -> None:
+        # a tuple keeps the embedding out of this module's state_dict: one parameter, one name
+        self._embedding = (word_embeddings,)
+
+    @property
+    def decoder_weight(self) -> torch.Tensor:
+        return self._embedding[0].weight
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.norm(self.act(self.dense(h)))
+        return F.linear(x, self.decoder_weight, self.bias)
+
+
+def mlm_hf_keys(config: ModelConfig, prefix: str = "mlm.") -> dict:
+    """Our MLM-head parameter names → HF names for ``config.model_type``."""
+    fam = config.model_type
+    roots = {"bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                      "cls.predictions.bias"),
+             "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+             "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
+             "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm",
+                         "generator_lm_head.bias"),
+             "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias")}[fam]
+    dense, norm, bias = roots
+    return {f"{prefix}dense.weight": f"{dense}.weight", f"{prefix}dense.bias": f"{dense}.bias",
+            f"{prefix}norm.weight": f"{norm}.weight", f"{prefix}norm.bias": f"{norm}.bias",
+            f"{prefix}bias": bias}
+
+
+def masked_positions(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) labels → (B, T) bool, True where a label is set (≠ -100)."""
+    return labels != IGNORE_INDEX
+
+
+def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor]) -> dict:
+    """Sparse MLM: gather (N, H) states where ``labels`` (B, T) ≠ -100, project, cross-entropy.
+
+    Returns ``logits`` (N, V) and ``loss`` (mean CE over the N targets, float32) and ``terms``
+    (``mlm_loss``, ``mlm_acc``: top-1 accuracy on the masked tokens); without labels, full logits
+    (B, T, V).
+    """
+    if labels is None:
+        return {"logits": head(hidden)}
+    sel = masked_positions(labels)
+    target = labels[sel]
+    logits = head(hidden[sel])
+    if target.numel() == 0:
+        loss = logits.sum() * 0.0
+        acc = torch.zeros((), device=hidden.device)
+    else:
+        loss = F.cross_entropy(logits.float(), target)
+        acc = (logits.detach().argmax(-1) == target).float().mean()
+    return {"logits": logits, "loss": loss, "terms": {"mlm_loss": loss.detach(), "mlm_acc": acc,
+                                                      "mlm_count": float(target.numel())}}
+
+
+@register_head("mlm")
+class MaskedLMHead(nn.Module):
+    """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target)."""
+
+    hf_suffix = "ForMaskedLM"
+    cls_only = False
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.mlm = MLMPrediction(config)
+
+    def tie_weights(self, encoder) -> None:
+        self.mlm.tie(encoder.embeddings.word_embeddings)
+
+    def forward(self, enc, batch: dict) -> dict:
+        return mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"))
+
+    @staticmethod
+    def hf_keys(config: ModelConfig) -> dict:
+        return mlm_hf_keys(config)
+
+
+__all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions",
+           "IGNORE_INDEX"]

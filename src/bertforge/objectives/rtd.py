@@ -1,0 +1,148 @@
+"""ELECTRA replaced-token detection (Clark et al. 2020, §2).
+
+A small generator G (an MLM, hidden size ¼ of the discriminator's by default, §3.2 "Smaller
+Generators") fills the masked positions with samples x̂_i ~ p_G(x_i | x^masked), drawn *without*
+gradient; the discriminator D labels every token of the corrupted sequence as original or replaced.
+A sampled token equal to the original counts as original (§2). Loss (eq. 1):
+
+    L = L_MLM(x, θ_G) + λ · L_Disc(x, θ_D),    λ = 50
+
+with L_Disc the mean binary cross-entropy over the non-padding tokens. G and D share the token (and
+position / segment) embeddings (§3.1 "Weight Sharing"); each keeps its own E→H projection.
+
+The discriminator is saved at the top of the run dir as ``ElectraForPreTraining``
+(``discriminator_predictions.dense`` / ``dense_prediction``) and the generator in ``generator/`` as
+``ElectraForMaskedLM``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from ..models.attention import get_activation
+from ..models.heads import ModelOutput, TaskModel, register_head
+from .mlm import masked_positions
+
+RTD_WEIGHT = 50.0
+
+
+@register_head("electra_discriminator")
+class ReplacedTokenDetectionHead(nn.Module):
+    """Per-token binary classifier: ``dense (H→H) → act → dense_prediction (H→1)``.
+
+    ``logits`` (B, T); with ``labels`` (B, T) ∈ {0 original, 1 replaced}: BCE-with-logits averaged over
+    ``attention_mask`` tokens, and ``rtd_acc``.
+    """
+
+    hf_suffix = "ForPreTraining"
+    cls_only = False
+    families = ("electra",)
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        h = config.hidden_size
+        self.dense = nn.Linear(h, h)
+        self.act = get_activation(config.hidden_act)
+        self.dense_prediction = nn.Linear(h, 1)
+        for m in (self.dense, self.dense_prediction):
+            nn.init.normal_(m.weight, 0.0, config.initializer_range)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, enc, batch: dict) -> dict:
+        logits = self.dense_prediction(self.act(self.dense(enc.last_hidden_state))).squeeze(-1)
+        out = {"logits": logits}
+        labels = batch.get("labels")
+        if labels is not None:
+            am = batch.get("attention_mask")
+            m = am.bool() if am is not None else torch.ones_like(labels, dtype=torch.bool)
+            lg, lb = logits[m].float(), labels[m].float()
+            loss = F.binary_cross_entropy_with_logits(lg, lb)
+            acc = ((lg.detach() > 0) == (lb > 0.5)).float().mean()
+            out.update(loss=loss, terms={"rtd_loss": loss.detach(), "rtd_acc": acc})
+        return out
+
+    @staticmethod
+    def hf_keys(config: ModelConfig) -> dict:
+        return {f"{n}.{p}": f"discriminator_predictions.{n}.{p}"
+                for n in ("dense", "dense_prediction") for p in ("weight", "bias")}
+
+
+def generator_config(disc: ModelConfig, size: float = 0.25) -> ModelConfig:
+    """The generator's config: hidden ``size``·H (≥ 16), heads = hidden/64 (≥ 1), FFN 4·hidden, same
+    depth, vocabulary and embedding size as the discriminator (ELECTRA §3.2, App. B)."""
+    h = max(16, int(round(disc.hidden_size * size)))
+    heads = max(1, h // 64)
+    while h % heads:
+        heads -= 1
+    return disc.replace(hidden_size=h, num_attention_heads=heads, intermediate_size=4 * h,
+                        embedding_size=disc.embedding_size, add_pooling_layer=False,
+                        layer_num_heads=None, layer_intermediate_sizes=None)
+
+
+class ElectraPretrainModel(nn.Module):
+    """Generator + discriminator with shared embeddings; ``forward(**batch)`` → :class:`ModelOutput`.
+
+    Batch: ``input_ids`` (B, T) after masking, ``labels`` (B, T) original ids at masked positions (-100
+    elsewhere), ``attention_mask``, ``token_type_ids``. ``terms``: ``mlm_loss``, ``mlm_acc`` (generator),
+    ``rtd_loss``, ``rtd_acc`` (discriminator, all tokens), ``replaced`` (fraction of tokens replaced).
+    """
+
+    def __init__(self, config: ModelConfig, gen_config: Optional[ModelConfig] = None,
+                 rtd_weight: float = RTD_WEIGHT, generator_size: float = 0.25):
+        super().__init__()
+        self.config = config
+        self.rtd_weight = rtd_weight
+        self.discriminator = TaskModel(config, head="electra_discriminator")
+        self.generator = TaskModel(gen_config or generator_config(config, generator_size), head="mlm")
+        self.share_embeddings()
+
+    def share_embeddings(self) -> None:
+        d, g = self.discriminator.encoder.embeddings, self.generator.encoder.embeddings
+        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"):
+            if getattr(d, name, None) is not None:
+                setattr(g, name, getattr(d, name))
+        self.generator.head.tie_weights(self.generator.encoder)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                **_) -> ModelOutput:
+        g = self.generator(input_ids, attention_mask, token_type_ids, labels=labels)
+        sel = masked_positions(labels)
+        with torch.no_grad():
+            probs = torch.softmax(g.logits.detach().float(), -1)
+            sampled = torch.multinomial(probs, 1).squeeze(-1) if probs.shape[0] else labels[sel]
+            original = torch.where(sel, labels, input_ids)
+            corrupted = original.clone()
+            corrupted[sel] = sampled
+            rtd_labels = (corrupted != original).float()  # sampled == original → "original"
+        d = self.discriminator(corrupted, attention_mask, token_type_ids, labels=rtd_labels)
+        loss = g.loss + self.rtd_weight * d.loss
+        am = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+        terms = {**(g.terms or {}), **(d.terms or {}),
+                 "replaced": (rtd_labels * am).sum() / am.sum().clamp(min=1)}
+        return ModelOutput(loss=loss, logits=d.logits, terms=terms)
+
+    def save_pretrained(self, out_dir, tokenizer=None, tokenizer_dir=None) -> None:
+        """Discriminator in ``out_dir`` (``ElectraForPreTraining``), generator in ``out_dir/generator``."""
+        self.discriminator.save_pretrained(out_dir, tokenizer=tokenizer, tokenizer_dir=tokenizer_dir)
+        self.generator.save_pretrained(Path(out_dir) / "generator", tokenizer=tokenizer,
+                                       tokenizer_dir=tokenizer_dir)
+
+    @classmethod
+    def from_pretrained(cls, path, rtd_weight: float = RTD_WEIGHT) -> "ElectraPretrainModel":
+        from ..hf import load_pretrained
+        disc = load_pretrained(path, head="electra_discriminator")
+        gen = load_pretrained(Path(path) / "generator", head="mlm")
+        m = cls(disc.config, gen.config, rtd_weight)
+        m.discriminator.load_state_dict(disc.state_dict())
+        m.generator.load_state_dict(gen.state_dict(), strict=False)
+        m.share_embeddings()
+        return m
+
+
+__all__ = ["ElectraPretrainModel", "ReplacedTokenDetectionHead", "generator_config", "RTD_WEIGHT"]
