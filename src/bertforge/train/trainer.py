@@ -442,16 +442,17 @@ class Trainer:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise _explain(e, self.out_dir) from None
-            self.recipe.save(self.out_dir / "recipe.yaml")
             self._clean_stale()
         dist_utils.barrier(self.ctx)
-        if resume:
+        if resume:  # before anything is written: a refused resume leaves the run dir as it was
             if self.resume():
                 self._truncate_metrics(self.step)
             elif self.is_main:
                 print(f"bertforge: no checkpoint in {self._ckpt_root()}; starting from step 0")
         elif self.is_main and self.metrics_path.exists():
             self.metrics_path.unlink()
+        if self.is_main:
+            self.recipe.save(self.out_dir / "recipe.yaml")
         dist_utils.barrier(self.ctx)
         from tqdm.auto import tqdm
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",

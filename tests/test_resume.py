@@ -1,0 +1,210 @@
+"""Stay up: SIGKILL at a random step then ``--resume`` ends with the same weights as a run that was never
+interrupted; SIGKILL inside a checkpoint write leaves the previous checkpoint loadable; NaN losses stop
+the run with the last good checkpoint intact; optimizer/RNG state is never unpickled.
+
+Independent truth: the uninterrupted run of the same command (bit-for-bit equal weights expected).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from resilience_util import (bertforge_cmd, cli_env, load_weights, make_tiny_checkpoint, read_metrics, run,
+                             sentences, write_tsv, REPO)
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    ckpt = make_tiny_checkpoint(d / "tiny")
+    train = write_tsv(d / "train.tsv", sentences(40, 3))  # 40 // 8 = 5 steps per epoch: resumes cross epochs
+    ref = d / "ref"
+    r = run(bertforge_cmd(*_args(ckpt, train, ref)))
+    assert r.returncode == 0, r.stderr
+    return d, ckpt, train, ref
+
+
+def _args(ckpt, train, out, *extra):
+    # dropout stays ON: resume must restore the RNG that draws the dropout masks, not only the data order
+    return ["finetune", "--model", ckpt, "--task", "sst2", "--train", train, "--out", out,
+            "--max-steps", STEPS, "--batch-size", 8, "--max-seq-len", 32, "--no-progress",
+            "train.save_every=1", "train.keep_checkpoints=3", "train.log_every=1", "train.lr=1e-3",
+            "train.deterministic=true", *extra]
+
+
+def _popen(args, **env):
+    return subprocess.Popen(bertforge_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(**env), cwd=str(REPO))
+
+
+def _wait_for(pred, proc, timeout=240):
+    t0 = time.time()
+    while not pred():
+        assert proc.poll() is None, "the run ended before the kill: " + proc.stderr.read()[-2000:]
+        assert time.time() - t0 < timeout, "timed out waiting"
+        time.sleep(0.02)
+
+
+def _same_weights(a, b):
+    wa, wb = load_weights(a), load_weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def test_sigkill_at_random_step_then_resume_gives_identical_weights(setup):
+    d, ckpt, train, ref = setup
+    k = random.Random(os.getpid()).randint(2, STEPS - 3)
+    out = d / f"killed-{k}"
+    p = _popen(_args(ckpt, train, out))
+    _wait_for(lambda: (out / "checkpoints" / f"step-{k}").is_dir(), p)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert p.returncode == -signal.SIGKILL
+    assert not (out / "model.safetensors").exists()  # it really died before the end
+    r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume"))
+    assert r.returncode == 0, r.stderr
+    _same_weights(ref / "model.safetensors", out / "model.safetensors")
+    _same_weights(ref / "checkpoints" / f"step-{STEPS}" / "trainer_model.safetensors",
+                  out / "checkpoints" / f"step-{STEPS}" / "trainer_model.safetensors")
+    # the loss curve is the uninterrupted one: records of the killed run after the checkpoint are dropped
+    la = [(m["step"], m["loss"]) for m in read_metrics(ref) if "loss" in m]
+    lb = [(m["step"], m["loss"]) for m in read_metrics(out) if "loss" in m]
+    assert [s for s, _ in lb] == list(range(1, STEPS + 1))
+    assert all(x == pytest.approx(y, rel=1e-6) for x, y in zip(la, lb))
+    # rotation kept the last 3
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == \
+        [f"step-{s}" for s in (STEPS - 2, STEPS - 1, STEPS)]
+
+
+def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(setup):
+    from bertforge.hf import load_pretrained
+    d, ckpt, train, ref = setup
+    out = d / "killed-in-write"
+    p = _popen(_args(ckpt, train, out), BERTFORGE_TEST_CKPT_WRITE_DELAY="5:120")
+    root = out / "checkpoints"
+    # the write of step-5 has begun (model files are in its temporary dir) and is sleeping
+    _wait_for(lambda: any((t / "model.safetensors").is_file() for t in root.glob(".step-5.*")), p)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (root / "step-5").exists()
+    assert any(root.glob(".step-5.*"))  # the torn write is only a hidden temporary
+    prev = root / "step-4"
+    state = json.loads((prev / "trainer_state.json").read_text())
+    assert state["step"] == 4 and state["epoch"] == 0 and state["micro_batch"] == 4
+    model = load_pretrained(prev)  # the previous checkpoint loads (HF layout) …
+    assert model.config.hidden_size == 32
+    for f in ("optimizer.pt", "scheduler.pt", "rng.pt"):  # … and so does its state, without unpickling
+        torch.load(prev / f, weights_only=True)
+    r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume"))
+    assert r.returncode == 0, r.stderr
+    assert not any(root.glob(".step-*"))  # the stale temporary was cleaned
+    _same_weights(ref / "model.safetensors", out / "model.safetensors")
+
+
+def test_resume_with_other_batch_size_is_refused(setup):
+    d, ckpt, train, ref = setup
+    before = {f: f.read_bytes() for f in (ref / "model.safetensors", ref / "metrics.jsonl",
+                                          ref / "recipe.yaml")}
+    r = run(bertforge_cmd(*_args(ckpt, train, ref), "--resume", "--batch-size", 4))
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    errors = [x for x in lines if x.startswith("bertforge: error:")]
+    assert len(errors) == 1 and errors[0] == lines[-1] and "Traceback" not in r.stderr
+    assert "written with 8 batch_size but this run has 4" in errors[0]
+    assert all(f.read_bytes() == b for f, b in before.items())  # the earlier run is untouched
+
+
+# ------------------------------------------------------------------------------------------ in-process
+class _Toy(torch.nn.Module):
+    """Linear regression whose loss turns NaN from call ``nan_at`` on."""
+
+    def __init__(self, nan_at):
+        super().__init__()
+        self.lin, self.calls, self.nan_at = torch.nn.Linear(2, 1), 0, nan_at
+
+    def forward(self, x, y):
+        self.calls += 1
+        loss = ((self.lin(x).squeeze(-1) - y) ** 2).mean()
+        if self.calls >= self.nan_at:
+            loss = loss * float("nan")
+        return type("Out", (), {"loss": loss, "terms": None})()
+
+    def save_pretrained(self, d):
+        from safetensors.torch import save_model
+        save_model(self, str(d / "model.safetensors"))
+
+
+def _toy_run(tmp_path, nan_at, max_steps=6):
+    from bertforge.config import Recipe
+    from bertforge.train.trainer import Trainer
+    r = Recipe()
+    r.train.batch_size, r.train.max_steps, r.train.save_every, r.train.log_every = 4, max_steps, 2, 1
+    r.impl.progress = False
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, generator=g), torch.randn((), generator=g)) for _ in range(16)]
+    collate = lambda items: {"x": torch.stack([a for a, _ in items]), "y": torch.stack([b for _, b in items])}
+    return Trainer(_Toy(nan_at), data, collate, r, tmp_path / "toy")
+
+
+def test_nan_loss_stops_with_last_good_checkpoint(tmp_path):
+    from bertforge.errors import TrainingError
+    t = _toy_run(tmp_path, nan_at=5)
+    with pytest.raises(TrainingError) as e:
+        t.fit()
+    msg = str(e.value)
+    assert "loss became nan at step 5" in msg and "step-4" in msg and "\n" not in msg
+    ck = tmp_path / "toy" / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["step-2", "step-4"]
+    w = load_weights(ck / "step-4" / "trainer_model.safetensors")
+    assert all(torch.isfinite(v).all() for v in w.values())
+    assert torch.equal(w["lin.weight"], t.model.lin.weight.detach())  # the NaN step was never applied
+
+
+def test_disk_full_during_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
+    import errno
+    from bertforge.errors import BertforgeError
+    t = _toy_run(tmp_path, nan_at=10**9, max_steps=4)
+    real = torch.save
+    calls = {"n": 0}
+
+    def fake_save(obj, f, *a, **k):
+        calls["n"] += 1
+        if calls["n"] > 3:  # the first checkpoint (3 files) succeeds, the second hits a full disk
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, f, *a, **k)
+    monkeypatch.setattr(torch, "save", fake_save)
+    with pytest.raises(BertforgeError, match=r"disk full while writing .*step-4; free space"):
+        t.fit()
+    ck = tmp_path / "toy" / "checkpoints"
+    assert [p.name for p in ck.iterdir()] == ["step-2"]  # no torn step-4, nothing hidden left behind
+    torch.load(ck / "step-2" / "optimizer.pt", weights_only=True)
+
+
+def test_resume_refuses_a_pickle_that_runs_code(tmp_path):
+    """Optimizer state is read with ``torch.load(weights_only=True)``: a tampered optimizer.pt whose
+    pickle would run code is refused with a CheckpointError, and the code never runs."""
+    import pickle
+    from bertforge.errors import CheckpointError
+    t = _toy_run(tmp_path, nan_at=10**9, max_steps=2)
+    t.fit()
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+    torch.save({"state": Evil(), "param_groups": []}, tmp_path / "toy" / "checkpoints" / "step-2" /
+               "optimizer.pt", pickle_module=pickle)
+    t2 = _toy_run(tmp_path, nan_at=10**9, max_steps=4)
+    with pytest.raises(CheckpointError, match="step-2 cannot be loaded"):
+        t2.resume()
+    assert not marker.exists()
