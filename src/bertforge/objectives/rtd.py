@@ -72,6 +72,22 @@ class ReplacedTokenDetectionHead(nn.Module):
                 for n in ("dense", "dense_prediction") for p in ("weight", "bias")}
 
 
+def replace_tokens(input_ids: torch.Tensor, labels: torch.Tensor, sampled: torch.Tensor):
+    """Build the discriminator input and its labels (ELECTRA §2).
+
+    ``input_ids`` (B, T) masked ids; ``labels`` (B, T) original ids at the N masked positions, -100
+    elsewhere; ``sampled`` (N,) generator samples in ``labels != -100`` order. Returns ``corrupted``
+    (B, T): the original sequence with the masked positions replaced by the samples, and ``rtd_labels``
+    (B, T) float: 1 where ``corrupted`` differs from the original, so a sample equal to the original
+    token is labelled *original* (0).
+    """
+    sel = masked_positions(labels)
+    original = torch.where(sel, labels, input_ids)
+    corrupted = original.clone()
+    corrupted[sel] = sampled.to(corrupted.dtype)
+    return corrupted, (corrupted != original).float()
+
+
 def generator_config(disc: ModelConfig, size: float = 0.25) -> ModelConfig:
     """The generator's config: hidden ``size``·H (≥ 16), heads = hidden/64 (≥ 1), FFN 4·hidden, same
     depth, vocabulary and embedding size as the discriminator (ELECTRA §3.2, App. B)."""
@@ -116,10 +132,7 @@ class ElectraPretrainModel(nn.Module):
         with torch.no_grad():
             probs = torch.softmax(g.logits.detach().float(), -1)
             sampled = torch.multinomial(probs, 1).squeeze(-1) if probs.shape[0] else labels[sel]
-            original = torch.where(sel, labels, input_ids)
-            corrupted = original.clone()
-            corrupted[sel] = sampled
-            rtd_labels = (corrupted != original).float()  # sampled == original → "original"
+            corrupted, rtd_labels = replace_tokens(input_ids, labels, sampled)
         d = self.discriminator(corrupted, attention_mask, token_type_ids, labels=rtd_labels)
         loss = g.loss + self.rtd_weight * d.loss
         am = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
@@ -145,4 +158,4 @@ class ElectraPretrainModel(nn.Module):
         return m
 
 
-__all__ = ["ElectraPretrainModel", "ReplacedTokenDetectionHead", "generator_config", "RTD_WEIGHT"]
+__all__ = ["ElectraPretrainModel", "replace_tokens", "ReplacedTokenDetectionHead", "generator_config", "RTD_WEIGHT"]
