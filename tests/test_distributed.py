@@ -123,3 +123,40 @@ def test_finetune_two_processes_equal_one(tiny):
     # rank-0-only writing: one run dir, both checkpoints, nothing stray
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["step-3", "step-6"]
     shutil.rmtree(one), shutil.rmtree(two)
+
+
+def _corpus(path):
+    import random
+    from resilience_util import WORDS
+    rng = random.Random(0)
+    docs = []
+    for _ in range(30):
+        docs.append("\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))).capitalize() + "."
+                              for _ in range(rng.randint(3, 7))))
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def test_pretrain_two_processes_equal_one(tiny):
+    """BERT objective (dynamic MLM + NSP): the masks are drawn per global micro-batch and the MLM loss is
+    normalised by the global masked-token count, so 2 shards give the 1-process loss curve and weights."""
+    d = tiny[0]
+    corpus = _corpus(d / "corpus.txt")
+    args = ["pretrain", "--objective", "bert", "--corpus", corpus, "--size", "tiny", "--vocab-size", 200,
+            "--max-seq-len", 32, "--max-steps", 4, "--batch-size", 8, "--cache-dir", d / "cache",
+            "--no-progress", "train.dropout_off=true", "train.log_every=1", "model.hidden_size=32",
+            "model.embedding_size=32", "model.intermediate_size=64", "train.eval_every=1000",
+            "train.deterministic=true"]
+    one, two = d / "p1", d / "p2"
+    r1 = run(bertforge_cmd(*args, "--out", one))
+    assert r1.returncode == 0, r1.stderr
+    r2 = run(torchrun_cmd(2, *args, "--out", two))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    m1 = [m for m in read_metrics(one) if "loss" in m]
+    m2 = [m for m in read_metrics(two) if "loss" in m]
+    assert len(m1) == len(m2) == 4
+    for a, b in zip(m1, m2):
+        for k in ("loss", "mlm_loss", "nsp_loss"):
+            assert abs(a[k] - b[k]) <= 1e-5 * max(1.0, abs(a[k])), (k, a, b)
+    w1, w2 = load_weights(one / "model.safetensors"), load_weights(two / "model.safetensors")
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) <= 1e-5

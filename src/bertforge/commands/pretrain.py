@@ -167,6 +167,8 @@ def run(args) -> int:
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite)
     try:
+        from ..train.trainer import set_seed
+        set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
         model = build_model(opts, config)
         uni = unigram_top_id(corpus, train_mask, list(ids.values()))
         eval_fn = None

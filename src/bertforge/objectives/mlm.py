@@ -24,6 +24,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import register_head
+from ..train.distributed import target_normalizer
 
 IGNORE_INDEX = -100
 
@@ -97,6 +98,9 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
         acc = torch.zeros((), device=hidden.device)
     else:
         loss = F.cross_entropy(logits.float(), target)
+        norm = target_normalizer("labels", target.numel())  # under DDP: global mean over shards
+        if norm != target.numel():
+            loss = F.cross_entropy(logits.float(), target, reduction="sum") / norm
         acc = (logits.detach().argmax(-1) == target).float().mean()
     return {"logits": logits, "loss": loss, "terms": {"mlm_loss": loss.detach(), "mlm_acc": acc,
                                                       "mlm_count": float(target.numel())}}

@@ -137,3 +137,35 @@ def broadcast_object(obj: Any, ctx: DistContext) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+# ----------------------------------------------------------------------- token-mean losses under DDP
+# DDP averages the W shard gradients. For a loss that is a mean over *targets* whose number differs per
+# shard (MLM's masked tokens, token classification), the average of shard means is not the mean over the
+# global batch. The Trainer knows the global count of targets (it collates the global micro-batch on every
+# rank), and publishes count / W here while the shard's forward runs; a loss divides its sum by
+# :func:`target_normalizer` instead of its local count, which makes DDP's average the global mean exactly.
+import threading as _threading
+from contextlib import contextmanager as _contextmanager
+
+_NORM = _threading.local()
+
+
+@_contextmanager
+def target_normalizers(counts: dict):
+    """While active, :func:`target_normalizer(key, n)` returns ``counts[key]`` (global count / W)."""
+    prev = getattr(_NORM, "counts", None)
+    _NORM.counts = counts
+    try:
+        yield
+    finally:
+        _NORM.counts = prev
+
+
+def target_normalizer(key: str, local_count: int) -> float:
+    """Divisor of a summed token-level loss over batch key ``key`` (e.g. ``labels``): the local count in
+    one process, ``global count / world size`` for a shard under the Trainer's DDP."""
+    counts = getattr(_NORM, "counts", None)
+    if not counts or key not in counts:
+        return float(local_count)
+    return float(counts[key])

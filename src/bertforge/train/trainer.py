@@ -221,8 +221,18 @@ class Trainer:
             with _seeded(seed):
                 batch = self.collate_fn([self.train_dataset[i] for i in idx])
             if W > 1:
+                norms = _target_counts(batch, W)
                 batch = _shard(batch, r, W, len(idx))
+                if norms:
+                    batch["__target_norms__"] = norms
             yield batch
+
+    def _forward(self, batch: dict):
+        norms = batch.pop("__target_norms__", None)
+        if not norms:
+            return self.ddp_model(**batch)
+        with dist_utils.target_normalizers(norms):
+            return self.ddp_model(**batch)
 
     def _to_device(self, batch: dict) -> dict:
         return {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v)
@@ -473,7 +483,7 @@ class Trainer:
                 sync = micro % accum == 0
                 ctx = self._no_sync() if not sync else contextlib.nullcontext()
                 with ctx, self._autocast():
-                    out = self.ddp_model(**batch)
+                    out = self._forward(batch)
                     loss = out.loss if not isinstance(out, dict) else out["loss"]
                     (loss / accum).backward()
                 if bad is None and not torch.isfinite(loss.detach()):
@@ -614,6 +624,15 @@ def _plain_copy(model: nn.Module, full_state: dict) -> nn.Module:
     if full_state:
         plain.load_state_dict(full_state, strict=False)
     return plain
+
+
+def _target_counts(batch: dict, world: int) -> dict:
+    """For token-level label tensors (B, T) of the global micro-batch: (targets ≠ -100) / world."""
+    out = {}
+    for k, v in batch.items():
+        if k.endswith("labels") and torch.is_tensor(v) and v.dim() == 2 and not v.is_floating_point():
+            out[k] = float((v != -100).sum()) / world
+    return out
 
 
 def _shard(batch: dict, rank: int, world: int, b: int) -> dict:
