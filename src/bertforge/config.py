@@ -134,6 +134,7 @@ class TrainConfig:
 
     epochs: float = 3.0
     max_steps: Optional[int] = None
+    max_minutes: Optional[float] = None  # wall-clock budget of one fit(): stop, evaluate, save
     batch_size: int = 32
     grad_accum_steps: int = 1
     lr: float = 5e-5

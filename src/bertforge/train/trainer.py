@@ -513,6 +513,9 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 bar.update(1)
+                if self.cfg.max_minutes and dist_utils.any_rank(
+                        time.perf_counter() - t0 >= 60.0 * self.cfg.max_minutes, self.ctx):
+                    self.total_steps = self.step  # train.max_minutes reached: final eval + save below
                 if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
                     rec = {k: v / max(1, c) for k, (v, c) in _reduce(running, self.ctx).items()}
                     running.clear()
