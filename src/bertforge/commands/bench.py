@@ -1,0 +1,39 @@
+"""Time inference of a model dir (bertforge, ONNX, INT8 or plain transformers); prints one JSON object.
+
+Fields: latency p50/p90 (ms), throughput (sequences/s), parameters, file size (MB), GFLOPs per sequence,
+achieved GFLOP/s, threads, CPU flags. The same timing loop serves every backend.
+
+Examples:
+  bertforge bench --model runs/sst2 --seq-len 128 --batch-size 1
+  bertforge bench --model runs/sst2-int8 --backend onnxruntime
+  bertforge bench --model /path/to/hf-bert --backend transformers
+"""
+from __future__ import annotations
+
+import warnings
+
+from ._common import print_json, resolve_model_dir
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="checkpoint dir, exported dir (model.onnx) or a "
+                                                  "transformers dir")
+    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnxruntime", "transformers"],
+                   help="auto: onnxruntime if the dir has model.onnx, else torch")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--threads", type=int, help="intra-op threads (default: PyTorch's default)")
+    p.add_argument("--int8", action="store_true",
+                   help="torch: dynamic INT8 Linear; onnxruntime on a checkpoint: export + INT8 on the fly")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--min-seconds", type=float, default=0.0, help="keep timing at least this long")
+
+
+def run(args) -> int:
+    from ..evaluate.bench import bench
+    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+    rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
+                args.warmup, args.iters, args.min_seconds, args.int8)
+    print_json(rec)
+    return 0

@@ -1,0 +1,41 @@
+"""Export a checkpoint to ONNX (dynamic batch/sequence axes) + ONNX Runtime graph optimisation (+ INT8).
+
+Writes OUT/model.onnx, OUT/config.json, the tokenizer files and OUT/onnx.json (fused ops, FP32 parity).
+
+Examples:
+  bertforge export --model runs/sst2 --out runs/sst2-onnx
+  bertforge export --model runs/sst2 --out runs/sst2-onnx-int8 --int8
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from ..errors import BertforgeError
+from ._common import print_json, resolve_model_dir
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
+    p.add_argument("--out", required=True, help="output dir (model.onnx + config + tokenizer)")
+    p.add_argument("--int8", action="store_true", help="ONNX Runtime dynamic INT8 after optimisation")
+    p.add_argument("--per-channel", action="store_true", help="per-channel INT8 weight scales")
+    p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
+    p.add_argument("--no-fused", action="store_true",
+                   help="standard ONNX ops only (no com.microsoft Attention contrib op)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def run(args) -> int:
+    from ..compress.onnx import deploy
+    from ..hf import load_pretrained
+    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+    model_dir = resolve_model_dir(args.model)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    model = load_pretrained(model_dir).eval()
+    rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
+                 fused=not args.no_fused, per_channel=args.per_channel)
+    print_json({"model": str(model_dir), "out": str(out), **rec})
+    return 0

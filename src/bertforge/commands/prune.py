@@ -1,0 +1,226 @@
+"""Prune attention heads / FFN neurons by importance (Michel et al. 2019), or weights by magnitude.
+
+Head importance |∂L/∂ξ_h| is estimated on --data: a task file (the model's own task loss when it has
+labels) or plain text, one example per line (label-free Fisher loss: the model's own sampled predictions;
+or --loss mlm for a masked-LM model). Heads are removed physically, in --steps rounds up to --fraction of
+all heads, re-scoring after each round; the task metric on --eval (or, without labels, the KL / hidden-state
+drift from the unpruned model) is tracked per round in prune_history.csv / .png.
+
+Examples:
+  bertforge prune --model runs/sst2 --data dev.tsv --eval dev.tsv --fraction 0.3 --steps 3 --out runs/sst2-p30
+  bertforge prune --model runs/student --data corpus.txt --fraction 0.25 --ffn-fraction 0.2 --out runs/s-p25
+  bertforge prune --model runs/sst2 --magnitude 0.5 --out runs/sst2-m50
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import BertforgeError, ConfigError, DataError
+from ._common import print_json, resolve_model_dir
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
+    p.add_argument("--out", required=True, help="output dir for the pruned checkpoint")
+    p.add_argument("--data", help="importance sample: task file (TSV/CSV/JSONL) or plain text (.txt, one "
+                                  "example per line)")
+    p.add_argument("--task", help="task of --data/--eval (default: the one the model was fine-tuned on)")
+    p.add_argument("--eval", help="labelled file whose task metric is tracked after each step")
+    p.add_argument("--fraction", type=float, default=0.0, help="fraction of all heads to remove (0–1)")
+    p.add_argument("--ffn-fraction", type=float, default=0.0, help="fraction of all FFN units to remove")
+    p.add_argument("--steps", type=int, default=1, help="pruning rounds, importance re-scored before each")
+    p.add_argument("--loss", default="auto", choices=["auto", "task", "fisher", "mlm"],
+                   help="importance loss: task labels, label-free fisher (sampled own predictions), mlm")
+    p.add_argument("--min-heads-per-layer", type=int, default=0,
+                   help="heads every layer keeps (0: a layer may lose every head)")
+    p.add_argument("--max-samples", type=int, default=512, help="examples used to score importance")
+    p.add_argument("--max-eval-samples", type=int)
+    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--magnitude", type=float, metavar="AMOUNT",
+                   help="unstructured L1 magnitude pruning of this fraction of Linear weights instead")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
+    from ..adapters import adapter_for
+    from ..data.tasks import get_task
+    meta = cfg.get("bertforge") or {}
+    name = task_name or meta.get("task")
+    if not name:
+        return None, None
+    task = get_task(name, **meta.get("task_spec", {}))
+    return task, adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+
+
+def read_text_examples(path, tok, max_seq_len: int, max_samples=None) -> list:
+    """Plain text, one example per non-empty line → encoded dicts (``input_ids``, ``token_type_ids``)."""
+    from ..tokenizer import encode_texts
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"--data {path} does not exist; pass a text or task file")
+    lines = []
+    with open(p, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                lines.append(line.strip())
+                if max_samples and len(lines) >= max_samples:
+                    break
+    if not lines:
+        raise DataError(f"--data {path} has no non-empty lines")
+    return [{"input_ids": e.ids, "token_type_ids": e.type_ids}
+            for e in encode_texts(tok, lines, None, max_seq_len)]
+
+
+def _batches(data, collate, batch_size):
+    def gen():
+        for s in range(0, len(data), batch_size):
+            yield collate(data[s:s + batch_size])
+    return gen
+
+
+def fidelity_fn(model, data, collate, batch_size):
+    """Label-free tracking: mean KL(p_unpruned ‖ p_pruned) over logits, or the relative squared drift
+    ‖h − h₀‖² / ‖h₀‖² of the last hidden state for a head-less encoder (0 = unchanged)."""
+    batches = [collate(data[s:s + batch_size]) for s in range(0, len(data), batch_size)]
+
+    def outputs(m):
+        m.eval()
+        res = []
+        with torch.no_grad():
+            for b in batches:
+                b = {k: v for k, v in b.items() if k != "labels"}
+                o = m(**b)
+                res.append((o.logits if o.logits is not None else o.last_hidden_state).float())
+        return res
+
+    ref = outputs(model)
+
+    def fn(m):
+        cur = outputs(m)
+        if model.head is not None and ref[0].shape[-1] > 1:
+            kls = []
+            for r, c, b in zip(ref, cur, batches):
+                kl = torch.sum(torch.softmax(r, -1) * (torch.log_softmax(r, -1) - torch.log_softmax(c, -1)), -1)
+                if kl.dim() == 2:
+                    kl = kl[b["attention_mask"].bool()]
+                kls.append(kl.flatten())
+            return {"kl_to_unpruned": round(float(torch.cat(kls).mean()), 6)}
+        num = sum(float(((c - r) ** 2).sum()) for r, c in zip(ref, cur))
+        den = sum(float((r ** 2).sum()) for r in ref)
+        return {"hidden_drift": round(num / max(den, 1e-12), 6)}
+    return fn
+
+
+def write_history(out: Path, history: list, metric: str) -> None:
+    from ..io import atomic_write_text
+    cols = ["step", "heads_pruned", "heads_fraction", "ffn_pruned", "parameters", metric, "heads_per_layer"]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(cols)
+    for r in history:
+        w.writerow([r.get(c) if c != "heads_per_layer" else " ".join(map(str, r[c])) for c in cols])
+    atomic_write_text(out / "prune_history.csv", buf.getvalue())
+    plot_curve(out / "prune_history.png", [r["heads_pruned"] for r in history],
+               [r.get(metric) for r in history], metric)
+
+
+def plot_curve(path: Path, x, y, metric: str, title: str = "head pruning (Michel et al. 2019)") -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(x, y, marker="o")
+    ax.set_xlabel("heads pruned")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def run(args) -> int:
+    from ..compress import prune as P
+    from ..data.collate import PadCollator
+    from ..hf import load_pretrained, read_config
+    from ..io import atomic_dir, atomic_write_text
+    from ..tokenizer import load_tokenizer, pad_id, special_tokens
+    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+    model_dir = resolve_model_dir(args.model)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    if args.magnitude is None and args.fraction <= 0 and args.ffn_fraction <= 0:
+        raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
+    cfg = read_config(model_dir)
+    tok = load_tokenizer(model_dir)
+    model = load_pretrained(model_dir).eval()
+    torch.manual_seed(args.seed)
+    result: dict = {"model": str(model_dir), "out": str(out)}
+    history = []
+    if args.magnitude is not None:
+        result["magnitude"] = P.magnitude_prune(model, args.magnitude)
+    else:
+        if not args.data:
+            raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")
+        task, adapter = _task_and_adapter(model_dir, cfg, args.task, args.max_seq_len, tok)
+        if adapter is not None and not str(args.data).endswith(".txt"):
+            data = adapter.load(args.data, args.max_samples, require_labels=False)
+            collate = adapter.collator()
+        else:
+            data = read_text_examples(args.data, tok, args.max_seq_len, args.max_samples)
+            collate = PadCollator(pad_id(tok))
+        sp = special_tokens(tok)
+        mask_id = tok.token_to_id(sp["mask"]) if "mask" in sp else None
+        specials = [tok.token_to_id(sp[r]) for r in ("cls", "sep", "pad") if r in sp]
+        if args.eval and adapter is not None:
+            eval_ds = adapter.load(args.eval, args.max_eval_samples)
+            metric = task.metrics[0]
+
+            def eval_fn(m):
+                return {metric: round(adapter.evaluate(m, eval_ds, 64)[metric], 6)}
+        elif args.eval:
+            raise ConfigError("--eval needs a task; pass --task NAME (or prune a fine-tuned model)")
+        else:
+            n_ev = min(len(data), 256)
+            eval_fn = fidelity_fn(model, data[:n_ev], collate, args.batch_size)
+            metric = "kl_to_unpruned" if (model.head is not None) else "hidden_drift"
+
+        def log(rec):
+            import sys
+            sys.stderr.write("bertforge prune: " + json.dumps({k: rec[k] for k in rec
+                                                              if k != "heads_per_layer"}) + "\n")
+        history = P.iterative_prune(model, _batches(data, collate, args.batch_size), args.fraction,
+                                    args.steps, args.ffn_fraction, args.loss, eval_fn,
+                                    args.min_heads_per_layer, args.seed, log=log,
+                                    mask_token_id=mask_id, special_ids=specials)
+        model.config.bertforge = {**model.config.bertforge, "pruning": {
+            "method": "head importance |dL/dxi| (Michel et al. 2019), per-layer L2-normalised",
+            "fraction": args.fraction, "ffn_fraction": args.ffn_fraction, "steps": args.steps,
+            "loss": history[-1].get("importance_loss", args.loss), "data": str(args.data)}}
+        result.update(heads_per_layer=P.head_counts(model), ffn_per_layer=P.ffn_sizes(model),
+                      metric=metric, history=[{k: v for k, v in r.items() if k != "heads_per_layer"}
+                                              for r in history])
+    result["parameters"] = P.count_parameters(model)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp, tokenizer_dir=model_dir)
+        if history:
+            write_history(tmp, history, result["metric"])
+        atomic_write_text(tmp / "prune.json", json.dumps(result, indent=2, default=float))
+    result["file_mb"] = round((out / "model.safetensors").stat().st_size / 2**20, 3)
+    print_json(result)
+    return 0
+
+
+__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "np"]

@@ -1,0 +1,74 @@
+"""Quantize a checkpoint to INT8: ONNX Runtime graph (default, fastest on x86) or PyTorch dynamic INT8.
+
+--backend onnxruntime: export (fused attention) → ORT transformer optimizer → ORT dynamic INT8, written as
+OUT/model.onnx. --backend torch: torch.ao dynamic INT8 of the Linear layers, OUT/model.int8.safetensors.
+With --eval (and a task) the task metric of the FP32 model and of the INT8 model are printed side by side.
+
+Examples:
+  bertforge quantize --model runs/sst2 --out runs/sst2-int8 --eval dev.tsv
+  bertforge quantize --model runs/sst2 --backend torch --out runs/sst2-int8-torch
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import BertforgeError, ConfigError
+from ._common import print_json, resolve_model_dir
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="FP32 checkpoint dir (HF layout) or 'minilm'")
+    p.add_argument("--out", required=True)
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"])
+    p.add_argument("--per-channel", action="store_true", help="onnxruntime: per-channel weight scales")
+    p.add_argument("--no-fused", action="store_true", help="onnxruntime: standard ONNX ops only")
+    p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8")
+    p.add_argument("--task", help="task of --eval (default: the model's own)")
+    p.add_argument("--max-eval-samples", type=int)
+    p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def run(args) -> int:
+    from ..compress import onnx as bo
+    from ..compress import quantize as bq
+    from ..hf import load_pretrained
+    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+    model_dir = resolve_model_dir(args.model)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
+        raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
+    model = load_pretrained(model_dir).eval()
+    src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
+        if (model_dir / "model.safetensors").is_file() else None
+    rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
+    if args.backend == "onnxruntime":
+        rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
+                             per_channel=args.per_channel))
+        qmodel = bo.OrtModel(out)
+    else:
+        qmodel = bq.quantize_dynamic(model)
+        bq.save_quantized(qmodel, model, out, tokenizer_dir=model_dir)
+        rec.update(quantization=bq.SCHEME, file_mb=bq.file_size_mb(out / bq.INT8_FILE))
+    # output agreement on a random padded batch
+    x = bo.dummy_inputs(model, batch=4, seq=32, seed=3)
+    with torch.no_grad():
+        a = model(**x)
+        b = qmodel(**x)
+    ref = a.logits if a.logits is not None else a.last_hidden_state
+    got = b.logits if b.logits is not None else b.last_hidden_state
+    if got.shape == ref.shape:
+        rec["int8_max_abs_diff"] = round(float((got.float() - ref.float()).abs().max()), 6)
+    if args.eval:
+        from .evaluate import load_for_task
+        _, task, adapter, _ = load_for_task(str(model_dir), args.task, args.max_seq_len)
+        data = adapter.load(args.eval, args.max_eval_samples)
+        rec["eval"] = {"task": task.name, "n": len(data), "fp32": adapter.evaluate(model, data),
+                       "int8": adapter.evaluate(qmodel, data)}
+    print_json(rec)
+    return 0

@@ -1,0 +1,362 @@
+"""ONNX export, ONNX Runtime transformer graph optimisation and ONNX Runtime dynamic INT8.
+
+:func:`export_onnx` traces an export view of a :class:`~bertforge.models.heads.TaskModel` (same weights, same
+math) with the TorchScript exporter of :func:`torch.onnx.export`, inputs ``input_ids`` / ``attention_mask``
+(/ ``token_type_ids``), all (batch, sequence) with dynamic axes, output ``logits`` (or
+``last_hidden_state`` for a head-less encoder). Differences from a plain export of the eager model:
+
+* the padding mask is always in the graph (the eager model skips it when nothing is padded, which a trace
+  would freeze);
+* ``fused=True`` (default) emits each self-attention block as one ONNX Runtime contrib op
+  ``com.microsoft::Attention`` whose packed weight is exactly our fused ``qkv`` (H → [Q; K; V]); pruned layers
+  pass their own width via ``qkv_hidden_sizes``, and a layer without heads is left out (its block is the
+  output bias only). ``fused=False`` writes standard ONNX ops only (runs anywhere);
+* for heads that read only [CLS] (sequence classification), the last block computes only position 0
+  (``com.microsoft::MultiHeadAttention`` with one query): the logits are the same, the last layer's FFN
+  and output projection run on 1 token instead of T.
+
+:func:`optimize_onnx` then runs ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")``
+(SkipLayerNormalization, BiasGelu, EmbedLayerNormalization fusions, constant folding), and
+:func:`quantize_onnx` ``onnxruntime.quantization.quantize_dynamic`` (INT8 weights, activations quantized
+per call: MatMul → MatMulInteger/DynamicQuantizeMatMul, Attention → QAttention).
+
+References: ONNX Runtime transformer optimizer and quantization docs (onnxruntime.ai/docs/performance/
+transformers-optimization.html, …/model-optimizations/quantization.html); Zafrir et al. 2019 (Q8BERT) and
+Kim et al. 2021 (I-BERT) for INT8 BERT inference.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import BertforgeError
+
+OPSET = 17
+MASK_FILTER = -10000.0
+
+
+# ------------------------------------------------------------------------ contrib ops for the tracer
+def _typed_like(out, x):
+    """Give a contrib-op output x's dtype and rank (last dim unknown) for the exporter's shape inference."""
+    try:
+        t = x.type()
+        out.setType(t.with_sizes([None] * (t.dim() or 3)))
+    except Exception:  # older/newer tracer APIs: ORT infers the shape itself
+        pass
+    return out
+
+
+class _Attention(torch.autograd.Function):
+    """com.microsoft::Attention: x (B,T,H), w (H, 3·inner), b (3·inner,), mask (B,T) int32 → (B,T,inner)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, mask, num_heads: int):
+        bsz, t, _ = x.shape
+        inner = w.shape[1] // 3
+        d = inner // num_heads
+        q, k, v = (x @ w + b).split(inner, dim=-1)
+        q, k, v = (z.view(bsz, t, num_heads, d).transpose(1, 2) for z in (q, k, v))
+        bias = (1.0 - mask.to(x.dtype))[:, None, None, :] * MASK_FILTER
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return o.transpose(1, 2).reshape(bsz, t, inner)
+
+    @staticmethod
+    def symbolic(g, x, w, b, mask, num_heads):
+        out = g.op("com.microsoft::Attention", x, w, b, mask, num_heads_i=num_heads,
+                   mask_filter_value_f=MASK_FILTER)
+        return _typed_like(out, x)
+
+
+class _MultiHeadAttention(torch.autograd.Function):
+    """com.microsoft::MultiHeadAttention: q (B,Tq,inner), k/v (B,T,inner) before bias, bias (3·inner,),
+    key padding mask (B,T) int32 → (B,Tq,inner)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, b, mask, num_heads: int):
+        bsz, tq, inner = q.shape
+        t, d = k.shape[1], inner // num_heads
+        bq, bk, bv = b.split(inner)
+        q = (q + bq).view(bsz, tq, num_heads, d).transpose(1, 2)
+        k = (k + bk).view(bsz, t, num_heads, d).transpose(1, 2)
+        v = (v + bv).view(bsz, t, num_heads, d).transpose(1, 2)
+        bias = (1.0 - mask.to(q.dtype))[:, None, None, :] * MASK_FILTER
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return o.transpose(1, 2).reshape(bsz, tq, inner)
+
+    @staticmethod
+    def symbolic(g, q, k, v, b, mask, num_heads):
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, b, mask,
+                   num_heads_i=num_heads, mask_filter_value_f=MASK_FILTER)
+        return _typed_like(out, q)
+
+
+def _plain_attention(x_q, x_kv, att, mask_f):
+    """Standard-op attention (MatMul/Softmax) with the additive mask always applied."""
+    n, d = att.num_heads, att.head_dim
+    inner = n * d
+    w, b = att.qkv.weight, att.qkv.bias
+    q = F.linear(x_q, w[:inner], b[:inner])
+    k = F.linear(x_kv, w[inner:2 * inner], b[inner:2 * inner])
+    v = F.linear(x_kv, w[2 * inner:], b[2 * inner:])
+    bsz, tq, tk = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
+    q = q.view(bsz, tq, n, d).transpose(1, 2)
+    k = k.view(bsz, tk, n, d).transpose(1, 2)
+    v = v.view(bsz, tk, n, d).transpose(1, 2)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d) + ((1.0 - mask_f) * MASK_FILTER)[:, None, None, :]
+    o = torch.softmax(scores, -1) @ v
+    return o.transpose(1, 2).reshape(bsz, tq, inner)
+
+
+class ExportView(nn.Module):
+    """The forward pass of a TaskModel written for tracing (same parameters, same math; see module doc).
+
+    ``forward(input_ids (B,T), attention_mask (B,T), token_type_ids (B,T) optional)`` → logits (B, C)
+    (or (B,T,·) for token-level heads) / last_hidden_state (B,T,H) for ``head='base'``.
+    """
+
+    def __init__(self, model, fused: bool = True, cls_only: Optional[bool] = None):
+        super().__init__()
+        self.model = model
+        self.enc = model.encoder
+        self.fused = fused
+        head = model.head
+        self.cls_only = bool(head is not None and getattr(head, "cls_only", False)) \
+            if cls_only is None else cls_only
+
+    def _attend(self, att, x, mask_i, mask_f, last_cls: bool):
+        n, d = att.num_heads, att.head_dim
+        inner = n * d
+        xq = x[:, :1] if last_cls else x
+        if not self.fused:
+            return att.out(_plain_attention(xq, x, att, mask_f))
+        w, b = att.qkv.weight, att.qkv.bias
+        if last_cls:
+            q = F.linear(xq, w[:inner])
+            k = F.linear(x, w[inner:2 * inner])
+            v = F.linear(x, w[2 * inner:])
+            ctx = _MultiHeadAttention.apply(q, k, v, b, mask_i, n)
+        else:
+            ctx = _Attention.apply(x, w.t(), b, mask_i, n)
+        return att.out(ctx)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        from ..models.encoder import EncoderOutput
+        enc = self.enc
+        x = enc.embeddings(input_ids, token_type_ids)
+        mask_i = attention_mask.to(torch.int32)
+        mask_f = attention_mask.to(x.dtype)
+        n_layers = len(enc.layers)
+        for i, lyr in enumerate(enc.layers):
+            last_cls = self.cls_only and i == n_layers - 1
+            att = lyr.attention
+            if att.num_heads == 0:
+                a = att.out.bias
+                if last_cls:
+                    x = x[:, :1]
+            else:
+                a = self._attend(att, x, mask_i, mask_f, last_cls)
+                if last_cls:
+                    x = x[:, :1]
+            x = lyr.attention_norm(x + a)
+            x = lyr.ffn_norm(x + lyr.ffn(x))
+        pooled = torch.tanh(enc.pooler(x[:, 0])) if enc.pooler is not None else None
+        if self.model.head is None:
+            return x
+        out = self.model.head(EncoderOutput(last_hidden_state=x, pooler_output=pooled),
+                              {"attention_mask": attention_mask, "input_ids": input_ids})
+        return out["logits"]
+
+
+def input_names(model) -> list:
+    names = ["input_ids", "attention_mask"]
+    if model.config.type_vocab_size > 0:
+        names.append("token_type_ids")
+    return names
+
+
+def output_name(model) -> str:
+    return "last_hidden_state" if model.head is None else "logits"
+
+
+def dummy_inputs(model, batch: int = 2, seq: int = 16, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, model.config.vocab_size, (batch, seq), generator=g)
+    am = torch.ones(batch, seq, dtype=torch.long)
+    if batch > 1:
+        am[-1, seq // 2:] = 0  # one padded row, so the mask is exercised
+    out = {"input_ids": ids, "attention_mask": am}
+    if model.config.type_vocab_size > 0:
+        out["token_type_ids"] = torch.zeros(batch, seq, dtype=torch.long)
+    return out
+
+
+def export_onnx(model, path, fused: bool = True, cls_only: Optional[bool] = None,
+                opset: int = OPSET) -> Path:
+    """Write ``model`` (FP32, eval mode) to ``path`` as ONNX with dynamic batch and sequence axes.
+
+    Raises:
+        BertforgeError: the exporter failed (message names the first line of its error).
+    """
+    path = Path(path)
+    model = model.eval().float()
+    view = ExportView(model, fused=fused, cls_only=cls_only).eval()
+    names = input_names(model)
+    dummy = dummy_inputs(model)
+    args = tuple(dummy[n] for n in names)
+    out_name = output_name(model)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes[out_name] = {0: "batch"} if (view.cls_only and model.head is not None) else {0: "batch", 1: "sequence"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(view, args, str(tmp), input_names=names, output_names=[out_name],
+                              dynamic_axes=axes, opset_version=opset, do_constant_folding=True,
+                              dynamo=False)
+        tmp.replace(path)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        raise BertforgeError(f"ONNX export failed ({str(e).splitlines()[0][:200]}); "
+                             f"try --no-fused") from None
+    return path
+
+
+def optimize_onnx(src, dst, fused: bool = True) -> dict:
+    """``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` on ``src`` → ``dst``.
+
+    On a graph exported with ``fused=False`` the EmbedLayerNormalization fusion is turned off (on those
+    graphs it mis-matches and the output drifts by ~1e-2). Returns the fused-operator statistics."""
+    import logging
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    options = FusionOptions("bert")
+    if not fused:
+        options.enable_embed_layer_norm = False
+    opt = optimize_model(str(src), model_type="bert", optimization_options=options)
+    stats = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
+    opt.save_model_to_file(str(tmp))
+    tmp.replace(dst)
+    return stats
+
+
+def quantize_onnx(src, dst, per_channel: bool = False) -> None:
+    """ONNX Runtime dynamic INT8 (weights int8 offline, activations uint8 per call) of ``src`` → ``dst``."""
+    import logging
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer warns about pre-processing via root
+    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
+    # contrib ops (Attention, SkipLayerNormalization…) defeat ONNX shape inference: tensors are float
+    quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    tmp.replace(dst)
+
+
+def session(path, threads: Optional[int] = None):
+    """An ``onnxruntime.InferenceSession`` on CPU with all graph optimisations on."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def run_session(sess, inputs: dict) -> np.ndarray:
+    names = {i.name for i in sess.get_inputs()}
+    feed = {k: (v.numpy() if torch.is_tensor(v) else v).astype(np.int64) for k, v in inputs.items()
+            if k in names}
+    return sess.run(None, feed)[0]
+
+
+def parity(model, onnx_path, batch: int = 2, seq: int = 16) -> float:
+    """Max |ONNX Runtime − PyTorch| on the output for a padded random batch (valid positions only)."""
+    inputs = dummy_inputs(model, batch, seq, seed=1)
+    with torch.no_grad():
+        out = model.eval()(**inputs)
+    ref = (out.logits if model.head is not None else out.last_hidden_state).float().numpy()
+    got = run_session(session(onnx_path), inputs)
+    if ref.ndim == 3 and got.shape == ref.shape:  # token level: compare non-padded positions only
+        m = inputs["attention_mask"].numpy().astype(bool)
+        return float(np.abs(got[m] - ref[m]).max())
+    if got.shape != ref.shape:
+        raise BertforgeError(f"ONNX output shape {got.shape} != PyTorch {ref.shape}")
+    return float(np.abs(got - ref).max())
+
+
+def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: bool = False,
+           fused: bool = True, per_channel: bool = False, check: bool = True) -> dict:
+    """Export → (optimise) → (INT8) into ``out_dir/model.onnx``; copy ``config.json`` and tokenizer files.
+
+    Writes ``out_dir/onnx.json`` describing the graph (inputs, output, fused ops, quantization, FP32
+    parity). Returns that record. Raises BertforgeError when FP32 parity exceeds 1e-4.
+    """
+    from ..hf import config_to_hf
+    from ..io import atomic_dir, atomic_write_text
+    from ..tokenizer import copy_tokenizer_files
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        raw = tmp / "raw.onnx"
+        export_onnx(model, raw, fused=fused)
+        rec = {"format": "onnx", "opset": OPSET, "inputs": input_names(model), "output": output_name(model),
+               "fused_attention": fused, "optimized": optimize, "quantization": None}
+        fp32 = raw
+        if optimize:
+            fp32 = tmp / "fp32.onnx"
+            rec["fused_ops"] = optimize_onnx(raw, fp32, fused=fused)
+        if check:
+            rec["fp32_max_abs_diff"] = parity(model, fp32)
+            if rec["fp32_max_abs_diff"] > 1e-4:
+                raise BertforgeError(f"exported FP32 graph differs from PyTorch by "
+                                     f"{rec['fp32_max_abs_diff']:.2e} (> 1e-4); try --no-fused")
+        if quantize:
+            quantize_onnx(fp32, tmp / "model.onnx", per_channel=per_channel)
+            rec["quantization"] = "onnxruntime dynamic int8 (QInt8 weights" + \
+                (", per channel)" if per_channel else ")")
+        else:
+            fp32.replace(tmp / "model.onnx")
+        for f in (raw, tmp / "fp32.onnx"):
+            f.unlink(missing_ok=True)
+        atomic_write_text(tmp / "config.json", json.dumps(config_to_hf(model.config, model.head_name),
+                                                          indent=2))
+        if source_dir is not None:
+            copy_tokenizer_files(Path(source_dir), tmp)
+        rec["file_mb"] = round((tmp / "model.onnx").stat().st_size / 2**20, 3)
+        atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
+    return rec
+
+
+class OrtModel(nn.Module):
+    """An ``nn.Module`` facade over an ONNX Runtime session of ``model_dir/model.onnx``, so the task
+    adapters (``adapter.evaluate``) can score an exported / INT8 graph exactly as a PyTorch model.
+
+    ``forward(input_ids, attention_mask, token_type_ids)`` (B, T) → ModelOutput with ``logits`` (CPU)."""
+
+    def __init__(self, model_dir, threads: Optional[int] = None):
+        super().__init__()
+        self.sess = session(Path(model_dir) / "model.onnx", threads)
+        self.names = [i.name for i in self.sess.get_inputs()]
+        self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **_):
+        from ..models.heads import ModelOutput
+        x = {"input_ids": input_ids, "attention_mask": attention_mask if attention_mask is not None
+             else torch.ones_like(input_ids), "token_type_ids": token_type_ids if token_type_ids is not None
+             else torch.zeros_like(input_ids)}
+        out = torch.from_numpy(run_session(self.sess, {k: x[k] for k in self.names}))
+        return ModelOutput(logits=out)
+
+
+__all__ = ["OrtModel", "ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "session", "parity", "deploy"]

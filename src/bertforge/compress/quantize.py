@@ -1,0 +1,141 @@
+"""PyTorch dynamic INT8 quantization of the Linear layers, and an INT8 checkpoint format.
+
+:func:`quantize_dynamic` wraps :func:`torch.ao.quantization.quantize_dynamic` (``qint8`` weights, per-tensor
+affine; activations quantized on the fly per call, int32 accumulation; Zafrir et al. 2019, "Q8BERT",
+§2 — symmetric linear quantization of GEMM inputs). Embeddings, LayerNorm and softmax stay FP32. Linear
+layers with no units (a layer whose heads were all pruned) stay FP32.
+
+A quantized model is saved as ``model.int8.safetensors`` (int8 weight + scale + zero point per Linear,
+FP32 for everything else — no pickling) beside ``config.json`` (``bertforge.quantization``) and the
+tokenizer files; :func:`load_quantized` rebuilds it. ``bertforge quantize --backend onnxruntime`` (the
+faster path on x86) is in :mod:`bertforge.compress.onnx`.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+
+INT8_FILE = "model.int8.safetensors"
+SCHEME = "torch dynamic int8 (qint8 per-tensor weights, Linear only)"
+
+
+def quantizable_linears(model) -> set:
+    """Names of the Linear modules that get INT8 weights (all with at least one unit)."""
+    return {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight.numel() > 0}
+
+
+def quantize_dynamic(model) -> nn.Module:
+    """Return an INT8 copy of ``model`` (FP32, CPU): every non-empty ``nn.Linear`` → dynamic INT8 Linear.
+
+    Input/output shapes are those of ``model``; the copy runs on CPU only."""
+    import copy
+    model = copy.deepcopy(model).float().cpu().eval()
+    if model.head is not None and getattr(model.head, "cls_only", False):
+        # the encoder's [CLS]-only last block slices the fused qkv weight, which a packed INT8 Linear
+        # does not expose: run the full last block instead (same logits)
+        model.head.cls_only = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, quantizable_linears(model), dtype=torch.qint8)
+
+
+def _is_qlinear(m) -> bool:
+    return type(m).__name__ == "Linear" and type(m).__module__.startswith("torch.ao.nn.quantized.dynamic")
+
+
+def int8_state(qmodel) -> dict:
+    """Flat tensor dict: ``{name}.weight.int8`` / ``.weight.scale`` / ``.weight.zero_point`` / ``.bias`` per
+    quantized Linear, plus every other parameter and buffer under its own name."""
+    out, skip = {}, set()
+    for name, m in qmodel.named_modules():
+        if _is_qlinear(m):
+            w = m.weight()
+            out[f"{name}.weight.int8"] = w.int_repr().contiguous()
+            out[f"{name}.weight.scale"] = torch.tensor([w.q_scale()], dtype=torch.float64)
+            out[f"{name}.weight.zero_point"] = torch.tensor([w.q_zero_point()], dtype=torch.int64)
+            if m.bias() is not None:
+                out[f"{name}.bias"] = m.bias().detach().contiguous()
+            skip.add(name + ".")
+    for k, v in list(qmodel.state_dict().items()):
+        if not torch.is_tensor(v) or v.is_quantized or any(k.startswith(s) for s in skip):
+            continue
+        out[k] = v.detach().contiguous().clone()
+    return out
+
+
+def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
+    """Write ``config.json`` + ``model.int8.safetensors`` (+ tokenizer files) atomically to ``out_dir``."""
+    from safetensors.torch import save_file
+    from ..hf import config_to_hf
+    from ..io import atomic_dir
+    from ..tokenizer import copy_tokenizer_files
+    cfg = config_to_hf(fp32_model.config, fp32_model.head_name)
+    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": SCHEME}
+    with atomic_dir(Path(out_dir)) as tmp:
+        save_file(int8_state(qmodel), str(tmp / INT8_FILE), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(Path(tokenizer_dir), tmp)
+
+
+def is_quantized_dir(path) -> bool:
+    return (Path(path) / INT8_FILE).is_file()
+
+
+def load_quantized(path):
+    """Rebuild a model saved by :func:`save_quantized` (INT8 Linear layers, CPU).
+
+    Raises:
+        CheckpointError: missing files or tensors that do not match ``config.json``.
+    """
+    from safetensors.torch import load_file
+    from ..hf import _head_from_arch, config_from_hf, read_config
+    from ..models.heads import TaskModel
+    path = Path(path)
+    d = read_config(path)
+    if not is_quantized_dir(path):
+        raise CheckpointError(f"{path} has no {INT8_FILE}; run `bertforge quantize --backend torch` first")
+    config = config_from_hf(d)
+    head = d.get("bertforge_head") or _head_from_arch(d) or "base"
+    fp32 = TaskModel(config, head=head)
+    qmodel = quantize_dynamic(fp32)
+    state = load_file(str(path / INT8_FILE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, m in qmodel.named_modules():
+            if not _is_qlinear(m):
+                continue
+            try:
+                wi = state.pop(f"{name}.weight.int8")
+                scale = float(state.pop(f"{name}.weight.scale")[0])
+                zp = int(state.pop(f"{name}.weight.zero_point")[0])
+            except KeyError:
+                raise CheckpointError(f"{path / INT8_FILE} lacks the INT8 weight of {name}; re-run "
+                                      "`bertforge quantize`") from None
+            qw = torch._make_per_tensor_quantized_tensor(wi, scale, zp)
+            m.set_weight_bias(qw, state.pop(f"{name}.bias", None))
+    own = {**dict(qmodel.named_parameters()), **dict(qmodel.named_buffers())}
+    own = {k: v for k, v in own.items() if torch.is_tensor(v) and not v.is_quantized}
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected or any(own[k].shape != v.shape for k, v in state.items()):
+        raise CheckpointError(f"{path / INT8_FILE} does not match config.json (missing {missing[:2]}, "
+                              f"unexpected {unexpected[:2]}); re-run `bertforge quantize`")
+    with torch.no_grad():
+        for k, v in state.items():
+            own[k].copy_(v)
+    qmodel.source_dir = str(path)
+    return qmodel.eval()
+
+
+def file_size_mb(path) -> float:
+    return round(Path(path).stat().st_size / 2**20, 3)
+
+
+__all__ = ["quantize_dynamic", "save_quantized", "load_quantized", "is_quantized_dir", "int8_state"]

@@ -1,0 +1,245 @@
+"""Inference latency benchmark: one timing loop for bertforge (PyTorch FP32/INT8), ONNX Runtime graphs and
+plain ``transformers`` models, so their numbers are comparable.
+
+:func:`bench` times ``forward`` on a random batch of ``batch_size`` × ``seq_len`` token ids (no padding)
+after ``warmup`` calls, and reports latency p50/p90 (ms per call), throughput (sequences/s = batch / mean
+latency), parameters, weight-file size (MB), GFLOPs per sequence (analytic, see :func:`encoder_flops`),
+achieved GFLOP/s, thread count and the CPU's SIMD flags. :func:`time_calls` is the shared timing loop.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError, ConfigError
+
+BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
+WEIGHT_FILES = ("model.onnx", "model.int8.safetensors", "model.safetensors", "pytorch_model.bin")
+_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
+          "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
+
+
+def cpu_flags() -> list:
+    """The SIMD flags (of :data:`_FLAGS`) that /proc/cpuinfo lists for this CPU."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in _FLAGS if x in have]
+    except OSError:
+        pass
+    return []
+
+
+def encoder_flops(cfg: dict, seq_len: int) -> float:
+    """FLOPs of one sequence through the encoder (+ pooler/classifier), a multiply-add = 2 FLOPs.
+
+    Per layer with T tokens, hidden H, attention width A = heads·d_k and FFN width I:
+    2·T·H·3A (Q,K,V) + 2·2·T²·A (QKᵀ and attention·V) + 2·T·A·H (output) + 2·2·T·H·I (FFN).
+    ``cfg`` is a HF ``config.json`` dict; ``layer_num_heads`` / ``layer_intermediate_sizes`` (pruned
+    models) are honoured. Embedding lookups, LayerNorm, softmax and activations are not counted.
+    """
+    if cfg.get("model_type") == "distilbert":
+        h, n, heads, inter = cfg.get("dim", 768), cfg.get("n_layers", 6), cfg.get("n_heads", 12), \
+            cfg.get("hidden_dim", 3072)
+    else:
+        h, n, heads, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], \
+            cfg["intermediate_size"]
+    d = h // heads
+    lh = cfg.get("layer_num_heads") or [heads] * n
+    li = cfg.get("layer_intermediate_sizes") or [inter] * n
+    t = seq_len
+    total = 0.0
+    for a_heads, i_w in zip(lh, li):
+        a = a_heads * d
+        total += 2 * t * h * 3 * a + 4 * t * t * a + 2 * t * a * h + 4 * t * h * i_w
+    e = cfg.get("embedding_size") or h
+    if e != h:
+        total += 2 * t * e * h
+    if cfg.get("add_pooling_layer", cfg.get("model_type") in ("bert", "albert")):
+        total += 2 * h * h
+    return total
+
+
+def time_calls(fn: Callable[[], object], warmup: int = 5, iters: int = 30,
+               min_seconds: float = 0.0) -> list:
+    """Call ``fn`` ``warmup`` times, then at least ``iters`` times (and for at least ``min_seconds``);
+    returns the per-call latencies in ms."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    t_start = time.perf_counter()
+    while len(out) < iters or time.perf_counter() - t_start < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def summarize(lat_ms: list, batch_size: int, flops_per_seq: float) -> dict:
+    p50 = float(np.percentile(lat_ms, 50))
+    mean = statistics.fmean(lat_ms)
+    return {"latency_ms_p50": round(p50, 3), "latency_ms_p90": round(float(np.percentile(lat_ms, 90)), 3),
+            "latency_ms_mean": round(mean, 3), "calls": len(lat_ms),
+            "throughput_seq_per_s": round(batch_size / (mean / 1e3), 2),
+            "gflops_per_seq": round(flops_per_seq / 1e9, 4),
+            "achieved_gflop_per_s": round(flops_per_seq * batch_size / (p50 / 1e3) / 1e9, 2)}
+
+
+def random_inputs(vocab_size: int, batch_size: int, seq_len: int, seed: int = 0,
+                  token_types: bool = True) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000 if vocab_size > 2000 else 5, vocab_size, (batch_size, seq_len), generator=g)
+    out = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if token_types:
+        out["token_type_ids"] = torch.zeros_like(ids)
+    return out
+
+
+def weight_file(model_dir: Path) -> Optional[Path]:
+    for name in WEIGHT_FILES:
+        if (model_dir / name).is_file():
+            return model_dir / name
+    return None
+
+
+def is_bertforge_dir(cfg: dict) -> bool:
+    return "bertforge_head" in cfg or "layer_num_heads" in cfg
+
+
+def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: Optional[int] = None,
+                inputs: Optional[dict] = None):
+    """Build ``(call, info)`` for ``model_dir``: ``call(inputs)`` runs one forward; ``info`` has backend,
+    parameters, file size and the precision.
+
+    Backends: ``torch`` (bertforge in PyTorch; ``int8`` = dynamic INT8 Linear layers; a dir written by
+    ``bertforge quantize --backend torch`` is INT8 already), ``onnxruntime`` (the dir's ``model.onnx``; a
+    checkpoint without one is exported on the fly with fused attention + ORT optimisation, INT8 when
+    ``int8``), ``transformers`` (``AutoModel…`` of the dir, FP32). ``auto``: onnxruntime when the dir has
+    ``model.onnx``, else torch.
+    Raises:
+        ConfigError: unknown backend; CheckpointError: unusable dir.
+    """
+    from ..hf import read_config
+    model_dir = Path(model_dir)
+    cfg = read_config(model_dir)
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    has_onnx = (model_dir / "model.onnx").is_file()
+    if backend == "auto":
+        backend = "onnxruntime" if has_onnx else "torch"
+    if threads:
+        torch.set_num_threads(threads)
+    wf = weight_file(model_dir)
+    info = {"backend": backend, "file_mb": round(wf.stat().st_size / 2**20, 3) if wf else None,
+            "weights_file": wf.name if wf else None}
+    if backend == "onnxruntime":
+        import tempfile
+        from ..compress import onnx as bo
+        path = model_dir / "model.onnx"
+        tmpdir = None
+        if not has_onnx:
+            from ..hf import load_pretrained
+            if (model_dir / "model.int8.safetensors").is_file():
+                raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model; run `bertforge quantize "
+                                      f"--backend onnxruntime` on its FP32 source for ONNX Runtime")
+            model = load_pretrained(model_dir)
+            tmpdir = tempfile.mkdtemp(prefix="bertforge-bench-")
+            bo.deploy(model, tmpdir + "/m", optimize=True, quantize=int8, check=False)
+            path = Path(tmpdir) / "m" / "model.onnx"
+            info["exported_on_the_fly"] = True
+            info["file_mb"] = round(path.stat().st_size / 2**20, 3)
+        sess = bo.session(path, threads or torch.get_num_threads())
+        names = [i.name for i in sess.get_inputs()]
+        import onnx
+        g = onnx.load(str(path), load_external_data=False).graph
+        info["parameters"] = int(sum(int(np.prod(t.dims)) for t in g.initializer if len(t.dims) > 0))
+        info["precision"] = "int8" if any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul",
+                                                        "QAttention") for n in g.node) else "fp32"
+        info["threads"] = threads or torch.get_num_threads()
+
+        def call(x):
+            return sess.run(None, {n: x[n].numpy() for n in names})
+        return call, info, cfg
+    if backend == "transformers":
+        import transformers
+        archs = cfg.get("architectures") or []
+        cls = transformers.AutoModel
+        if archs and archs[0].endswith("ForSequenceClassification"):
+            cls = transformers.AutoModelForSequenceClassification
+        try:
+            model = cls.from_pretrained(str(model_dir)).eval()
+        except Exception as e:
+            raise CheckpointError(f"transformers cannot load {model_dir} ({str(e).splitlines()[0][:160]}); "
+                                  f"use --backend torch") from None
+        if int8:
+            raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
+        info.update(parameters=sum(p.numel() for p in model.parameters()), precision="fp32",
+                    threads=torch.get_num_threads(), library=f"transformers {transformers.__version__}")
+
+        def call(x):
+            with torch.inference_mode():
+                return model(**x)
+        return call, info, cfg
+    # torch
+    from ..compress import quantize as bq
+    if bq.is_quantized_dir(model_dir):
+        model = bq.load_quantized(model_dir)
+        info["precision"] = "int8"
+    else:
+        from ..hf import load_pretrained
+        model = load_pretrained(model_dir).eval()
+        info["parameters"] = sum(p.numel() for p in model.parameters())
+        if int8:
+            model = bq.quantize_dynamic(model)
+        info["precision"] = "int8" if int8 else "fp32"
+    if "parameters" not in info:
+        info["parameters"] = _count_params_int8(model)
+    info["threads"] = torch.get_num_threads()
+    model.eval()
+
+    def call(x):
+        with torch.inference_mode():
+            return model(**x)
+    return call, info, cfg
+
+
+def _count_params_int8(model) -> int:
+    from ..compress.quantize import int8_state
+    return int(sum(v.numel() for k, v in int8_state(model).items()
+                   if not k.endswith((".scale", ".zero_point"))))
+
+
+def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int = 1,
+          threads: Optional[int] = None, warmup: int = 5, iters: int = 30, min_seconds: float = 0.0,
+          int8: bool = False, seed: int = 0) -> dict:
+    """Time ``model_dir`` (see :func:`load_runner`) at ``batch_size`` × ``seq_len``; one JSON-able dict.
+
+    Raises:
+        ConfigError: ``seq_len`` beyond the model's positions, non-positive sizes.
+    """
+    if seq_len < 1 or batch_size < 1:
+        raise ConfigError("--seq-len and --batch-size must be ≥ 1")
+    call, info, cfg = load_runner(model_dir, backend, int8, threads)
+    max_pos = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    if seq_len > max_pos:
+        raise ConfigError(f"--seq-len {seq_len} exceeds the model's {max_pos} positions")
+    tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"
+    x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)
+    lat = time_calls(lambda: call(x), warmup, iters, min_seconds)
+    rec = {"model": str(model_dir), **info, "seq_len": seq_len, "batch_size": batch_size,
+           **summarize(lat, batch_size, encoder_flops(cfg, seq_len)),
+           "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+           "cpu_flags": cpu_flags(), "torch": torch.__version__}
+    return rec
+
+
+__all__ = ["bench", "load_runner", "time_calls", "encoder_flops", "cpu_flags", "summarize", "random_inputs"]
