@@ -1,0 +1,301 @@
+"""Token-classification data: CoNLL column files and JSONL ``tokens``/``tags``; IOB1 → IOB2; subword
+label alignment and sliding windows.
+
+CoNLL-2003 (Tjong Kim Sang & De Meulder 2003) files hold one token per line with space-separated
+columns (``token POS chunk NER``), a blank line between sentences and ``-DOCSTART-`` lines between
+documents. The original ``eng.train`` uses IOB1 (``I-X`` opens a chunk; ``B-X`` only separates two
+adjacent chunks of the same type); most redistributed copies use IOB2 (every chunk opens with
+``B-X``). Both are read and normalised to IOB2 (:func:`iob1_to_iob2`, idempotent on IOB2).
+
+Subword alignment follows Devlin et al. 2018 §5.3: a word's label goes on its first subword; the
+other subwords, the special tokens and padding get −100 (ignored by the loss), and at prediction time a
+word's tag is read from its first subword.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import DataError
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TokenExample:
+    """One sentence: ``tokens`` (words) and ``tags`` (IOB2 strings, same length) or None."""
+
+    tokens: list
+    tags: Optional[list] = None
+    guid: Optional[str] = None
+
+
+# ------------------------------------------------------------------------------------------ schemes
+def iob1_to_iob2(tags: list) -> list:
+    """IOB1 → IOB2: an ``I-X`` that opens a chunk (after ``O``, at the start, or after another type)
+    becomes ``B-X``. Valid IOB2 input is returned unchanged. E.g. ``[I-PER, I-PER, O, I-LOC, B-LOC]``
+    → ``[B-PER, I-PER, O, B-LOC, B-LOC]``.
+    """
+    out, prev = [], "O"
+    for t in tags:
+        if t.startswith("I-"):
+            typ = t[2:]
+            if prev == "O" or prev[2:] != typ:
+                t = "B-" + typ
+        out.append(t)
+        prev = t
+    return out
+
+
+def detect_scheme(sentences_tags) -> str:
+    """``"IOB2"`` when every chunk opens with ``B-``, else ``"IOB1"`` (some ``I-X`` opens a chunk)."""
+    for tags in sentences_tags:
+        if iob1_to_iob2(tags) != list(tags):
+            return "IOB1"
+    return "IOB2"
+
+
+def _check_tags(tags, path, lineno):
+    for t in tags:
+        if t != "O" and not (len(t) > 2 and t[:2] in ("B-", "I-")):
+            raise DataError(f"{path}:{lineno} tag {t!r} is not IOB (O, B-TYPE, I-TYPE); convert the file "
+                            f"to IOB1/IOB2 tags")
+
+
+# ------------------------------------------------------------------------------------------ readers
+def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
+               require_tags: bool = True, scheme: str = "auto") -> list:
+    """Read a CoNLL column file into :class:`TokenExample` sentences (tags normalised to IOB2).
+
+    Args:
+        path: text file; columns separated by spaces or tabs; token = column 0; tag = ``tag_column``.
+        tag_column: column of the NER tag (default last; CoNLL-2003's is 3).
+        require_tags: False reads one-column (token only) files for prediction.
+        scheme: ``auto`` | ``IOB1`` | ``IOB2`` — input scheme; every one is returned as IOB2.
+    Raises:
+        DataError: missing/empty/non-UTF-8 file, a line with too few columns, non-IOB tags.
+    """
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise DataError(f"{path} does not exist or is empty; pass a CoNLL file (token ... tag per line)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not UTF-8; re-encode it as UTF-8") from None
+    out, toks, tags, start = [], [], [], 1
+    has_tags = None
+
+    def flush():
+        nonlocal toks, tags
+        if toks:
+            out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}"))
+        toks, tags = [], []
+
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if max_samples is not None and len(out) >= max_samples:
+            break
+        cols = line.split()
+        if not cols:
+            flush()
+            start = lineno + 1
+            continue
+        if cols[0] == "-DOCSTART-":
+            flush()
+            start = lineno + 1
+            continue
+        if not toks:
+            start = lineno
+        if has_tags is None:
+            has_tags = len(cols) > 1
+            if require_tags and not has_tags:
+                raise DataError(f"{path}:{lineno} has one column but a tag column is needed; pass a "
+                                f"labelled file (token ... tag)")
+        toks.append(cols[0])
+        if has_tags:
+            if len(cols) < 2 or (tag_column >= 0 and len(cols) <= tag_column):
+                raise DataError(f"{path}:{lineno} has {len(cols)} columns; expected token ... tag "
+                                f"(tag column {tag_column})")
+            tags.append(cols[tag_column])
+    if max_samples is None or len(out) < max_samples:
+        flush()
+    if not out:
+        raise DataError(f"{path} has no sentences; pass a CoNLL file (token ... tag per line)")
+    return _normalise(out, path, scheme)
+
+
+def read_token_jsonl(path, tokens_field: str = "tokens", tags_field: str = "tags",
+                     max_samples: Optional[int] = None, require_tags: bool = True,
+                     scheme: str = "auto") -> list:
+    """Read JSONL with one ``{"tokens": [...], "tags": [...]}`` object per line (tags as strings).
+
+    Raises:
+        DataError: bad JSON, missing fields, tokens/tags of different lengths, non-IOB tags.
+    """
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise DataError(f"{path} does not exist or is empty; pass a JSONL file of tokens/tags")
+    out = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if max_samples is not None and len(out) >= max_samples:
+            break
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{lineno} is not valid JSON ({e.msg}); one object per line") from None
+        if tokens_field not in row:
+            raise DataError(f"{path}:{lineno} has no {tokens_field!r} field; write "
+                            f'{{"{tokens_field}": [...], "{tags_field}": [...]}}')
+        toks = [str(t) for t in row[tokens_field]]
+        tags = row.get(tags_field)
+        if tags is None and require_tags:
+            raise DataError(f"{path}:{lineno} has no {tags_field!r} field; add the tags")
+        if tags is not None:
+            tags = [str(t) for t in tags]
+            if len(tags) != len(toks):
+                raise DataError(f"{path}:{lineno} has {len(toks)} tokens but {len(tags)} tags; give one "
+                                f"tag per token")
+        out.append(TokenExample(toks, tags, f"{path.name}:{lineno}"))
+    if not out:
+        raise DataError(f"{path} has no examples; pass a non-empty JSONL file")
+    return _normalise(out, path, scheme)
+
+
+def _normalise(examples: list, path: Path, scheme: str) -> list:
+    if scheme not in ("auto", "IOB1", "IOB2"):
+        raise DataError(f"tag scheme {scheme!r}; choose auto, IOB1 or IOB2")
+    for e in examples:
+        if e.tags is not None:
+            _check_tags(e.tags, path, e.guid)
+            e.tags = iob1_to_iob2(e.tags)
+    return examples
+
+
+def read_token_examples(path, max_samples=None, require_tags=True, tokens_field="tokens",
+                        tags_field="tags") -> list:
+    """``.jsonl``/``.json`` → :func:`read_token_jsonl`; anything else → :func:`read_conll`."""
+    if Path(path).suffix.lower() in (".jsonl", ".json"):
+        return read_token_jsonl(path, tokens_field, tags_field, max_samples, require_tags)
+    return read_conll(path, max_samples=max_samples, require_tags=require_tags)
+
+
+def label_list(examples: list) -> list:
+    """Sorted IOB2 label set seen in ``examples``: ``O`` first, then per type ``B-X, I-X``."""
+    types = sorted({t[2:] for e in examples for t in (e.tags or []) if t != "O"})
+    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
+
+
+# ------------------------------------------------------------------------------ alignment, windows
+def align_labels(word_ids: list, word_labels: list) -> list:
+    """Word labels → one label per subword: the first subword of each word carries its word's label,
+    every other position (continuation subwords, special tokens whose word id is None) gets −100.
+
+    Args:
+        word_ids: per subword, the index of its word or None (``tokenizers.Encoding.word_ids``).
+        word_labels: per word, a label id.
+    """
+    out, prev = [], None
+    for w in word_ids:
+        if w is None:
+            out.append(IGNORE_INDEX)
+        elif w != prev:
+            out.append(word_labels[w])
+        else:
+            out.append(IGNORE_INDEX)
+        prev = w
+    return out
+
+
+def encode_token_windows(tok, examples: list, max_seq_len: int, label2id: Optional[dict] = None,
+                         stride: Optional[int] = None) -> list:
+    """Tokenize pre-split words and cut sentences longer than ``max_seq_len`` into overlapping windows.
+
+    Each window is ``prefix specials + subwords[s:e] + suffix specials`` (the tokenizer's own [CLS] …
+    [SEP] or <s> … </s>); consecutive windows overlap by ``stride`` subwords (default a quarter of
+    the window). Returns a list of dicts: ``input_ids``, ``token_type_ids``, ``labels`` (when tags and
+    ``label2id`` are given; −100 except at first subwords), ``example_index``, and ``word_index``
+    (per position, the word whose first subword sits there, else −1).
+    Raises:
+        DataError: a tag not in ``label2id``; ``max_seq_len`` too small for the special tokens.
+    """
+    encs = tok.encode_batch([e.tokens for e in examples], is_pretokenized=True)
+    out = []
+    for ei, (e, enc) in enumerate(zip(examples, encs)):
+        ids, wids = enc.ids, enc.word_ids
+        n_pre = 0
+        while n_pre < len(wids) and wids[n_pre] is None:
+            n_pre += 1
+        n_suf = 0
+        while n_suf < len(wids) - n_pre and wids[len(wids) - 1 - n_suf] is None:
+            n_suf += 1
+        pre, suf = ids[:n_pre], ids[len(ids) - n_suf:]
+        body_ids, body_w = ids[n_pre:len(ids) - n_suf], wids[n_pre:len(wids) - n_suf]
+        first = [-1] * len(body_w)
+        prev = None
+        for i, w in enumerate(body_w):
+            if w is not None and w != prev:
+                first[i] = w
+            prev = w
+        room = max_seq_len - n_pre - n_suf
+        if room < 2:
+            raise DataError(f"max_seq_len {max_seq_len} leaves no room for tokens; use 16 or more")
+        step = room - (stride if stride is not None else room // 4)
+        step = max(1, step)
+        labels = None
+        if e.tags is not None and label2id is not None:
+            bad = [t for t in e.tags if t not in label2id]
+            if bad:
+                raise DataError(f"{e.guid}: tag {bad[0]!r} is not in the label set {list(label2id)}; "
+                                f"train with data.labels including it")
+            labels = [label2id[t] for t in e.tags]
+        s = 0
+        while True:
+            t_end = min(len(body_ids), s + room)
+            wi = first[s:t_end]
+            d = {"input_ids": pre + body_ids[s:t_end] + suf,
+                 "token_type_ids": [0] * (n_pre + t_end - s + n_suf),
+                 "example_index": ei,
+                 "word_index": [-1] * n_pre + wi + [-1] * n_suf,
+                 "window_start": s}
+            if labels is not None:
+                d["labels"] = [IGNORE_INDEX] * n_pre + [labels[w] if w >= 0 else IGNORE_INDEX for w in wi] \
+                    + [IGNORE_INDEX] * n_suf
+            out.append(d)
+            if t_end >= len(body_ids):
+                break
+            s += step
+    return out
+
+
+def words_from_windows(windows: list, window_logits: list, n_words: list) -> list:
+    """Assemble per-word score vectors from window logits.
+
+    A word seen in several windows takes the window where its first subword has the most context
+    (max of min(left, right) distance to the window edge; BERT's "max context" rule, Devlin et al.
+    2018 §4.2 / run_squad.py). Words without any subword (e.g. only control characters) get None.
+
+    Args:
+        windows: the dicts of :func:`encode_token_windows` (``example_index``, ``word_index``).
+        window_logits: per window, an array (T_w, C).
+        n_words: per example, its number of words.
+    Returns: per example, a list (one per word) of arrays (C,) or None.
+    """
+    best = [[None] * n for n in n_words]
+    score = [[-1.0] * n for n in n_words]
+    for w, z in zip(windows, window_logits):
+        ex = w["example_index"]
+        wi = w["word_index"]
+        valid = [i for i, x in enumerate(wi) if x >= 0]
+        if not valid:
+            continue
+        lo, hi = valid[0], valid[-1]
+        for i in valid:
+            c = min(i - lo, hi - i) + 0.01 * (hi - lo)
+            word = wi[i]
+            if c > score[ex][word]:
+                score[ex][word] = c
+                best[ex][word] = z[i]
+    return best

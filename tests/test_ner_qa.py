@@ -1,0 +1,356 @@
+"""Token classification (NER) and extractive QA: readers, subword alignment, windows, span decoding,
+official metrics, HF interop of the heads, and tiny end-to-end CLI runs."""
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+from bertforge.cli import main
+from bertforge.config import ModelConfig
+from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, encode_token_windows,
+                                  iob1_to_iob2, read_conll, read_token_jsonl, words_from_windows)
+from bertforge.data.squad import (QAExample, decode_answers, encode_qa_windows, read_squad,
+                                  split_by_article)
+from bertforge.errors import DataError
+from bertforge.evaluate.span_metrics import entity_scores, exact_match, f1, normalize_answer, squad_scores
+from bertforge.hf import load_pretrained
+from bertforge.models.heads import TaskModel
+from bertforge.tokenizer import load_tokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "john", "##son", "lives", "in", "zu", "##rich",
+         ".", "the", "cafe", "opened", "answer", "is", "zebra", "paris", "a", "b", "c", "d", "e", "f",
+         "what", "?", "where", "went", "to", "and", "##s"]
+
+
+def tiny_tokenizer() -> Tokenizer:
+    """A hand-built uncased WordPiece tokenizer (BERT normaliser strips accents)."""
+    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
+def tiny_model_dir(tmp_path, head="base", num_labels=2):
+    cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=128, num_labels=num_labels,
+                      add_pooling_layer=head == "base")
+    torch.manual_seed(0)
+    m = TaskModel(cfg, head=head)
+    d = tmp_path / f"tiny-{head}"
+    m.save_pretrained(d, tokenizer=tiny_tokenizer())
+    return d
+
+
+# -------------------------------------------------------------------------------- alignment, readers
+def test_first_subword_alignment_hand_example():
+    tok = tiny_tokenizer()
+    words = ["Johnson", "lives", "in", "Zürich", "."]
+    enc = tok.encode(words, is_pretokenized=True)
+    assert enc.tokens == ["[CLS]", "john", "##son", "lives", "in", "zu", "##rich", ".", "[SEP]"]
+    # B-PER=1, O=0, B-LOC=5
+    assert align_labels(enc.word_ids, [1, 0, 0, 5, 0]) == [-100, 1, -100, 0, 0, 5, -100, 0, -100]
+    ex = TokenExample(words, ["B-PER", "O", "O", "B-LOC", "O"])
+    w = encode_token_windows(tok, [ex], 64, {"O": 0, "B-PER": 1, "B-LOC": 5})
+    assert len(w) == 1
+    assert w[0]["labels"] == [-100, 1, -100, 0, 0, 5, -100, 0, -100]
+    assert w[0]["word_index"] == [-1, 0, -1, 1, 2, 3, -1, 4, -1]
+
+
+def test_long_sentence_windows_give_every_word_exactly_its_own_label():
+    tok = tiny_tokenizer()
+    rng = random.Random(0)
+    words = [rng.choice(["Johnson", "lives", "in", "Zürich", ".", "the", "cafe"]) for _ in range(60)]
+    tags = ["B-PER" if x == "Johnson" else "B-LOC" if x == "Zürich" else "O" for x in words]
+    l2i = {"O": 0, "B-PER": 1, "B-LOC": 2}
+    wins = encode_token_windows(tok, [TokenExample(words, tags)], 16, l2i, stride=4)
+    assert len(wins) > 5 and all(len(w["input_ids"]) <= 16 for w in wins)
+    assert all(w["input_ids"][0] == 2 and w["input_ids"][-1] == 3 for w in wins)
+    covered = {i for w in wins for i in w["word_index"] if i >= 0}
+    assert covered == set(range(60))
+    for w in wins:  # every first-subword label is its word's label
+        for lab, wi in zip(w["labels"], w["word_index"]):
+            assert (lab == -100) == (wi < 0)
+            if wi >= 0:
+                assert lab == l2i[tags[wi]]
+    # oracle logits → each word recovered once, from the window where it has most context
+    logits = []
+    for w in wins:
+        z = np.zeros((len(w["input_ids"]), 3))
+        for i, lab in enumerate(w["labels"]):
+            if lab >= 0:
+                z[i, lab] = 1.0
+        logits.append(z)
+    per_word = words_from_windows(wins, logits, [60])[0]
+    assert [int(np.argmax(v)) for v in per_word] == [l2i[t] for t in tags]
+
+
+def test_iob1_to_iob2_and_conll_reader(tmp_path):
+    assert iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-LOC"]) == \
+        ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG", "B-LOC"]
+    iob2 = ["B-PER", "I-PER", "O", "B-LOC"]
+    assert iob1_to_iob2(iob2) == iob2
+    assert detect_scheme([iob2]) == "IOB2" and detect_scheme([["I-PER"]]) == "IOB1"
+    p = tmp_path / "eng.train"  # original IOB1 layout: -DOCSTART- -X- O O
+    p.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\nGerman JJ I-NP I-MISC\n"
+                 "\nPeter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\n"
+                 "Paris NNP I-NP I-LOC\nLondon NNP I-NP B-LOC\n")
+    ex = read_conll(p)
+    assert [e.tokens for e in ex] == [["EU", "rejects", "German"], ["Peter", "Blackburn"], ["Paris", "London"]]
+    assert [e.tags for e in ex] == [["B-ORG", "O", "B-MISC"], ["B-PER", "I-PER"], ["B-LOC", "B-LOC"]]
+    j = tmp_path / "x.jsonl"
+    j.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["I-LOC", "O"]}) + "\n")
+    assert read_token_jsonl(j)[0].tags == ["B-LOC", "O"]
+    j.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O"]}) + "\n")
+    with pytest.raises(DataError, match="2 tokens but 1 tags"):
+        read_token_jsonl(j)
+    j.write_text(json.dumps({"tokens": ["a"], "tags": ["PER"]}) + "\n")
+    with pytest.raises(DataError, match="not IOB"):
+        read_token_jsonl(j)
+
+
+def test_real_conll2003_counts(data_dir):
+    ex = read_conll(data_dir / "conll2003" / "valid.txt")
+    assert len(ex) == 3250 and sum(len(e.tokens) for e in ex) == 51362  # SOURCES.md official counts
+
+
+def test_entity_scores_hand_computed():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "O"]]
+    s = entity_scores(gold, pred)  # 2 of 2 predicted entities right, 2 of 3 gold found
+    assert s["precision"] == pytest.approx(1.0)
+    assert s["recall"] == pytest.approx(2 / 3)
+    assert s["f1"] == pytest.approx(0.8)
+    assert s["accuracy"] == pytest.approx(5 / 6)
+
+
+# ------------------------------------------------------------------------------------------------- QA
+def test_squad_normalisation_em_f1_hand_computed():
+    assert normalize_answer("The  Denver Broncos!") == "denver broncos"
+    assert exact_match("the Denver Broncos.", "Denver Broncos") == 1.0
+    assert f1("Denver", "Denver Broncos") == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert f1("in the Denver Broncos stadium", "Denver Broncos") == pytest.approx(2 * 0.5 * 1.0 / 1.5)
+    assert f1("Broncos Denver", "Denver Broncos") == 1.0 and exact_match("Broncos Denver", "Denver Broncos") == 0
+    golds = {"q1": ["Denver Broncos", "Broncos"], "q2": ["Santa Clara, California"], "q3": ["1999"]}
+    preds = {"q1": "Broncos", "q2": "Santa Clara", "q3": "2000"}
+    s = squad_scores(preds, golds)
+    # q1: EM 1, F1 1; q2: EM 0, F1 = 2·1·(2/3)/(5/3) = 0.8; q3: 0, 0
+    assert s["exact_match"] == pytest.approx(100 / 3)
+    assert s["f1"] == pytest.approx(100 * 1.8 / 3)
+    # v2.0: unanswerable gold → only the empty prediction scores
+    s2 = squad_scores({"a": "", "b": "x", "c": ""}, {"a": [], "b": [], "c": ["Paris"]})
+    assert s2["exact_match"] == pytest.approx(100 / 3) and s2["f1"] == pytest.approx(100 / 3)
+    assert s2["NoAns_total"] == 2 and s2["NoAns_exact"] == 50.0 and s2["HasAns_exact"] == 0.0
+
+
+def _oracle(wins):
+    """Logits that peak at each window's labelled (start, end) tokens."""
+    st, en = [], []
+    for w in wins:
+        s = np.full(len(w["input_ids"]), -5.0)
+        e = np.full(len(w["input_ids"]), -5.0)
+        s[w["start_positions"]] += 10
+        e[w["end_positions"]] += 10
+        st.append(s)
+        en.append(e)
+    return st, en
+
+
+@pytest.mark.parametrize("answer", ["café", "Zürich", "in   Zürich", "Ça  va", "1999"])
+def test_answer_offsets_map_back_to_exact_original_characters(minilm_dir, answer):
+    tok = load_tokenizer(minilm_dir)  # real uncased WordPiece: lower-cases and strips accents
+    ctx = "The  café\u00a0opened in   Zürich in 1999.\n\n« Ça  va », said Renée."
+    s = ctx.index(answer)
+    ex = QAExample("q", "Where did it open?", ctx, [{"text": answer, "answer_start": s}])
+    wins = encode_qa_windows(tok, [ex], 64, 16)
+    w = wins[0]
+    assert w["start_positions"] > 0
+    got = ctx[w["offsets"][w["start_positions"]][0]:w["offsets"][w["end_positions"]][1]]
+    assert got == answer
+    pred = decode_answers([ex], wins, *_oracle(wins))[0]
+    assert pred["answer"] == answer and pred["start"] == s
+
+
+def test_real_squad_answers_roundtrip_through_token_offsets(minilm_dir, data_dir):
+    tok = load_tokenizer(minilm_dir)
+    ex = read_squad(data_dir / "squad" / "dev-v1.1.json", max_samples=400)
+    wins = encode_qa_windows(tok, ex, 384, 128)
+    ok = 0
+    wins = [w for w in wins if w["start_positions"] > 0]
+    assert len({w["example_index"] for w in wins}) == 400  # every answer lies in some window
+    for w in wins:
+        e = ex[w["example_index"]]
+        got = e.context[w["offsets"][w["start_positions"]][0]:w["offsets"][w["end_positions"]][1]]
+        if normalize_answer(got) == normalize_answer(e.answers[0]["text"]):
+            ok += 1
+        else:  # the gold span cuts a word ("8" of "18", "gold" of "golden"): we get the whole token
+            a = e.answers[0]
+            b, t = w["offsets"][w["start_positions"]][0], w["offsets"][w["end_positions"]][1]
+            assert b <= a["answer_start"] and a["answer_start"] + len(a["text"]) <= t and got != a["text"]
+    assert ok / len(wins) > 0.97
+
+
+def test_context_longer_than_window_still_finds_its_answer(minilm_dir):
+    tok = load_tokenizer(minilm_dir)
+    filler = " ".join(f"Sentence number {i} talks about nothing in particular." for i in range(60))
+    ctx = filler + " The treasure is buried under the old oak tree. " + filler
+    ans = "under the old oak tree"
+    ex = QAExample("q", "Where is the treasure?", ctx, [{"text": ans, "answer_start": ctx.index(ans)}])
+    wins = encode_qa_windows(tok, [ex], 128, 32)
+    assert len(tok.encode(ctx).ids) > 600 and len(wins) > 6
+    assert all(len(w["input_ids"]) <= 128 for w in wins)
+    hit = [w for w in wins if w["start_positions"] > 0]
+    assert 1 <= len(hit) <= 3  # only windows that hold the whole answer are labelled with it
+    for w in wins:  # every window starts with the question, and contexts overlap by the stride
+        assert tok.decode(w["input_ids"][1:6]).startswith("where is the treasure")
+    pred = decode_answers([ex], wins, *_oracle(wins))[0]
+    assert pred["answer"] == ans
+    # and the decoder ignores windows with higher scores on [CLS] / the question (v1.1)
+    st, en = _oracle(wins)
+    for s, e in zip(st, en):
+        s[1:4] += 3.0  # question tokens
+        e[1:4] += 3.0
+    assert decode_answers([ex], wins, st, en)[0]["answer"] == ans
+
+
+def test_nbest_respects_max_answer_len_and_v2_null():
+    ctx = "a b c d e f"
+    ex = QAExample("q", "what?", ctx, [])
+    offs = [None, None, None] + [(i * 2, i * 2 + 1) for i in range(6)] + [None]
+    win = {"example_index": 0, "offsets": offs}
+    s = np.array([0, 0, 0, 5, 0, 0, 0, 0, 0, 0.0])
+    e = np.array([0, 0, 0, 0, 0, 0, 0, 0, 6, 0.0])  # best end 5 tokens after best start
+    assert decode_answers([ex], [win], [s], [e], max_answer_len=10)[0]["answer"] == "a b c d e f"
+    e2 = e.copy()
+    e2[4] = 2.0
+    assert decode_answers([ex], [win], [s], [e2], max_answer_len=3)[0]["answer"] == "a b"
+    # v2.0: null score 20 beats span 11 → empty answer; v1.1 always answers
+    s3, e3 = s.copy(), e.copy()
+    s3[0] = e3[0] = 10.0
+    assert decode_answers([ex], [win], [s3], [e3], version_2=True)[0]["answer"] == ""
+    assert decode_answers([ex], [win], [s3], [e3], version_2=False)[0]["answer"] == "a b c d e f"
+
+
+def test_split_by_article_is_deterministic_and_disjoint(data_dir):
+    data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text())
+    tr, ev = split_by_article(data, 0.2, seed=0)
+    tr2, ev2 = split_by_article(data, 0.2, seed=0)
+    assert [a["title"] for a in ev["data"]] == [a["title"] for a in ev2["data"]]
+    t_tr = {a["title"] for a in tr["data"]}
+    t_ev = {a["title"] for a in ev["data"]}
+    assert not (t_tr & t_ev) and len(t_tr) + len(t_ev) == 48
+
+    def nq(d):
+        return sum(len(p["qas"]) for a in d["data"] for p in a["paragraphs"])
+    assert nq(tr) + nq(ev) == 10570
+    assert 0.2 <= nq(ev) / 10570 < 0.3
+
+
+# ----------------------------------------------------------------------------------------- HF interop
+@pytest.mark.parametrize("head,auto,num_labels", [
+    ("token_classification", T.AutoModelForTokenClassification, 5),
+    ("question_answering", T.AutoModelForQuestionAnswering, 2)])
+def test_heads_load_in_transformers_with_equal_logits(tmp_path, head, auto, num_labels):
+    d = tiny_model_dir(tmp_path, head, num_labels)
+    ours = load_pretrained(d).eval()
+    assert ours.head_name == head
+    ref = auto.from_pretrained(str(d)).eval()
+    ids = torch.tensor([[2, 5, 6, 7, 8, 9, 10, 11, 3], [2, 12, 13, 14, 3, 0, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        a = ours(ids, mask).logits
+        b = ref(input_ids=ids, attention_mask=mask)
+    m = mask.bool()
+    if head == "token_classification":
+        assert a.shape == (2, 9, num_labels)
+        assert (a - b.logits)[m].abs().max() < 1e-5
+        assert (a[~m] == 0).all()
+    else:
+        assert a.shape == (2, 2, 9)
+        assert (a[:, 0] - b.start_logits)[m].abs().max() < 1e-5
+        assert (a[:, 1] - b.end_logits)[m].abs().max() < 1e-5
+        assert (a[:, 0][~m] < -1e3).all()
+    # and back: a transformers-saved dir loads into ours with the same logits
+    ref.save_pretrained(tmp_path / "back")
+    again = load_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (again(ids, mask).logits - a)[m.unsqueeze(1).expand_as(a) if a.shape[1] == 2 else m].abs().max() < 1e-5
+
+
+# ------------------------------------------------------------------------------- tiny CLI end-to-end
+def _ner_rows(n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        words = [rng.choice(["the", "cafe", "opened", "and", "went", "to", "paris", "Johnson"])
+                 for _ in range(rng.randint(3, 9))]
+        tags = ["B-LOC" if w == "paris" else "B-PER" if w == "Johnson" else "O" for w in words]
+        rows.append({"tokens": words, "tags": tags})
+    return rows
+
+
+def test_ner_finetune_evaluate_predict_cli(tmp_path, capsys):
+    d = tiny_model_dir(tmp_path)
+    tr, ev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    tr.write_text("".join(json.dumps(r) + "\n" for r in _ner_rows(400, 0)))
+    ev.write_text("".join(json.dumps(r) + "\n" for r in _ner_rows(60, 1)))
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(d), "--task", "ner", "--train", str(tr), "--eval", str(ev),
+                 "--out", str(out), "--epochs", "3", "--batch-size", "16", "--lr", "3e-3",
+                 "--max-seq-len", "32", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(ev)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["f1"] > 0.95, res  # a learnable rule: paris → LOC, Johnson → PER
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["BertForTokenClassification"]
+    assert set(cfg["id2label"].values()) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
+    pr = tmp_path / "pred.jsonl"
+    assert main(["predict", "--model", str(out), "--data", str(ev), "--out", str(pr)]) == 0
+    rows = [json.loads(x) for x in pr.read_text().splitlines()]
+    gold = _ner_rows(60, 1)
+    assert len(rows) == 60 and all(len(r["tags"]) == len(r["tokens"]) for r in rows)
+    assert sum(r["tags"] == g["tags"] for r, g in zip(rows, gold)) >= 57
+
+
+def _qa_squad(n, seed):
+    rng = random.Random(seed)
+    paras = []
+    for i in range(n):
+        words = [rng.choice(["the", "cafe", "opened", "and", "went", "to", "a", "b", "c"])
+                 for _ in range(rng.randint(4, 30))]
+        words.insert(rng.randint(0, len(words)), "zebra")
+        ctx = " ".join(words)
+        paras.append({"context": ctx, "qas": [{"id": f"q{seed}-{i}", "question": "what is the answer?",
+                                                "answers": [{"text": "zebra",
+                                                             "answer_start": ctx.index("zebra")}]}]})
+    return {"version": "1.1", "data": [{"title": f"t{seed}", "paragraphs": paras}]}
+
+
+def test_qa_finetune_evaluate_predict_cli(tmp_path, capsys):
+    d = tiny_model_dir(tmp_path)
+    tr, ev = tmp_path / "train.json", tmp_path / "dev.json"
+    tr.write_text(json.dumps(_qa_squad(300, 0)))
+    ev.write_text(json.dumps(_qa_squad(40, 1)))
+    out = tmp_path / "run"
+    # max-seq-len 24 < most contexts: answers must be found across windows
+    assert main(["finetune", "--model", str(d), "--task", "squad", "--train", str(tr), "--eval", str(ev),
+                 "--out", str(out), "--epochs", "3", "--batch-size", "16", "--lr", "3e-3",
+                 "--max-seq-len", "24", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(ev)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["exact_match"] > 90 and res["f1"] > 90, res
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
+    pr = tmp_path / "pred.jsonl"
+    assert main(["predict", "--model", str(out), "--data", str(ev), "--out", str(pr)]) == 0
+    rows = [json.loads(x) for x in pr.read_text().splitlines()]
+    assert len(rows) == 40 and sum(r["answer"] == "zebra" for r in rows) >= 36
+    assert {"id", "question", "answer", "start", "score"} <= set(rows[0])
