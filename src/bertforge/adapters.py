@@ -123,3 +123,7 @@ def adapter_for(task: Task, tokenizer, max_seq_len: int) -> TaskAdapter:
     if task.kind not in ADAPTERS:
         raise DataError(f"task kind {task.kind!r} has no adapter; choose one of {', '.join(ADAPTERS)}")
     return ADAPTERS[task.kind](task, tokenizer, max_seq_len)
+
+
+# task kinds defined in their own modules register themselves on import
+from . import tasks_tokens  # noqa: E402,F401  (token_classification, qa)

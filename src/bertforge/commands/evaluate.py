@@ -39,6 +39,8 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
             and task.num_labels and model.head.num_labels != task.num_labels:
         raise ConfigError(f"{model_dir} predicts {model.head.num_labels} labels but task {task.name} has "
                           f"{task.num_labels}; pass the task it was fine-tuned on")
+    if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
+        adapter.use_model_labels(model)
     return model_dir, task, adapter, model
 
 

@@ -179,3 +179,7 @@ class TaskModel(nn.Module):
     def from_pretrained(cls, path, head: Optional[str] = None, **config_overrides) -> "TaskModel":
         from ..hf import load_pretrained
         return load_pretrained(path, head=head, **config_overrides)
+
+
+# heads defined in their own modules register themselves on import
+from . import span_heads  # noqa: E402,F401  (token_classification, question_answering)
