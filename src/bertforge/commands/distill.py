@@ -68,6 +68,28 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
 
 
+def _check_vocabularies(teacher_dirs, student_spec) -> None:
+    """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
+    fed to all of them. Raises ConfigError before anything is loaded or written."""
+    from ..hf import read_config
+    from ..tokenizer import load_tokenizer
+    dirs = [Path(t) for t in teacher_dirs]
+    if student_spec and Path(str(student_spec)).is_dir():
+        dirs.append(Path(str(student_spec)))
+    if len(dirs) < 2:
+        return
+    ref_size = read_config(dirs[0]).get("vocab_size")
+    ref_vocab = load_tokenizer(dirs[0]).get_vocab()
+    for d in dirs[1:]:
+        role = "student" if d == dirs[-1] and len(dirs) > len(teacher_dirs) else "teacher"
+        size = read_config(d).get("vocab_size")
+        if size != ref_size or load_tokenizer(d).get_vocab() != ref_vocab:
+            raise ConfigError(f"{role} {d} has a different vocabulary ({size} tokens) than teacher {dirs[0]} "
+                              f"({ref_size} tokens); distillation feeds the same input_ids to both — build the "
+                              f"student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
+                              f"checkpoints that share the teacher's tokenizer")
+
+
 def run(args) -> int:
     from ..adapters import adapter_for
     from ..data.tasks import get_task
@@ -89,6 +111,7 @@ def run(args) -> int:
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         read_config(t)  # validates the dir before anything is written
+    _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
     set_len = args.max_seq_len is not None or any(
         o.startswith("data.max_seq_len=") for o in (getattr(args, "overrides", None) or []))
@@ -158,7 +181,10 @@ def run(args) -> int:
                         alpha=args.alpha if args.alpha is not None else ds.get("alpha"),
                         layer_map=args.layer_map or ds.get("layer_map"))
     mlm_p = args.mlm_prob if args.mlm_prob is not None else float(ds.get("mlm_probability", 0.0))
-    use_cache = not args.no_cache and ds.get("cache", True) and mlm_p == 0
+    tr = recipe.train
+    seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(items)
+    # the cache pays off only when examples are seen again (more than one epoch), inputs are fixed
+    use_cache = not args.no_cache and ds.get("cache", True) and mlm_p == 0 and seen > len(items)
     sp = special_tokens(tok)
     collate = DistillCollator(base_collate, mlm_p, tok.token_to_id(sp.get("mask", "[MASK]")) if mlm_p else None,
                               teacher.config.vocab_size,

@@ -26,16 +26,20 @@ _HEADING = re.compile(r"^\s*=+ .* =+\s*$")
 def read_paragraphs(path) -> list:
     """Paragraphs of a UTF-8 text file (blank-line separated; WikiText headings dropped).
 
+    Files that are not UTF-8 are read as Latin-1 (with a note on stderr).
     Raises:
-        DataError: missing, empty or non-UTF-8 file.
+        DataError: missing or empty file.
     """
     p = Path(path)
     if not p.is_file():
         raise DataError(f"corpus file {p} does not exist; pass text files with --corpus")
+    raw = p.read_bytes()
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"corpus file {p} is not UTF-8; re-encode it") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:  # old plain-text corpora (e.g. Gutenberg) are often Latin-1
+        import sys
+        text = raw.decode("latin-1")
+        print(f"bertforge: {p} is not UTF-8; read as Latin-1", file=sys.stderr)
     paras, cur = [], []
     for line in text.splitlines():
         if not line.strip() or _HEADING.match(line):
@@ -52,7 +56,8 @@ def read_paragraphs(path) -> list:
 
 
 def corpus_sequences(paths: list, tokenizer, max_seq_len: int, max_sequences: Optional[int] = None) -> list:
-    """Text files → list of ``{"input_ids", "token_type_ids"}`` of length ≤ ``max_seq_len``.
+    """Text files → list of ``{"input_ids", "token_type_ids"}`` of length ≤ ``max_seq_len``
+    (``max_sequences``: keep that many, evenly spread over the whole corpus).
 
     Raises:
         DataError: no files, unreadable files, or no sequence produced; ConfigError-like DataError when
@@ -77,10 +82,11 @@ def corpus_sequences(paths: list, tokenizer, max_seq_len: int, max_sequences: Op
                 continue
             ids = [cls_id] + chunk + [sep_id]
             out.append({"input_ids": ids, "token_type_ids": [0] * len(ids)})
-            if max_sequences is not None and len(out) >= max_sequences:
-                return out
     if not out:
         raise DataError(f"the corpus {', '.join(map(str, paths))} produced no sequences; pass more text")
+    if max_sequences is not None and len(out) > max_sequences:  # spread evenly over every file
+        step = len(out) / max_sequences
+        out = [out[int(i * step)] for i in range(max_sequences)]
     return out
 
 
