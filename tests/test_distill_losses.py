@@ -158,3 +158,18 @@ def test_layer_maps():
             resolve_map(bad, 3, 6)
     with pytest.raises(ConfigError):
         uniform_map(8, 6)
+
+
+def test_shipped_recipes_build():
+    """Every recipes/distill/*.yaml loads and its losses resolve (TextBrewer-style recipes as data)."""
+    from pathlib import Path
+
+    from bertforge.config import load_recipe
+    from bertforge.distill.distiller import build_terms
+    paths = sorted((Path(__file__).resolve().parents[1] / "recipes" / "distill").glob("*.yaml"))
+    assert len(paths) >= 5
+    for p in paths:
+        r = load_recipe(str(p), extra_sections=("distill",))
+        d = r.extra["distill"]
+        terms = build_terms(d["losses"], 6, 12)
+        assert terms and all(t.weight > 0 for t in terms), p.name
