@@ -79,6 +79,11 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
             raise ConfigError(f"train.{k} must be ≥ 1 (got {getattr(r.train, k)})")
     if r.train.lr <= 0:
         raise ConfigError(f"train.lr must be > 0 (got {r.train.lr})")
+    from ..train.distributed import PARALLEL
+    from ..train.optim import lr_lambda
+    lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
+    if getattr(r.impl, "parallel", "ddp") not in PARALLEL:
+        raise ConfigError(f"impl.parallel={r.impl.parallel!r}; choose one of {', '.join(PARALLEL)}")
     return r
 
 

@@ -41,6 +41,7 @@ def setup(args, recipe):
         raise ConfigError("no training data given; pass --train FILE")
     model_dir = resolve_model_dir(args.model)
     hf_cfg = read_config(model_dir)
+    _check_family(model_dir, hf_cfg)
     task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
     tok = load_tokenizer(model_dir)
     max_pos = hf_cfg.get("max_position_embeddings", 512) - (2 if hf_cfg.get("model_type") == "roberta" else 0)
@@ -53,12 +54,24 @@ def setup(args, recipe):
     return model_dir, task, tok, adapter, train_ds, eval_ds
 
 
+def _check_family(model_dir, hf_cfg) -> None:
+    from ..errors import CheckpointError
+    from ..hf import config_from_hf
+    try:
+        config_from_hf(hf_cfg)
+    except CheckpointError as e:
+        raise CheckpointError(f"{model_dir}: {e}") from None
+
+
 def run(args) -> int:
     from ..train.trainer import Trainer
     recipe = build_recipe(args)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite)
+    if args.resume:
+        from ..train.trainer import check_resume
+        check_resume(work, len(train_ds), recipe.train)  # before the model is built or anything written
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank

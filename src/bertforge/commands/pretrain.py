@@ -111,6 +111,8 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
         if not p.is_file():
             raise DataError(f"corpus file {c} does not exist; pass text files")
         st = p.stat()
+        if st.st_size == 0:
+            raise DataError(f"corpus file {c} is empty; pass text files with sentences")
         meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
     key = hashlib.sha256(json.dumps([spec, vocab_size, meta]).encode()).hexdigest()[:16]
     path = cache_dir / f"tokenizer-{spec}-{vocab_size}-{key}.json"

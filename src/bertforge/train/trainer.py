@@ -353,14 +353,7 @@ class Trainer:
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                                   f"checkpoint") from None
-        for key, now in (("n_examples", self.n_examples), ("batch_size", self.cfg.batch_size),
-                         ("grad_accum_steps", self.cfg.grad_accum_steps), ("seed", self.cfg.seed)):
-            if key in state and state[key] != now:
-                what = "training examples" if key == "n_examples" else key
-                raise CheckpointError(
-                    f"--resume: {path} was written with {state[key]} {what} but this run has {now}; "
-                    f"resume with the same data and train.{key if key != 'n_examples' else 'batch_size'} "
-                    f"settings, or start a new --out")
+        _check_state(path, state, self.n_examples, self.cfg)
         try:
             from safetensors.torch import load_file, load_model
             if self._fsdp:
@@ -577,6 +570,37 @@ class Trainer:
             if err is not None:
                 raise err
             raise TrainingError("rank 0 could not write the final model (see its message)")
+
+
+def _check_state(path: Path, state: dict, n_examples: int, cfg) -> None:
+    for key, now in (("n_examples", n_examples), ("batch_size", cfg.batch_size),
+                     ("grad_accum_steps", cfg.grad_accum_steps), ("seed", cfg.seed)):
+        if key in state and state[key] != now:
+            what = "training examples" if key == "n_examples" else key
+            fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
+            raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
+                                  f"{now}; resume with {fix}, or start a new --out")
+
+
+def check_resume(out_dir, n_examples: int, train_cfg) -> None:
+    """Validate ``--resume`` before a verb builds its model: the latest checkpoint in ``out_dir`` must have
+    been written for the same number of training examples, batch size, accumulation and seed (else the
+    data position would point elsewhere).
+
+    Raises:
+        CheckpointError: a mismatch (the message names the setting to restore) or an unreadable state.
+    """
+    root = Path(out_dir) / "checkpoints"
+    ckpts = [p for p in root.glob("step-*") if (p / "trainer_state.json").is_file()]
+    if not ckpts:
+        return
+    path = max(ckpts, key=_step_of)
+    try:
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
+                              f"checkpoint") from None
+    _check_state(path, state, n_examples, train_cfg)
 
 
 def _test_delay(step: int) -> None:

@@ -1,0 +1,198 @@
+"""Bad-input catalogue: every user mistake across the CLI verbs exits 2 with exactly one clear stderr line
+(``bertforge: error: …`` naming what to change), no traceback, and no damaged earlier output.
+
+Each case runs ``bertforge.cli.main`` in-process (fast); a few run as real subprocesses to check the exit
+status and stderr of a fresh interpreter. Independent truth: the earlier run directory's bytes, hashed
+before and after every case.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resilience_util import bertforge_cmd, make_tiny_checkpoint, run, sentences, write_tsv
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    """Workspace: a tiny checkpoint, a fine-tuned run (the 'earlier output'), and broken inputs."""
+    from bertforge.cli import main
+    d = tmp_path_factory.mktemp("bad")
+    ns = type("W", (), {})()
+    ns.d = d
+    ns.tiny = make_tiny_checkpoint(d / "tiny")
+    ns.train = write_tsv(d / "train.tsv", sentences(24, 1))
+    ns.run = d / "run"  # an earlier, finished fine-tuning run
+    code = main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train),
+                 "--out", str(ns.run), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32",
+                 "--no-progress", "train.save_every=1"])
+    assert code == 0
+    ns.empty = d / "empty.tsv"
+    ns.empty.write_text("")
+    ns.latin1 = d / "latin1.tsv"
+    ns.latin1.write_bytes("sentence\tlabel\nun film tr\xe8s good\t1\n".encode("latin-1"))
+    ns.nocol = d / "nocol.tsv"
+    ns.nocol.write_text("text\tlabel\ngood film\t1\n")
+    ns.badlabel = d / "badlabel.tsv"
+    ns.badlabel.write_text("sentence\tlabel\ngood film\t1\nbad film\t7\n")
+    ns.badjson = d / "bad.jsonl"
+    ns.badjson.write_text('{"sentence": "good", "label": 1}\n{"sentence": "bad", label: 0}\n')
+    ns.gpt2 = d / "gpt2"
+    ns.gpt2.mkdir()
+    (ns.gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32}))
+    shutil.copyfile(ns.tiny / "tokenizer.json", ns.gpt2 / "tokenizer.json")
+    ns.noconfig = d / "noconfig"
+    ns.noconfig.mkdir()
+    (ns.noconfig / "model.safetensors").write_bytes(b"")
+    ns.badyaml = d / "bad.yaml"
+    ns.badyaml.write_text("train: {lr: [1, 2\n")
+    ns.corpus_empty = d / "empty.txt"
+    ns.corpus_empty.write_text("")
+    ns.other_vocab = make_tiny_checkpoint(d / "other_vocab", vocab=80)
+    ns.afile = d / "afile"
+    ns.afile.write_text("x")
+    return ns
+
+
+def _ft(w, *extra, out=None, train=None, model=None):
+    return ["finetune", "--model", model or w.tiny, "--task", "sst2", "--train", train or w.train,
+            "--out", out or (w.d / "new"), "--max-steps", 1, "--batch-size", 8, "--max-seq-len", 32,
+            "--no-progress", *extra]
+
+
+# (id, argv builder, substrings the one error line must contain)
+CASES = [
+    # ---- finetune: data files
+    ("ft-train-missing", lambda w: _ft(w, train=w.d / "nope.tsv"), ["nope.tsv does not exist"]),
+    ("ft-train-empty", lambda w: _ft(w, train=w.empty), ["empty.tsv is empty"]),
+    ("ft-train-not-utf8", lambda w: _ft(w, train=w.latin1), ["not UTF-8", "line 2", "re-encode"]),
+    ("ft-train-is-dir", lambda w: _ft(w, train=w.d), ["is a directory"]),
+    ("ft-missing-column", lambda w: _ft(w, train=w.nocol), ["no column 'sentence'", "columns: text, label"]),
+    ("ft-label-outside-set", lambda w: _ft(w, train=w.badlabel), ["badlabel.tsv:3", "label '7'",
+                                                                     "label set"]),
+    ("ft-bad-jsonl", lambda w: _ft(w, train=w.badjson), ["bad.jsonl:2 is not valid JSON"]),
+    ("ft-unknown-task", lambda w: _ft(w, "--task", "sst3"), ["sst3"]),
+    # ---- finetune: model dirs
+    ("ft-model-missing", lambda w: _ft(w, model=w.d / "nomodel"), ["does not exist"]),
+    ("ft-model-unknown-family", lambda w: _ft(w, model=w.gpt2),
+     ["gpt2", "model_type='gpt2'", "bertforge loads bert"]),
+    ("ft-model-no-config", lambda w: _ft(w, model=w.noconfig), ["no config.json"]),
+    ("ft-model-is-file", lambda w: _ft(w, model=w.afile), ["is a file"]),
+    ("ft-seq-longer-than-positions", lambda w: _ft(w, "--max-seq-len", 1000),
+     ["--max-seq-len 1000 exceeds the model's 64 positions"]),
+    # ---- finetune: recipe keys and values
+    ("ft-unknown-recipe-key", lambda w: _ft(w, "train.lrr=1e-3"), ["unknown recipe key 'train.lrr'"]),
+    ("ft-unknown-recipe-section", lambda w: _ft(w, "optim.lr=1e-3"), ["unknown recipe section 'optim'"]),
+    ("ft-malformed-override", lambda w: _ft(w, "train.lr"), ["section.key=value"]),
+    ("ft-negative-lr", lambda w: _ft(w, "train.lr=-1"), ["train.lr must be > 0"]),
+    ("ft-bad-dtype", lambda w: _ft(w, "impl.dtype=float16"), ["impl.dtype='float16'"]),
+    ("ft-bad-parallel", lambda w: _ft(w, "impl.parallel=zero3"), ["impl.parallel='zero3'"]),
+    ("ft-bad-schedule", lambda w: _ft(w, "train.schedule=triangle"), ["train.schedule='triangle'"]),
+    ("ft-recipe-missing", lambda w: _ft(w, "--recipe", w.d / "nope.yaml"), ["nope.yaml does not exist"]),
+    ("ft-recipe-bad-yaml", lambda w: _ft(w, "--recipe", w.badyaml), ["not valid YAML"]),
+    ("ft-accum-zero", lambda w: _ft(w, "train.grad_accum_steps=0"), ["train.grad_accum_steps must be"]),
+    # ---- finetune: output dir (the earlier run must stay intact)
+    ("ft-out-holds-run", lambda w: _ft(w, out=w.run), ["already holds a run", "--resume", "--overwrite"]),
+    ("ft-out-is-file", lambda w: _ft(w, out=w.afile), ["is a file"]),
+    ("ft-out-unwritable", lambda w: _ft(w, out=Path("/sys/bertforge-run")), ["/sys/bertforge-run"]),
+    ("ft-resume-no-checkpoints", lambda w: _ft(w, "--resume", out=w.d), ["has no checkpoints/"]),
+    ("ft-resume-other-data", lambda w: _ft(w, "--resume", "train.max_steps=3", out=w.run,
+                                           train=w.d / "train_more.tsv"),
+     ["written with 24 training examples but this run has 30", "same training data"]),
+    ("ft-resume-other-batch", lambda w: _ft(w, "--resume", "--batch-size", 4, out=w.run),
+     ["written with 8 batch_size but this run has 4", "train.batch_size=8"]),
+    # ---- evaluate / predict
+    ("eval-no-task-recorded", lambda w: ["evaluate", "--model", w.tiny, "--data", w.train],
+     ["does not record its task", "--task"]),
+    ("eval-label-space-mismatch", lambda w: ["evaluate", "--model", w.run, "--task", "stsb", "--data", w.train],
+     ["predicts 2 labels", "stsb"]),
+    ("eval-data-missing", lambda w: ["evaluate", "--model", w.run, "--data", w.d / "nope.tsv"],
+     ["nope.tsv does not exist"]),
+    ("predict-data-not-utf8", lambda w: ["predict", "--model", w.run, "--data", w.latin1, "--out",
+                                         w.d / "p.jsonl"], ["not UTF-8"]),
+    ("predict-out-unwritable", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out",
+                                          "/sys/preds.jsonl"], ["permission denied", "/sys/preds.jsonl"]),
+    # ---- pretrain
+    ("pretrain-corpus-missing", lambda w: ["pretrain", "--objective", "bert", "--corpus", w.d / "nope.txt",
+                                           "--out", w.d / "pt", "--no-progress"], ["nope.txt does not exist"]),
+    ("pretrain-corpus-empty", lambda w: ["pretrain", "--objective", "roberta", "--corpus", w.corpus_empty,
+                                         "--out", w.d / "pt", "--no-progress", "--cache-dir", w.d / "cache"],
+     ["empty.txt is empty"]),
+    ("pretrain-unknown-key", lambda w: ["pretrain", "--objective", "bert", "--corpus", w.train, "--out",
+                                        w.d / "pt", "pretrain.mlm_prob=0.2"], ["mlm_prob"]),
+    ("pretrain-out-holds-run", lambda w: ["pretrain", "--objective", "roberta", "--corpus", w.train, "--out", w.run,
+                                          "--vocab-size", 120, "--cache-dir", w.d / "cache"],
+     ["already holds a run"]),
+    # ---- distill
+    ("distill-vocab-mismatch", lambda w: ["distill", "--teacher", w.run, "--student", w.other_vocab, "--train",
+                                          w.train, "--out", w.d / "dst"], ["different vocabulary", "teacher", "--student"]),
+    ("distill-teacher-missing", lambda w: ["distill", "--teacher", w.d / "noteacher", "--student", "1L-16H-2A-32I",
+                                           "--train", w.train, "--out", w.d / "dst"], ["does not exist"]),
+    ("distill-bad-student-spec", lambda w: ["distill", "--teacher", w.run, "--student", "four-layers",
+                                            "--train", w.train, "--out", w.d / "dst"], ["four-layers"]),
+    # ---- prune / quantize / export / bench
+    ("prune-fraction-out-of-range", lambda w: ["prune", "--model", w.run, "--out", w.d / "pr", "--fraction", 1.5,
+                                               "--data", w.train], ["fraction"]),
+    ("prune-unknown-family", lambda w: ["prune", "--model", w.gpt2, "--out", w.d / "pr", "--fraction", 0.5],
+     ["gpt2", "model_type='gpt2'", "bertforge loads bert"]),
+    ("quantize-model-missing", lambda w: ["quantize", "--model", w.d / "nomodel", "--out", w.d / "q"],
+     ["does not exist"]),
+    ("export-no-config", lambda w: ["export", "--model", w.noconfig, "--out", w.d / "onnx"], ["no config.json"]),
+    ("export-out-holds-run", lambda w: ["export", "--model", w.run, "--out", w.run], ["--overwrite"]),
+    ("bench-model-missing", lambda w: ["bench", "--model", w.d / "nomodel"], ["nomodel"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(case, w, capsys):
+    from bertforge.cli import build_parser, main
+    name, argv, needles = case
+    argv = [str(a) for a in argv(w)]
+    if argv[0] not in build_parser()._subparsers._group_actions[0].choices:
+        pytest.skip(f"verb {argv[0]} not in this build")
+    if name == "ft-resume-other-data":
+        write_tsv(w.d / "train_more.tsv", sentences(30, 1))
+    before = _snapshot(w.run)
+    new_outs = [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--out"]
+    existed = {p: p.exists() for p in new_outs}
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2, (code, err)
+    assert "Traceback" not in err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("bertforge") and "error:" in lines[0], lines[0]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert _snapshot(w.run) == before, "the earlier run dir was modified"
+    for p, ex in existed.items():
+        if not ex:
+            assert not p.exists() or not any(p.iterdir()), f"{p} was left behind"
+    strays = [p.name for p in w.run.parent.iterdir() if ".staging" in p.name or p.name.endswith(".tmp")]
+    assert not strays, strays
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (lambda w: _ft(w, train=w.d / "nope.tsv"), "does not exist"),
+    (lambda w: _ft(w, model=w.gpt2), "model_type='gpt2'"),
+    (lambda w: ["finetune", "--model", w.tiny, "--task", "sst2", "--out", w.d / "x"], "--train"),
+    (lambda w: ["finetune", "--task", "sst2"], "--model"),  # argparse usage error
+], ids=["missing-file", "unknown-family", "no-train-file", "usage"])
+def test_bad_input_in_a_fresh_process(w, argv, needle):
+    r = run(bertforge_cmd(*argv(w)), timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
