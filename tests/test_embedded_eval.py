@@ -1,0 +1,266 @@
+"""Embedded data (gensim text), sentence-embedding evaluation (Lee ρ, Pang–Lee probe, latency) and report."""
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.cli import main
+from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences, split_sentences
+from bertforge.evaluate import report as rp
+from bertforge.evaluate.embedded import (Embedder, OnnxEmbedder, TorchEmbedder, lee_spearman, mean_pool,
+                                         measure_latencies, polarity_accuracy, task_metrics)
+
+pytest.importorskip("gensim")
+
+
+# ------------------------------------------------------------------------------------------ data
+def test_split_sentences_rules():
+    text = ('Mr. Smith went to Washington. He met Dr. J. Doe at 5 p.m. on Monday! "Was it fun?" '
+            "Nobody knows. The U.S. Senate voted 52-48.")
+    assert split_sentences(text) == [
+        "Mr. Smith went to Washington.", "He met Dr. J. Doe at 5 p.m. on Monday!", '"Was it fun?"',
+        "Nobody knows.", "The U.S. Senate voted 52-48."]
+    assert split_sentences("  ") == []
+    # every character except whitespace runs survives
+    s = "First one. Second one? Third."
+    assert " ".join(split_sentences(s)) == s
+
+
+def test_build_corpus_layout_and_heldout_split(tmp_path):
+    info = build_corpus(tmp_path, heldout_fraction=0.2, max_documents=15)
+    train = (tmp_path / "train.txt").read_text()
+    held = (tmp_path / "heldout.txt").read_text()
+    tdocs = [d for d in train.strip().split("\n\n") if d.strip()]
+    hdocs = [d for d in held.strip().split("\n\n") if d.strip()]
+    assert len(tdocs) == info["train"]["documents"] and len(hdocs) == info["heldout"]["documents"]
+    assert info["train"]["documents"] + info["heldout"]["documents"] == sum(info["documents_per_source"].values())
+    assert not set(tdocs) & set(hdocs)
+    lines = [ln for ln in train.splitlines() if ln]
+    assert len(lines) == info["train"]["sentences"]
+    assert all(len(ln.split()) >= 3 for ln in lines)
+    assert "'''" not in train and "[[" not in train and "{{" not in train  # wiki markup stripped
+    # evaluation documents never leak into the corpus
+    docs, _ = lee_corpus()
+    for d in docs:
+        assert d[:80] not in train and d[:80] not in held
+    # deterministic
+    build_corpus(tmp_path / "again", heldout_fraction=0.2, max_documents=15)
+    assert (tmp_path / "again" / "train.txt").read_text() == train
+
+
+def test_lee_and_polarity_files():
+    docs, sims = lee_corpus()
+    assert len(docs) == 50 and sims.shape == (50, 50)
+    assert np.allclose(sims, sims.T) and np.allclose(np.diag(sims), 1.0)
+    assert 0.0 <= sims.min() and sims.max() <= 1.0
+    texts, labels = polarity_sentences()
+    assert len(texts) == 200 and sorted(set(labels)) == [0, 1] and sum(labels) == 100
+
+
+# ------------------------------------------------------------------------------------- evaluation
+def test_mean_pool_hand_computed():
+    h = np.array([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    m = np.array([[1, 1, 0]])
+    assert np.allclose(mean_pool(h, m), [[2.0, 3.0]])
+
+
+def test_teacher_lee_spearman_matches_transformers_reference(minilm_dir):
+    """Our encoder + pooling vs transformers' BertModel on the same weights, and the known ≈ 0.51."""
+    from scipy.stats import spearmanr
+    from transformers import AutoModel, AutoTokenizer
+    docs, sims = lee_corpus()
+    ours = lee_spearman(TorchEmbedder(minilm_dir, "teacher"))
+    tok = AutoTokenizer.from_pretrained(str(minilm_dir))
+    ref = AutoModel.from_pretrained(str(minilm_dir)).eval()
+    enc = tok(docs, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.no_grad():
+        h = ref(**enc).last_hidden_state
+    m = enc["attention_mask"].unsqueeze(-1).float()
+    e = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+    iu = np.triu_indices(50, 1)
+    rho_ref = spearmanr((e @ e.T)[iu], sims[iu])[0]
+    assert ours == pytest.approx(rho_ref, abs=2e-3)
+    assert ours == pytest.approx(0.51, abs=0.01)
+
+
+class _FakeEmbedder(Embedder):
+    """Embeds text i as a fixed vector looked up by text; for probing the metric code."""
+    backend = "fake"
+
+    def __init__(self, table: dict, name="fake", sleep_s=0.0):
+        self.name, self.table, self.sleep_s = name, table, sleep_s
+        self.num_parameters, self.path = 0, "."
+
+    def embed(self, texts, max_seq_len=256, batch_size=16):
+        return np.stack([self.table[t] for t in texts])
+
+    def forward(self, *a):
+        time.sleep(self.sleep_s)
+
+    class _Tok:
+        @staticmethod
+        def get_vocab_size():
+            return 30522
+
+    tok = _Tok()
+
+
+def test_polarity_probe_separates_informative_from_random_features():
+    texts, labels = polarity_sentences()
+    rng = np.random.default_rng(0)
+    informative = {t: np.r_[2.0 * y - 1.0 + 0.3 * rng.standard_normal(), rng.standard_normal(7)]
+                   for t, y in zip(texts, labels)}
+    acc, std = polarity_accuracy(_FakeEmbedder(informative))
+    assert acc >= 0.95 and 0 <= std < 0.1
+    chance = []
+    for seed in range(5):
+        rng = np.random.default_rng(seed + 1)
+        random_feats = {t: rng.standard_normal(8) for t in texts}
+        chance.append(polarity_accuracy(_FakeEmbedder(random_feats))[0])
+    assert abs(np.mean(chance) - 0.5) < 0.08  # 5 draws × 200 examples: sd of the mean ≈ 0.016
+
+
+def test_lee_spearman_is_one_for_embeddings_that_reproduce_the_ratings_order():
+    docs, sims = lee_corpus()
+    # exact: use the ratings themselves as "cosine" via an embedder returning the ratings' eigvectors
+    w, v = np.linalg.eigh(sims + 50 * np.eye(50))  # positive definite, same off-diagonal order
+    e = v * np.sqrt(w)  # e e^T = sims + 50 I; cosine = sims_ij / 51 for i ≠ j (all diagonals equal 51)
+    rho = lee_spearman(_FakeEmbedder({d: e[i] for i, d in enumerate(docs)}))
+    assert rho == pytest.approx(1.0, abs=1e-9)
+
+
+def test_latency_rounds_are_interleaved_and_measure_sleep():
+    fast, slow = _FakeEmbedder({}, "fast", 0.001), _FakeEmbedder({}, "slow", 0.006)
+    order = []
+    fast.forward = lambda *a: (order.append("f"), time.sleep(0.001))
+    slow.forward = lambda *a: (order.append("s"), time.sleep(0.006))
+    lat = measure_latencies([fast, slow], rounds=3, iters=4, warmup=1, progress=False)
+    assert "".join(order) == "fs" + ("ffff" + "ssss") * 3  # warm-up, then interleaved rounds
+    assert lat["fast"]["n"] == 12 and lat["slow"]["n"] == 12
+    assert lat["slow"]["min_ms"] >= 6.0 and lat["fast"]["min_ms"] >= 1.0  # sleep never undershoots
+    assert lat["slow"]["p50_ms"] > lat["fast"]["p50_ms"]
+
+
+def _tiny_dir(tmp_path, minilm_dir, head="base", num_labels=2):
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                      num_labels=num_labels, max_position_embeddings=512)
+    m = TaskModel(cfg, head=head).eval()
+    d = tmp_path / f"tiny-{head}"
+    m.save_pretrained(d, tokenizer_dir=minilm_dir)
+    return d, m
+
+
+def _export(model, path, output):
+    ids = torch.randint(1000, 2000, (2, 9))
+    am = torch.ones_like(ids)
+    tt = torch.zeros_like(ids)
+
+    class W(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return o.logits if output == "logits" else o.last_hidden_state
+
+    axes = {k: {0: "b", 1: "t"} for k in ("input_ids", "attention_mask", "token_type_ids")}
+    torch.onnx.export(W(model), (ids, am, tt), str(path), input_names=list(axes), output_names=[output],
+                      dynamic_axes=axes, opset_version=17, dynamo=False)
+
+
+def test_onnx_embedder_matches_torch(tmp_path, minilm_dir):
+    pytest.importorskip("onnxruntime")
+    d, m = _tiny_dir(tmp_path, minilm_dir)
+    onnx_dir = tmp_path / "onnx"
+    onnx_dir.mkdir()
+    _export(m, onnx_dir / "model.onnx", "last_hidden_state")
+    from bertforge.tokenizer import copy_tokenizer_files
+    copy_tokenizer_files(d, onnx_dir)
+    te, oe = TorchEmbedder(d, "t"), OnnxEmbedder(onnx_dir / "model.onnx", "o")
+    texts = ["a short one .", "a somewhat longer sentence about the weather in sydney ."]
+    assert np.allclose(te.embed(texts), oe.embed(texts), atol=1e-4)
+    assert oe.num_parameters == te.num_parameters  # every weight is an initializer, counted once
+    assert lee_spearman(te) == pytest.approx(lee_spearman(oe), abs=1e-3)
+
+
+def test_task_metrics_torch_and_onnx_agree(tmp_path, minilm_dir):
+    pytest.importorskip("onnxruntime")
+    d, m = _tiny_dir(tmp_path, minilm_dir, head="sequence_classification")
+    _export(m, tmp_path / "cls.onnx", "logits")
+    data = tmp_path / "dev.tsv"
+    rows = ["sentence\tlabel"] + [f"{t}\t{y}" for t, y in zip(*polarity_sentences())][:40]
+    data.write_text("\n".join(rows) + "\n")
+    te = TorchEmbedder(d, "t")
+    oe = OnnxEmbedder(tmp_path / "cls.onnx", "o", tokenizer_dir=d)
+    assert not oe.can_embed
+    mt, mo = task_metrics(te, "sst2", data), task_metrics(oe, "sst2", data)
+    # independent truth: argmax of the model's own logits, counted by hand
+    from bertforge.tokenizer import encode_texts
+    texts, labels = polarity_sentences()
+    correct = 0
+    for t, y in list(zip(texts, labels))[:40]:
+        enc = encode_texts(te.tok, [t], None, 128)[0]
+        with torch.no_grad():
+            lg = m(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits
+        correct += int(lg.argmax(-1).item() == y)
+    assert mt["accuracy"] == pytest.approx(correct / 40) and mo["accuracy"] == pytest.approx(correct / 40)
+
+
+def test_embed_eval_cli(tmp_path, minilm_dir, capsys):
+    d, _ = _tiny_dir(tmp_path, minilm_dir)
+    out = tmp_path / "res.json"
+    rc = main(["embed-eval", f"--model=tiny={d}", "--rounds", "1", "--iters", "2", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    row = res["models"][0]
+    assert row["name"] == "tiny" and row["backend"] == "torch"
+    assert -1 <= row["lee_spearman"] <= 1 and 0 <= row["polarity_acc"] <= 1
+    assert row["latency_ms"] > 0 and row["latency_seq_len"] == 128
+    n_params = sum(p.numel() for p in TorchEmbedder(d).model.parameters())
+    assert row["params"] == n_params
+    assert row["size_mb"] == pytest.approx((d / "model.safetensors").stat().st_size / 1e6)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == res
+    # two rows with one name: a one-line user error, exit 2
+    assert main(["embed-eval", f"--model=x={d}", f"--model=x={d}", "--no-progress"]) == 2
+    assert "two models are named" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- report
+def _rows():
+    return [{"name": "teacher", "backend": "torch", "lee_spearman": 0.50, "polarity_acc": 0.7,
+             "polarity_acc_std": 0.05, "latency_ms": 10.0, "params": 22_700_000, "size_mb": 90.9},
+            {"name": "student-a", "backend": "torch", "lee_spearman": 0.475, "polarity_acc": 0.68,
+             "polarity_acc_std": 0.04, "latency_ms": 5.0, "params": 17_400_000, "size_mb": 69.6},
+            {"name": "student-a-int8", "backend": "onnxruntime", "lee_spearman": 0.47, "polarity_acc": None,
+             "polarity_acc_std": None, "latency_ms": 2.5, "params": 17_400_000, "size_mb": 18.0}]
+
+
+def test_results_table_and_claims():
+    md, txt = rp.results_table(_rows())
+    head = md.splitlines()[0]
+    for unit in ("(%)", "(ms, seq 128, batch 1)", "(×)", "(M)", "(MB)"):
+        assert unit in head
+    a = md.splitlines()[3].split("|")
+    assert a[1].strip() == "student-a" and a[4].strip() == "95.0" and a[7].strip() == "2.00"
+    assert "student-a-int8" in txt
+    claims = {c["claim"]: c["ok"] for c in rp.checks(_rows())}
+    assert list(claims.values()) == [True, True, False, True]  # int8 keeps 94% < 95%
+
+
+def test_plots_and_loss_curve_reader(tmp_path):
+    mj = tmp_path / "metrics.jsonl"
+    mj.write_text("\n".join(json.dumps(r) for r in [{"step": 2, "loss": 9.0}, {"step": 2, "eval": {"acc": 1}},
+                                                    {"step": 4, "loss": 6.0}, {"step": 6, "loss": float("nan")}]))
+    assert rp.read_loss_curve(mj) == ([2, 4], [9.0, 6.0])
+    assert rp.plot_loss_curves({"bert": ([2, 4], [9.0, 6.0]), "none": ([], [])}, tmp_path / "l.png")
+    assert rp.plot_quality_vs_latency(_rows(), tmp_path / "q.png")
+    for f in ("l.png", "q.png"):
+        assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not rp.plot_loss_curves({}, tmp_path / "none.png")
