@@ -84,6 +84,11 @@ def _model_inputs(batch: dict) -> dict:
     return {k: v for k, v in batch.items() if k != "labels"}
 
 
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """At least float32 (float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> torch.Tensor:
     """Sum over the batch of per-example losses (so ∂/∂gate[b] is example b's own gradient)."""
     mask = batch.get("attention_mask")
@@ -92,18 +97,18 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
         if logits is None:
             raise ConfigError("--loss task needs a model with a task head; use --loss fisher")
         if logits.dim() == 2 and logits.shape[-1] == 1:
-            return 0.5 * ((logits.squeeze(-1).float() - labels.float()) ** 2).sum()
+            return 0.5 * ((_f32(logits.squeeze(-1)) - labels.to(_f32(logits).dtype)) ** 2).sum()
         if logits.dim() == 2:
-            return F.cross_entropy(logits.float(), labels.long(), reduction="sum")
-        return F.cross_entropy(logits.float().flatten(0, -2), labels.long().flatten(),
+            return F.cross_entropy(_f32(logits), labels.long(), reduction="sum")
+        return F.cross_entropy(_f32(logits).flatten(0, -2), labels.long().flatten(),
                                ignore_index=-100, reduction="sum")
     if mode == "mlm":
         sel = batch["_mlm_selected"]
-        return F.cross_entropy(out.logits.float()[sel], batch["_mlm_targets"][sel], reduction="sum")
+        return F.cross_entropy(_f32(out.logits)[sel], batch["_mlm_targets"][sel], reduction="sum")
     # fisher: sample ŷ ~ p(·|x) from the model's own prediction
     logits = out.logits
     if logits is not None and logits.shape[-1] > 1:
-        lp = torch.log_softmax(logits.float(), -1)
+        lp = torch.log_softmax(_f32(logits), -1)
         with torch.no_grad():
             y = torch.multinomial(lp.exp().flatten(0, -2), 1, generator=generator).view(lp.shape[:-1])
         nll = -lp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
@@ -112,8 +117,8 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
         return nll.sum()
     # Gaussian predictive distribution: y = f(x) + ε, ε ~ N(0, I); −log p(y) = ½‖f(x) − y‖²
     h = logits if logits is not None else out.last_hidden_state
-    eps = torch.randn(h.shape, generator=generator, dtype=torch.float32).to(h.device)
-    nll = -(eps * h.float())  # ∂/∂h of ½‖h − (h.detach() + ε)‖² is −ε
+    eps = torch.randn(h.shape, generator=generator, dtype=torch.float32).to(h.device, _f32(h).dtype)
+    nll = -(eps * _f32(h))  # ∂/∂h of ½‖h − (h.detach() + ε)‖² is −ε
     if h.dim() == 3 and mask is not None:
         nll = nll * mask[..., None]
     return nll.sum()

@@ -1,0 +1,279 @@
+"""Compression: head importance, physical head/FFN removal, reload, magnitude pruning, INT8, ONNX parity.
+
+Truths used: pruning heads physically ≡ gating them to 0 in the unpruned model; removing FFN units ≡
+zeroing their output columns; the gate gradient ≡ a finite difference of the loss; a head whose value
+weights are zero has importance exactly 0 under every loss; ONNX Runtime ≡ PyTorch on the same weights;
+FLOP formula ≡ torch.utils.flop_counter on the model.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.compress import prune as P
+from bertforge.config import ModelConfig
+from bertforge.hf import load_pretrained
+from bertforge.models.heads import TaskModel
+
+pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+
+
+def tiny(head="sequence_classification", seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, intermediate_size=48,
+               vocab_size=120, max_position_embeddings=40, hidden_dropout_prob=0.0,
+               attention_probs_dropout_prob=0.0)
+    cfg.update(kw)
+    return TaskModel(ModelConfig(**cfg), head=head).eval()
+
+
+def batch(b=4, t=12, seed=1, labels=True, vocab=120):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (b, t), generator=g)
+    am = torch.ones_like(ids)
+    if b > 2:
+        am[1, t - 4:] = 0
+        am[2, t - 7:] = 0
+    out = {"input_ids": ids, "attention_mask": am, "token_type_ids": torch.zeros_like(ids)}
+    if labels:
+        out["labels"] = torch.randint(0, 2, (b,), generator=g)
+    return out
+
+
+def inputs(b):
+    return {k: v for k, v in b.items() if k != "labels"}
+
+
+def test_physical_head_removal_equals_zero_gates_and_reloads(tmp_path):
+    m = tiny()
+    ref_model = tiny()  # same seed → same weights
+    x = batch()
+    to_prune = {0: [1, 3], 1: [0, 1, 2, 3], 2: [2]}  # layer 1 loses every head
+    gates = [torch.ones(4) for _ in range(3)]
+    for layer, hs in to_prune.items():
+        gates[layer][hs] = 0.0
+    with torch.no_grad():
+        want = ref_model(**inputs(x), head_gates=gates).logits
+    P.prune_heads(m, to_prune)
+    assert P.head_counts(m) == [2, 0, 3]
+    assert m.config.layer_num_heads == [2, 0, 3]
+    with torch.no_grad():
+        got = m(**inputs(x)).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # the pruned dir reloads into the same function
+    m.save_pretrained(tmp_path / "p")
+    cfg = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert cfg["layer_num_heads"] == [2, 0, 3]
+    assert cfg["bertforge"]["pruned_heads"] == {"0": [1, 3], "1": [0, 1, 2, 3], "2": [2]}
+    m2 = load_pretrained(tmp_path / "p").eval()
+    with torch.no_grad():
+        again = m2(**inputs(x)).logits
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
+    assert m2.encoder.layers[1].attention.qkv.weight.shape == (0, 32)
+
+
+def test_pruning_twice_records_original_head_indices():
+    m = tiny()
+    P.prune_heads(m, {0: [0]})  # layer 0 now holds original heads 1,2,3
+    rec = P.prune_heads(m, {0: [0, 2]})  # current 0 → original 1, current 2 → original 3
+    assert rec[0] == [0, 1, 3]
+    assert P.head_counts(m) == [1, 4, 4]
+
+
+def test_fully_pruned_layer_forward_is_residual_plus_bias():
+    m = tiny()
+    P.prune_heads(m, {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3]})
+    x = batch()
+    with torch.no_grad():
+        out = m(**inputs(x), output_hidden_states=True)
+    assert torch.isfinite(out.logits).all()
+    # hand computation for layer 0: LN(x + out.bias) then the FFN block
+    lyr = m.encoder.layers[0]
+    h0 = out.hidden_states[0]
+    with torch.no_grad():
+        a = lyr.attention_norm(h0 + lyr.attention.out.bias)
+        want = lyr.ffn_norm(a + lyr.ffn(a))
+    torch.testing.assert_close(out.hidden_states[1], want, atol=1e-6, rtol=1e-6)
+    # and importance scoring still runs (empty score vectors for empty layers)
+    imp = P.compute_importance(m, [batch()], loss="task")
+    assert [len(h) for h in imp["heads"]] == [0, 0, 0]
+
+
+def test_ffn_removal_equals_zeroed_units_and_reloads(tmp_path):
+    m, ref_model = tiny(), tiny()
+    drop = {0: [0, 5, 7], 2: list(range(10))}
+    with torch.no_grad():
+        for layer, units in drop.items():
+            ref_model.encoder.layers[layer].ffn.output.weight[:, units] = 0.0
+    P.prune_ffn(m, drop)
+    assert m.config.layer_intermediate_sizes == [45, 48, 38]
+    x = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(m(**inputs(x)).logits, ref_model(**inputs(x)).logits, atol=1e-5, rtol=1e-5)
+    m.save_pretrained(tmp_path / "f")
+    m2 = load_pretrained(tmp_path / "f").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(m2(**inputs(x)).logits, m(**inputs(x)).logits, atol=0, rtol=0)
+
+
+def test_gate_gradient_matches_finite_difference():
+    m = tiny(initializer_range=0.3).double()
+    x = batch(b=1)
+    imp = P.compute_importance(m, [x], loss="task", ffn=True, normalize=False)
+
+    def loss_at(layer, head, eps):
+        g = [torch.ones(4, dtype=torch.float64) for _ in range(3)]
+        g[layer][head] += eps
+        with torch.no_grad():
+            logits = m(**inputs(x), head_gates=g).logits
+        return float(torch.nn.functional.cross_entropy(logits, x["labels"]))
+    for layer, head in [(0, 1), (1, 0), (2, 3)]:
+        fd = (loss_at(layer, head, 1e-5) - loss_at(layer, head, -1e-5)) / 2e-5
+        assert abs(fd) > 1e-4  # a real signal
+        assert abs(abs(fd) - float(imp["heads_raw"][layer][head])) < 1e-6 * max(1.0, abs(fd))
+
+
+def test_dead_head_has_zero_importance_under_every_loss():
+    m = tiny()
+    att = m.encoder.layers[1].attention
+    d, inner = att.head_dim, att.num_heads * att.head_dim
+    with torch.no_grad():  # head 2 of layer 1: value rows zero → its context is exactly 0
+        att.qkv.weight[2 * inner + 2 * d: 2 * inner + 3 * d] = 0
+        att.qkv.bias[2 * inner + 2 * d: 2 * inner + 3 * d] = 0
+    base = tiny(head="base")
+    base.load_state_dict({k: v for k, v in m.state_dict().items() if k.startswith("encoder.")}, strict=False)
+    for model, loss in [(m, "task"), (m, "fisher"), (base, "fisher")]:
+        imp = P.compute_importance(model, [batch(labels=loss == "task")], loss=loss, normalize=False)
+        h = imp["heads_raw"][1]
+        assert float(h[2]) == 0.0
+        assert bool((torch.cat(imp["heads_raw"]) > 0).sum() == 11), (loss, imp["heads_raw"])
+        assert P.lowest(imp["heads"], 1) == {1: [2]}
+
+
+def test_auto_loss_is_fisher_without_labels_and_importance_is_per_example():
+    m = tiny()
+    x = batch(b=6, labels=False)
+    imp = P.compute_importance(m, [x], loss="auto")
+    assert imp["loss"] == "fisher"
+    # per-example: the sum of |per-example grads| ≥ |grad of the summed loss| (triangle inequality), and
+    # strictly greater for some head when examples disagree in sign
+    imp_task = P.compute_importance(m, [batch(b=6)], loss="task", normalize=False)
+    g = [torch.ones(4, requires_grad=True) for _ in range(3)]
+    xb = batch(b=6)
+    out = m(**xb, head_gates=g)
+    torch.nn.functional.cross_entropy(out.logits, xb["labels"], reduction="sum").backward()
+    batch_level = torch.cat([gi.grad.abs() for gi in g]) / 6
+    per_example = torch.cat(imp_task["heads_raw"]).float()
+    assert bool((per_example >= batch_level - 1e-6).all())
+    assert bool((per_example > batch_level + 1e-6).any())
+
+
+def test_iterative_prune_reaches_target_and_tracks_metric():
+    m = tiny()
+    data = [batch(seed=s) for s in range(2)]
+    calls = []
+
+    def eval_fn(model):
+        calls.append(P.head_counts(model))
+        return {"acc": 0.5}
+    hist = P.iterative_prune(m, lambda: data, fraction=0.5, steps=3, ffn_fraction=0.25, eval_fn=eval_fn)
+    assert [h["heads_pruned"] for h in hist] == [0, 2, 4, 6]
+    assert hist[-1]["ffn_pruned"] == 36
+    assert sum(P.head_counts(m)) == 6 and sum(P.ffn_sizes(m)) == 144 - 36
+    assert len(calls) == 4 and all("acc" in h for h in hist)
+
+
+def test_magnitude_prune_zeroes_the_smallest_weights():
+    m = tiny()
+    before = {n: mod.weight.detach().clone() for n, mod in m.named_modules()
+              if isinstance(mod, torch.nn.Linear)}
+    rep = P.magnitude_prune(m, 0.4)
+    allw = torch.cat([w.abs().flatten() for w in before.values()])
+    assert abs(rep["sparsity"] - 0.4) < 1e-3
+    after = torch.cat([mod.weight.detach().flatten() for n, mod in m.named_modules() if n in before])
+    zeroed = allw[after == 0]
+    kept = allw[after != 0]
+    assert float(zeroed.max()) <= float(kept.min())
+    assert rep["dense_bytes"] == sum(p.numel() * 4 for p in m.parameters())  # honest: unchanged size
+
+
+def test_flop_formula_matches_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+    from bertforge.evaluate.bench import encoder_flops
+    from bertforge.hf import config_to_hf
+    m = tiny(head="base")
+    P.prune_heads(m, {0: [1]})
+    P.prune_ffn(m, {2: [1, 2, 3]})
+    x = batch(b=1, t=16, labels=False)
+    x["attention_mask"][:] = 1
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        m(**inputs(x), output_attentions=True)  # explicit QKᵀ / probs·V matmuls, which the counter sees
+    want = fc.get_total_flops()
+    got = encoder_flops(config_to_hf(m.config, "base"), 16)
+    assert abs(got - want) / want < 0.02, (got, want)
+
+
+# ------------------------------------------------------------------------------------ INT8 / ONNX
+def test_torch_int8_roundtrip_and_closeness(tmp_path):
+    from bertforge.compress import quantize as Q
+    m = tiny()
+    P.prune_heads(m, {1: [0, 1, 2, 3]})
+    q = Q.quantize_dynamic(m)
+    x = batch()
+    with torch.no_grad():
+        a, b = m(**inputs(x)).logits, q(**inputs(x)).logits
+    assert float((a - b).abs().max()) < 0.05 * float(a.abs().max()) + 1e-3
+    Q.save_quantized(q, m, tmp_path / "q")
+    q2 = Q.load_quantized(tmp_path / "q")
+    with torch.no_grad():
+        torch.testing.assert_close(q2(**inputs(x)).logits, b, atol=0, rtol=0)
+    m.save_pretrained(tmp_path / "fp32")
+    saved = (tmp_path / "fp32" / "model.safetensors").stat().st_size - (tmp_path / "q" / Q.INT8_FILE).stat().st_size
+    linear_bytes = sum(mod.weight.numel() * 4 for mod in m.modules() if isinstance(mod, torch.nn.Linear))
+    assert saved > 0.7 * 0.75 * linear_bytes  # int8 weights: 1 byte instead of 4
+
+
+@pytest.mark.parametrize("head,fused", [("sequence_classification", True), ("base", True),
+                                        ("sequence_classification", False)])
+def test_onnx_fp32_parity_dynamic_axes(tmp_path, head, fused):
+    from bertforge.compress import onnx as O
+    m = tiny(head=head)
+    P.prune_heads(m, {0: [2], 1: [0, 1, 2, 3]})
+    P.prune_ffn(m, {2: [0, 1]})
+    raw = O.export_onnx(m, tmp_path / "raw.onnx", fused=fused)
+    opt = tmp_path / "opt.onnx"
+    stats = O.optimize_onnx(raw, opt, fused=fused)
+    if fused:
+        assert stats.get("Attention", 0) + stats.get("MultiHeadAttention", 0) == 2  # layer 1 has no heads
+    sess = O.session(opt)
+    for b, t in [(1, 7), (3, 29)]:  # other shapes than at export time
+        x = batch(b=max(b, 3), t=t, labels=False)
+        x = {k: v[:b] for k, v in x.items()}
+        with torch.no_grad():
+            o = m(**x)
+        ref = (o.logits if head != "base" else o.last_hidden_state).numpy()
+        got = O.run_session(sess, x)
+        if head == "base":
+            mask = x["attention_mask"].numpy().astype(bool)
+            ref, got = ref[mask], got[mask]
+        assert np.abs(got - ref).max() < 1e-4
+
+
+def test_onnx_int8_graph_is_quantized_and_close(tmp_path):
+    import onnx
+    from bertforge.compress import onnx as O
+    m = tiny()
+    rec = O.deploy(m, tmp_path / "d", quantize=True)
+    g = onnx.load(str(tmp_path / "d" / "model.onnx")).graph
+    ops = {n.op_type for n in g.node}
+    assert "QAttention" in ops and ({"MatMulInteger", "DynamicQuantizeMatMul"} & ops)
+    assert rec["fp32_max_abs_diff"] < 1e-4
+    ort = O.OrtModel(tmp_path / "d")
+    x = batch()
+    with torch.no_grad():
+        a = m(**inputs(x)).logits
+        b = ort(**inputs(x)).logits
+    assert float((a - b).abs().max()) < 0.05 * float(a.abs().max()) + 1e-3
