@@ -238,9 +238,11 @@ def test_nbest_respects_max_answer_len_and_v2_null():
     assert decode_answers([ex], [win], [s3], [e3], version_2=False)[0]["answer"] == "a b c d e f"
 
 
-def test_split_by_article_is_deterministic_and_disjoint(data_dir):
+def test_split_by_article_is_deterministic_and_disjoint(data_dir, tmp_path, capsys):
     data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text())
-    tr, ev = split_by_article(data, 0.2, seed=0)
+    assert main(["qa-split", "--data", str(data_dir / "squad" / "dev-v1.1.json"), "--out-dir",
+                 str(tmp_path)]) == 0
+    tr, ev = (json.loads((tmp_path / f).read_text()) for f in ("train.json", "eval.json"))
     tr2, ev2 = split_by_article(data, 0.2, seed=0)
     assert [a["title"] for a in ev["data"]] == [a["title"] for a in ev2["data"]]
     t_tr = {a["title"] for a in tr["data"]}
@@ -251,6 +253,10 @@ def test_split_by_article_is_deterministic_and_disjoint(data_dir):
         return sum(len(p["qas"]) for a in d["data"] for p in a["paragraphs"])
     assert nq(tr) + nq(ev) == 10570
     assert 0.2 <= nq(ev) / 10570 < 0.3
+    tr3, ev3 = split_by_article(data, 0.2, seed=0)
+    assert tr3 == tr and ev3 == ev  # the command writes exactly the function's split
+    assert [a["title"] for a in split_by_article(data, 0.2, seed=1)[1]["data"]] != \
+        [a["title"] for a in ev["data"]]
 
 
 # ----------------------------------------------------------------------------------------- HF interop

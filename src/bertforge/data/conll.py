@@ -30,6 +30,7 @@ class TokenExample:
     tokens: list
     tags: Optional[list] = None
     guid: Optional[str] = None
+    doc: Optional[int] = None  # document number (CoNLL ``-DOCSTART-`` segments); None = standalone
 
 
 # ------------------------------------------------------------------------------------------ schemes
@@ -84,13 +85,13 @@ def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{path} is not UTF-8; re-encode it as UTF-8") from None
-    out, toks, tags, start = [], [], [], 1
+    out, toks, tags, start, doc = [], [], [], 1, 0
     has_tags = None
 
     def flush():
         nonlocal toks, tags
         if toks:
-            out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}"))
+            out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}", doc))
         toks, tags = [], []
 
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -104,6 +105,7 @@ def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
         if cols[0] == "-DOCSTART-":
             flush()
             start = lineno + 1
+            doc += 1
             continue
         if not toks:
             start = lineno
@@ -267,6 +269,48 @@ def encode_token_windows(tok, examples: list, max_seq_len: int, label2id: Option
             if t_end >= len(body_ids):
                 break
             s += step
+    return out
+
+
+def pack_sentences(tok, examples: list, room: int) -> tuple:
+    """Concatenate consecutive sentences of the same document into sequences of at most ``room``
+    subwords (BERT's "maximal document context" for CoNLL NER, Devlin et al. 2018 §5.3); a sentence
+    longer than ``room`` stays alone (it is windowed later). Sentences with ``doc`` None are never
+    merged.
+
+    Returns ``(packed, spans)``: the packed :class:`TokenExample` list and, per packed example, the
+    list of ``(sentence_index, n_words)`` it holds, in order.
+    """
+    lens = [len(e.ids) for e in tok.encode_batch([e.tokens for e in examples], is_pretokenized=True,
+                                                 add_special_tokens=False)]
+    packed, spans = [], []
+    cur, cur_len = [], 0
+    for i, (e, n) in enumerate(zip(examples, lens)):
+        same_doc = cur and e.doc is not None and examples[cur[-1]].doc == e.doc
+        if cur and (not same_doc or cur_len + n > room):
+            packed.append(cur)
+            cur, cur_len = [], 0
+        cur.append(i)
+        cur_len += n
+    if cur:
+        packed.append(cur)
+    out = []
+    for idx in packed:
+        es = [examples[i] for i in idx]
+        tags = None if any(e.tags is None for e in es) else [t for e in es for t in e.tags]
+        out.append(TokenExample([w for e in es for w in e.tokens], tags, es[0].guid, es[0].doc))
+        spans.append([(i, len(examples[i].tokens)) for i in idx])
+    return out, spans
+
+
+def unpack_words(per_packed: list, spans: list, n_sentences: int) -> list:
+    """Inverse of :func:`pack_sentences` on per-word values: per packed example → per sentence."""
+    out = [None] * n_sentences
+    for vals, sp in zip(per_packed, spans):
+        k = 0
+        for i, n in sp:
+            out[i] = vals[k:k + n]
+            k += n
     return out
 
 
