@@ -464,7 +464,7 @@ class Trainer:
         accum = self.cfg.grad_accum_steps
         eval_every = self.cfg.eval_every or self.steps_per_epoch
         save_every = self.cfg.save_every or self.steps_per_epoch
-        t0, tokens, examples = time.perf_counter(), 0, 0
+        t0, c0, tokens, examples = time.perf_counter(), time.process_time(), 0, 0
         last_metrics: dict = {}
         running = self._running
         while self.step < self.total_steps:
@@ -514,6 +514,7 @@ class Trainer:
                     running.clear()
                     dt = time.perf_counter() - t0
                     rec.update(step=self.step, epoch=epoch, lr=self.scheduler.get_last_lr()[0],
+                               elapsed_s=dt, cpu_s=time.process_time() - c0,
                                examples_per_s=examples * self.ctx.world_size / dt,
                                tokens_per_s=tokens * self.ctx.world_size / dt)
                     self._log(rec)
