@@ -1,0 +1,268 @@
+"""Translation with the original Transformer: `translate train` and `translate decode`.
+
+`translate train` learns a joint subword vocabulary on source + target, batches sentence pairs by token
+count and trains the encoder-decoder (Vaswani et al. 2017) with label-smoothed cross-entropy and the
+warmup / inverse-square-root schedule on the one Trainer; the run dir is the checkpoint (config.json with
+model_type "bertforge-transformer", model.safetensors, tokenizer.json) plus recipe.yaml and metrics.jsonl
+(val_loss and greedy val BLEU at every evaluation). `translate decode` translates a file with greedy
+(--beam 1) or beam search and, given --reference, prints sacreBLEU on the detokenized output.
+
+Examples:
+  bertforge translate train --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de \
+      --out runs/mt-small train.max_minutes=55
+  bertforge translate decode --model runs/mt-small --input test.en --beam 5 --reference test.de
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from ..config import load_recipe
+from ..errors import ConfigError
+from ._common import abandon_out_dir, add_train_args, finish_out_dir, prepare_out_dir, print_json
+
+#: the defaults of `translate train` (mirrored in recipes/translate/small.yaml; a test keeps them equal)
+DEFAULT_RECIPE = {
+    "model": {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "num_heads": 4, "ffn_dim": 1024,
+              "dropout": 0.1, "attention_dropout": 0.0, "activation": "relu", "share_embeddings": True,
+              "tie_output": True, "label_smoothing": 0.1, "max_positions": 256},
+    "train": {"batch_size": 1, "epochs": 10, "schedule": "inverse_sqrt", "warmup_steps": 400,
+              "lr": 1.0e-3, "adam_betas": [0.9, 0.98], "adam_eps": 1.0e-9, "weight_decay": 0.0,
+              "max_grad_norm": 1.0, "eval_every": 200, "save_every": 200, "metric_for_best": "bleu",
+              "log_every": 20, "keep_checkpoints": 1},
+    "impl": {"dtype": "bfloat16"},
+    "translate": {"tokenizer": "bpe", "vocab_size": 8000, "max_tokens": 2000, "max_len": 128,
+                  "noam_factor": None, "eval_bleu_sentences": 300, "eval_beam": 1,
+                  "beam": 5, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},
+}
+TRANSLATE_KEYS = set(DEFAULT_RECIPE["translate"])
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for k, v in (b or {}).items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="translate_cmd", metavar="{train,decode}", parser_class=type(p))
+    t = sub.add_parser("train", help="train a translation Transformer on parallel text files",
+                       description=(__doc__ or "").strip())
+    t.add_argument("--src", required=True, help="training source sentences, one per line")
+    t.add_argument("--tgt", required=True, help="training target sentences, aligned with --src")
+    t.add_argument("--valid-src", required=True, help="validation source sentences")
+    t.add_argument("--valid-tgt", required=True, help="validation target sentences")
+    t.add_argument("--out", required=True, help="run directory (becomes the checkpoint)")
+    t.add_argument("--max-minutes", type=float, help="wall-clock training budget (train.max_minutes)")
+    t.add_argument("--max-tokens", type=int, help="tokens per batch (translate.max_tokens)")
+    add_train_args(t)
+    t.add_argument("--recipe", help="YAML recipe (model/train/impl/translate sections); defaults: "
+                                    "recipes/translate/small.yaml")
+    t.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="recipe overrides, e.g. model.d_model=512 translate.vocab_size=10000")
+    t.set_defaults(_translate_run=run_train)
+    d = sub.add_parser("decode", help="translate a file with a trained model (greedy or beam search)")
+    d.add_argument("--model", required=True, help="checkpoint dir written by `translate train`")
+    d.add_argument("--input", required=True, help="source sentences, one per line")
+    d.add_argument("--output", help="write translations here (default: stdout)")
+    d.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy (default 5)")
+    d.add_argument("--length-penalty", type=float, default=0.6, help="GNMT α (default 0.6)")
+    d.add_argument("--max-len-a", type=float, default=1.5, help="max output length = a·|src| + b")
+    d.add_argument("--max-len-b", type=int, default=10)
+    d.add_argument("--batch-tokens", type=int, default=4000, help="source tokens × beam per batch")
+    d.add_argument("--reference", help="reference translations: print sacreBLEU (detokenized, cased)")
+    d.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    d.add_argument("--threads", type=int, help="torch threads")
+    d.set_defaults(_translate_run=run_decode)
+
+
+def run(args) -> int:
+    if not getattr(args, "translate_cmd", None):
+        raise ConfigError("choose a subcommand: `bertforge translate train …` or `bertforge translate decode …`")
+    return args._translate_run(args)
+
+
+# --------------------------------------------------------------------------------------- train
+def build_translate_recipe(args):
+    """Defaults (DEFAULT_RECIPE) < recipe file < KEY=VALUE overrides < explicit flags."""
+    raw = DEFAULT_RECIPE
+    if args.recipe:
+        rp = Path(args.recipe)
+        if not rp.is_file():
+            raise ConfigError(f"recipe file {args.recipe} does not exist; pass a YAML file (see recipes/)")
+        try:
+            user = yaml.safe_load(rp.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"recipe {args.recipe} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(user, dict):
+            raise ConfigError(f"recipe {args.recipe} must be a mapping with model/train/impl/translate")
+        raw = _merge(raw, user)
+    fd, tmp = tempfile.mkstemp(suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(raw, f)
+        r = load_recipe(tmp, args.overrides or [], extra_sections=("translate",))
+    finally:
+        os.unlink(tmp)
+    for a in ("epochs", "max_steps", "lr", "seed"):
+        v = getattr(args, a, None)
+        if v is not None:
+            setattr(r.train, a, v)
+    if args.batch_size is not None:
+        raise ConfigError("translation batches are built by token count; use --max-tokens, not --batch-size")
+    if args.max_minutes is not None:
+        r.train.max_minutes = args.max_minutes
+    sec = r.extra.setdefault("translate", {})
+    unknown = set(sec) - TRANSLATE_KEYS
+    if unknown:
+        raise ConfigError(f"unknown recipe keys {sorted('translate.' + k for k in unknown)}; valid: "
+                          f"{', '.join(sorted(TRANSLATE_KEYS))}")
+    if args.max_tokens is not None:
+        sec["max_tokens"] = args.max_tokens
+    if args.bf16:
+        r.impl.dtype = "bfloat16"
+    if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
+        r.impl.progress = False
+    if r.train.batch_size != 1:
+        raise ConfigError("keep train.batch_size=1 for translation (each item is a batch of "
+                          "translate.max_tokens tokens)")
+    if sec.get("noam_factor"):  # lr = factor · d_model^-0.5 · warmup^-0.5 (Vaswani et al. eq. 3)
+        d = int(r.model.get("d_model", 512))
+        r.train.lr = float(sec["noam_factor"]) * d ** -0.5 * max(1, r.train.warmup_steps or 1) ** -0.5
+    r.data.train, r.data.eval = args.src, args.valid_src
+    sec.update(src=str(args.src), tgt=str(args.tgt), valid_src=str(args.valid_src),
+               valid_tgt=str(args.valid_tgt))
+    return r
+
+
+def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, dtype: str):
+    """eval_fn for the Trainer: ``val_loss`` / ``val_nll`` (per target token, all of the validation set)
+    and ``bleu`` (sacreBLEU of greedy or beam output on the first ``eval_bleu_sentences`` sentences)."""
+    import sacrebleu
+    import torch
+
+    from ..data.translation import TokenBatchDataset, encode_pairs
+    from ..models.decoding import translate_texts
+    s_ids, t_ids, _ = encode_pairs(tokenizer, valid_src, valid_tgt, model.config.max_positions - 1)
+    val = TokenBatchDataset(s_ids, t_ids, max(4000, int(sec["max_tokens"])))
+    n_bleu = int(sec.get("eval_bleu_sentences") or 0)
+
+    def eval_fn(m) -> dict:
+        dev = next(m.parameters()).device
+        tot = nll = n = 0.0
+        for b in val.batches:
+            out = m(**{k: v.to(dev) for k, v in b.items()})
+            k = float(out.terms["ntokens"])
+            tot += float(out.loss) * k
+            nll += float(out.terms["nll"]) * k
+            n += k
+        res = {"val_loss": tot / n, "val_nll": nll / n, "val_ppl": float(torch.exp(torch.tensor(nll / n)))}
+        if n_bleu:
+            hyp = translate_texts(m, tokenizer, valid_src[:n_bleu], beam=int(sec.get("eval_beam", 1)),
+                                  length_penalty=float(sec["length_penalty"]),
+                                  max_len_a=float(sec["max_len_a"]), max_len_b=int(sec["max_len_b"]),
+                                  dtype=dtype)
+            res["bleu"] = sacrebleu.corpus_bleu(hyp, [valid_tgt[:n_bleu]]).score
+        return res
+    return eval_fn
+
+
+def run_train(args) -> int:
+    import torch
+
+    from ..data.translation import (TokenBatchDataset, encode_pairs, read_parallel, train_joint_tokenizer,
+                                    unwrap_collate)
+    from ..models.seq2seq import TransformerConfig, TransformerSeq2Seq
+    from ..train.trainer import Trainer
+    r = build_translate_recipe(args)
+    sec = r.extra["translate"]
+    src, tgt = read_parallel(args.src, args.tgt)
+    vsrc, vtgt = read_parallel(args.valid_src, args.valid_tgt)
+    out = Path(args.out)
+    work = prepare_out_dir(out, args.resume, args.overwrite)
+    try:
+        t0 = time.perf_counter()
+        from tokenizers import Tokenizer
+        tok_file = work / "tokenizer.json"
+        if args.resume and tok_file.is_file():
+            tok = Tokenizer.from_file(str(tok_file))
+        else:
+            tok = train_joint_tokenizer(src + tgt, int(sec["vocab_size"]), str(sec["tokenizer"]))
+        cfg = TransformerConfig.from_dict({**r.model, "vocab_size": tok.get_vocab_size()})
+        s_ids, t_ids, dropped = encode_pairs(tok, src, tgt, min(int(sec["max_len"]), cfg.max_positions - 1))
+        torch.manual_seed(r.train.seed)
+        model = TransformerSeq2Seq(cfg)
+        model.explicit_attention = r.impl.dtype == "bfloat16"  # faster on CPU under bf16; same numbers
+        ds = TokenBatchDataset(s_ids, t_ids, int(sec["max_tokens"]), seed=r.train.seed)
+        prep_s = time.perf_counter() - t0
+        if r.impl.progress:
+            print(f"bertforge: {len(s_ids)} pairs ({dropped} longer than {sec['max_len']} dropped), vocab "
+                  f"{tok.get_vocab_size()}, {len(ds)} batches/epoch, {model.num_parameters():,} parameters",
+                  file=sys.stderr)
+
+        def save_fn(m, d):
+            m.save_pretrained(d, tokenizer=tok)
+
+        eval_fn = make_eval_fn(model, tok, vsrc, vtgt, sec, r.impl.dtype)
+        trainer = Trainer(model, ds, unwrap_collate, r, work, eval_fn=eval_fn, save_fn=save_fn)
+        t1 = time.perf_counter()
+        result = trainer.fit(resume=args.resume)
+        result.update(train_seconds=round(time.perf_counter() - t1, 1), prep_seconds=round(prep_s, 1),
+                      parameters=model.num_parameters(), vocab_size=tok.get_vocab_size(),
+                      batches_per_epoch=len(ds))
+    except BaseException:
+        abandon_out_dir(work, out)
+        raise
+    finish_out_dir(work, out)
+    result["out"] = str(out)
+    print_json(result)
+    return 0
+
+
+# -------------------------------------------------------------------------------------- decode
+def run_decode(args) -> int:
+    import torch
+
+    from ..data.translation import read_lines
+    from ..models.decoding import translate_texts
+    from ..models.seq2seq import TransformerSeq2Seq
+    from ..tokenizer import load_tokenizer
+    if args.beam < 1:
+        raise ConfigError(f"--beam {args.beam}: the beam size must be ≥ 1 (1 = greedy)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = TransformerSeq2Seq.from_pretrained(args.model)
+    model.explicit_attention = bool(args.bf16)
+    tok = load_tokenizer(args.model)
+    sents = read_lines(args.input)
+    refs = read_lines(args.reference) if args.reference else None
+    if refs is not None and len(refs) != len(sents):
+        raise ConfigError(f"--reference has {len(refs)} lines but --input has {len(sents)}; they must align")
+    t0 = time.perf_counter()
+    hyps = translate_texts(model, tok, sents, beam=args.beam, length_penalty=args.length_penalty,
+                           max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens,
+                           dtype="bfloat16" if args.bf16 else "float32")
+    secs = time.perf_counter() - t0
+    text = "\n".join(hyps) + "\n"
+    if args.output:
+        from ..io import atomic_write_text
+        atomic_write_text(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    if refs is not None or args.output:
+        res = {"sentences": len(sents), "beam": args.beam, "seconds": round(secs, 1)}
+        if refs is not None:
+            import sacrebleu
+            bleu = sacrebleu.corpus_bleu(hyps, [refs])
+            res.update(bleu=round(bleu.score, 2), signature=str(sacrebleu.BLEU().get_signature()),
+                       bleu_detail=str(bleu))
+        (sys.stderr if not args.output else sys.stdout).write(json.dumps(res) + "\n")
+    return 0
