@@ -261,8 +261,9 @@ def run_decode(args) -> int:
         res = {"sentences": len(sents), "beam": args.beam, "seconds": round(secs, 1)}
         if refs is not None:
             import sacrebleu
-            bleu = sacrebleu.corpus_bleu(hyps, [refs])
-            res.update(bleu=round(bleu.score, 2), signature=str(sacrebleu.BLEU().get_signature()),
+            metric = sacrebleu.BLEU()
+            bleu = metric.corpus_score(hyps, [refs])
+            res.update(bleu=round(bleu.score, 2), signature=str(metric.get_signature()),
                        bleu_detail=str(bleu))
         (sys.stderr if not args.output else sys.stdout).write(json.dumps(res) + "\n")
     return 0
