@@ -254,3 +254,53 @@ def test_joint_tokenizer_roundtrips_text_and_shares_vocabulary():
         assert tok.decode(tok.encode(s, add_special_tokens=False).ids) == s
     s_ids, t_ids, dropped = encode_pairs(tok, en, de, max_len=100)
     assert dropped == 0 and s_ids[0][-1] == 3 and t_ids[0][-1] == 3
+
+
+# ------------------------------------------------------------- independent reference: torch.nn.Transformer
+def test_matches_torch_nn_transformer_on_same_weights():
+    """Our encoder-decoder (post-LN, ReLU) equals torch.nn.TransformerEncoder/Decoder with the same
+    weights (no final stack norms, as in the paper's Fig. 1)."""
+    from torch import nn
+    m = tiny(share=False, tie=False)
+    d, h = 32, 4
+    enc_layer = nn.TransformerEncoderLayer(d, h, 64, dropout=0.0, batch_first=True, layer_norm_eps=1e-5)
+    dec_layer = nn.TransformerDecoderLayer(d, h, 64, dropout=0.0, batch_first=True, layer_norm_eps=1e-5)
+    enc = nn.TransformerEncoder(enc_layer, 2, enable_nested_tensor=False).eval()
+    dec = nn.TransformerDecoder(dec_layer, 2).eval()
+    with torch.no_grad():
+        for ours, ref in zip(m.encoder_layers, enc.layers):
+            ref.self_attn.in_proj_weight.copy_(ours.attention.qkv.weight)
+            ref.self_attn.in_proj_bias.copy_(ours.attention.qkv.bias)
+            ref.self_attn.out_proj.weight.copy_(ours.attention.out.weight)
+            ref.self_attn.out_proj.bias.copy_(ours.attention.out.bias)
+            for a, b in ((ref.linear1, ours.ffn.intermediate), (ref.linear2, ours.ffn.output),
+                         (ref.norm1, ours.attention_norm), (ref.norm2, ours.ffn_norm)):
+                a.weight.copy_(b.weight)
+                a.bias.copy_(b.bias)
+        for ours, ref in zip(m.decoder_layers, dec.layers):
+            sa, ca = ours.self_attention, ours.cross_attention
+            ref.self_attn.in_proj_weight.copy_(sa.qkv.weight)
+            ref.self_attn.in_proj_bias.copy_(sa.qkv.bias)
+            ref.self_attn.out_proj.weight.copy_(sa.out.weight)
+            ref.self_attn.out_proj.bias.copy_(sa.out.bias)
+            ref.multihead_attn.in_proj_weight.copy_(torch.cat([ca.q.weight, ca.kv.weight]))
+            ref.multihead_attn.in_proj_bias.copy_(torch.cat([ca.q.bias, ca.kv.bias]))
+            ref.multihead_attn.out_proj.weight.copy_(ca.out.weight)
+            ref.multihead_attn.out_proj.bias.copy_(ca.out.bias)
+            for a, b in ((ref.linear1, ours.ffn.intermediate), (ref.linear2, ours.ffn.output),
+                         (ref.norm1, ours.self_attention_norm), (ref.norm2, ours.cross_attention_norm),
+                         (ref.norm3, ours.ffn_norm)):
+                a.weight.copy_(b.weight)
+                a.bias.copy_(b.bias)
+    x, mask = src_batch()
+    y = torch.randint(4, V, (3, 6))
+    with torch.no_grad():
+        src_e = m.src_embed.embedding(x) * math.sqrt(d) + sinusoidal_positions(64, d)[:7]
+        tgt_e = m.tgt_embed.embedding(y) * math.sqrt(d) + sinusoidal_positions(64, d)[:6]
+        mem = enc(src_e, src_key_padding_mask=mask == 0)
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        out = dec(tgt_e, mem, tgt_mask=causal, memory_key_padding_mask=mask == 0)
+        want = m.output_projection(out)
+        got = m(x, mask, decoder_input_ids=y).logits
+    torch.testing.assert_close(got[1:], want[1:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=1e-4)
