@@ -173,7 +173,12 @@ class Trainer:
             self.total_steps = max(1, int(math.ceil(self.cfg.epochs * self.steps_per_epoch)))
         warm = self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(
             self.cfg.warmup_ratio * self.total_steps)
-        # FSDP shards the parameters in place: wrap before the optimizer sees them
+        # FSDP shards the parameters in place: keep a weightless (meta) skeleton to rebuild a plain module
+        # from a gathered state dict at save time, and wrap before the optimizer sees the parameters
+        self._skeleton = None
+        if self.parallel == "fsdp" and world > 1:
+            import copy
+            self._skeleton = copy.deepcopy(self.model).to("meta")
         self.ddp_model = dist_utils.wrap_model(self.model, self.ctx, self.parallel)
         self.optimizer = make_optimizer(self.model, self.cfg.lr, self.cfg.weight_decay, self.cfg.adam_betas,
                                         self.cfg.adam_eps)
@@ -304,7 +309,7 @@ class Trainer:
             save_model(self.model, str(tmp / "trainer_model.safetensors"))
             return
         # FSDP: a plain CPU copy of the module carries the gathered weights into save_fn
-        plain = _plain_copy(self.model, model_sd)
+        plain = _plain_copy(self._skeleton, model_sd)
         self.save_fn(plain, tmp)
         save_model(plain, str(tmp / "trainer_model.safetensors"))
 
@@ -355,14 +360,13 @@ class Trainer:
                                   f"checkpoint") from None
         _check_state(path, state, self.n_examples, self.cfg)
         try:
-            from safetensors.torch import load_file, load_model
+            from safetensors.torch import load_model
             if self._fsdp:
                 from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                                      set_optimizer_state_dict)
                 opts = StateDictOptions(full_state_dict=True)
-                full = load_file(str(path / "trainer_model.safetensors"))
-                plain = _plain_copy(self.model, {})
-                plain.load_state_dict(full, strict=False)
+                plain = _plain_copy(self._skeleton, {})
+                load_model(plain, str(path / "trainer_model.safetensors"))
                 set_model_state_dict(self.model, plain.state_dict(), options=opts)
                 set_optimizer_state_dict(self.model, self.optimizer,
                                          torch.load(path / "optimizer.pt", weights_only=True), options=opts)
@@ -556,7 +560,7 @@ class Trainer:
                             shutil.copyfile(f, tmp)
                             os.replace(tmp, self.out_dir / f.name)
                 elif model_sd is not None:
-                    self.save_fn(_plain_copy(self.model, model_sd), self.out_dir)
+                    self.save_fn(_plain_copy(self._skeleton, model_sd), self.out_dir)
                 else:
                     self.save_fn(self.model, self.out_dir)
                 atomic_write_text(self.out_dir / "trainer_state.json",
@@ -640,17 +644,13 @@ def _fsdp_no_sync(model):
         model.set_requires_gradient_sync(True)
 
 
-def _plain_copy(model: nn.Module, full_state: dict) -> nn.Module:
-    """A plain (unsharded) CPU copy of an FSDP-sharded ``model`` carrying ``full_state``."""
+def _plain_copy(skeleton: nn.Module, full_state: dict) -> nn.Module:
+    """A plain CPU module built from the meta-device ``skeleton`` (tied weights stay tied), carrying
+    ``full_state`` (a gathered FSDP state dict) when given."""
     import copy
-    from torch.distributed.tensor import DTensor
-    memo = {}
-    for p in list(model.parameters()) + list(model.buffers()):
-        if isinstance(p, DTensor):
-            memo[id(p)] = nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
-    plain = copy.deepcopy(model, memo)
+    plain = copy.deepcopy(skeleton).to_empty(device="cpu")
     if full_state:
-        plain.load_state_dict(full_state, strict=False)
+        plain.load_state_dict(full_state, strict=True)
     return plain
 
 
