@@ -39,8 +39,8 @@ OBJECTIVES = ("bert", "roberta", "albert", "electra", "spanbert")
 
 #: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
 BUDGETS = {
-    "full": {"corpus_docs": None, "pt_steps": 60, "pt_batch": 16, "pt_seq": 64,
-             "da_steps": 60, "db_steps": 60, "d_batch": 16, "d_seq": 128,
+    "full": {"corpus_docs": None, "pt_steps": 100, "pt_batch": 16, "pt_seq": 64,
+             "da_steps": 80, "db_steps": 80, "d_batch": 16, "d_seq": 64,
              "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
              "eval_rounds": 5, "eval_iters": 10},
     "quick": {"corpus_docs": 12, "pt_steps": 6, "pt_batch": 4, "pt_seq": 32,
@@ -48,8 +48,6 @@ BUDGETS = {
               "ft_steps": 6, "ft_batch": 8, "td_steps": 6, "prune_samples": 8, "prune_steps": 1,
               "eval_rounds": 2, "eval_iters": 3},
 }
-TINY_MODEL = ["model.hidden_size=128", "model.num_hidden_layers=2", "model.num_attention_heads=2",
-              "model.intermediate_size=512"]
 
 
 def add_arguments(p) -> None:
@@ -211,8 +209,8 @@ def run(args) -> int:
             pl.run(f"pretrain-{obj}",
                    ["pretrain", "--objective", obj, "--corpus", train_txt, "--out", str(D / "pretrain" / obj),
                     "--max-steps", str(b["pt_steps"]), "--batch-size", str(b["pt_batch"]),
-                    "--max-seq-len", str(b["pt_seq"]), *tr_common, *TINY_MODEL,
-                    "train.warmup_ratio=0.1", "train.lr=5e-4", "train.log_every=2"],
+                    "--max-seq-len", str(b["pt_seq"]), "--size", "tiny", "--seed", "0", *tr_common,
+                    f"train.log_every={max(1, b['pt_steps'] // 25)}", f"train.eval_every={b['pt_steps']}"],
                    needs=("corpus",), dir=D / "pretrain" / obj)
 
     # 4 distillation: (a) copied layers, (b) TinyBERT shape
