@@ -23,6 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
+    p.add_argument("--fusions", default="lean", choices=["lean", "all"],
+                   help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
 
@@ -36,6 +38,6 @@ def run(args) -> int:
         raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
-                 fused=not args.no_fused, per_channel=args.per_channel)
+                 fused=not args.no_fused, per_channel=args.per_channel, fusions=args.fusions)
     print_json({"model": str(model_dir), "out": str(out), **rec})
     return 0

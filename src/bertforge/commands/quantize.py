@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
     p.add_argument("--task", help="task of --eval (default: the model's own)")
     p.add_argument("--max-eval-samples", type=int)
     p.add_argument("--max-seq-len", type=int)
+    p.add_argument("--fusions", default="lean", choices=["lean", "all"],
+                   help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
 
@@ -49,7 +51,7 @@ def run(args) -> int:
     rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
     if args.backend == "onnxruntime":
         rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
-                             per_channel=args.per_channel))
+                             per_channel=args.per_channel, fusions=args.fusions))
         qmodel = bo.OrtModel(out)
     else:
         qmodel = bq.quantize_dynamic(model)

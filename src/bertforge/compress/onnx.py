@@ -16,7 +16,8 @@ math) with the TorchScript exporter of :func:`torch.onnx.export`, inputs ``input
   and output projection run on 1 token instead of T.
 
 :func:`optimize_onnx` then runs ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")``
-(SkipLayerNormalization, BiasGelu, EmbedLayerNormalization fusions, constant folding), and
+(graph clean-up; SkipLayerNormalization / BiasGelu / EmbedLayerNormalization fusions only with
+``fusions="all"``, see :data:`FUSIONS`), and
 :func:`quantize_onnx` ``onnxruntime.quantization.quantize_dynamic`` (INT8 weights, activations quantized
 per call: MatMul → MatMulInteger/DynamicQuantizeMatMul, Attention → QAttention).
 
@@ -230,16 +231,31 @@ def export_onnx(model, path, fused: bool = True, cls_only: Optional[bool] = None
     return path
 
 
-def optimize_onnx(src, dst, fused: bool = True) -> dict:
+#: ORT transformer-optimizer fusion sets. ``lean`` (default) keeps our Attention / MultiHeadAttention ops and
+#: the optimizer's graph clean-ups but leaves Add+LayerNormalization, bias+Gelu and the embedding sum
+#: unfused: on the 2-core AVX-512/AMX CPU of our benchmarks (onnxruntime 1.32) the fused
+#: SkipLayerNormalization / BiasGelu kernels were slower than the separate ops (TinyBERT-4 INT8, 1 thread:
+#: p50 20.9 ms lean vs 30.2 ms all; benchmarks/results/bench_compress.txt). ``all`` enables every fusion.
+FUSIONS = {"lean": {"enable_skip_layer_norm": False, "enable_bias_skip_layer_norm": False,
+                    "enable_bias_gelu": False, "enable_embed_layer_norm": False},
+           "all": {}}
+
+
+def optimize_onnx(src, dst, fused: bool = True, fusions: str = "lean") -> dict:
     """``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` on ``src`` → ``dst``.
 
-    On a graph exported with ``fused=False`` the EmbedLayerNormalization fusion is turned off (on those
-    graphs it mis-matches and the output drifts by ~1e-2). Returns the fused-operator statistics."""
+    ``fusions``: a key of :data:`FUSIONS`. On a graph exported with ``fused=False`` the
+    EmbedLayerNormalization fusion is always off (there it mis-matches and the output drifts by ~1e-2).
+    Returns the fused-operator statistics. Raises BertforgeError for an unknown ``fusions``."""
     import logging
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
+    if fusions not in FUSIONS:
+        raise BertforgeError(f"--fusions {fusions!r}; choose one of {', '.join(FUSIONS)}")
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     options = FusionOptions("bert")
+    for k, v in FUSIONS[fusions].items():
+        setattr(options, k, v)
     if not fused:
         options.enable_embed_layer_norm = False
     opt = optimize_model(str(src), model_type="bert", optimization_options=options)
@@ -297,7 +313,7 @@ def parity(model, onnx_path, batch: int = 2, seq: int = 16) -> float:
 
 
 def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: bool = False,
-           fused: bool = True, per_channel: bool = False, check: bool = True) -> dict:
+           fused: bool = True, per_channel: bool = False, check: bool = True, fusions: str = "lean") -> dict:
     """Export → (optimise) → (INT8) into ``out_dir/model.onnx``; copy ``config.json`` and tokenizer files.
 
     Writes ``out_dir/onnx.json`` describing the graph (inputs, output, fused ops, quantization, FP32
@@ -315,7 +331,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
         fp32 = raw
         if optimize:
             fp32 = tmp / "fp32.onnx"
-            rec["fused_ops"] = optimize_onnx(raw, fp32, fused=fused)
+            rec["fusions"] = fusions
+            rec["fused_ops"] = optimize_onnx(raw, fp32, fused=fused, fusions=fusions)
         if check:
             rec["fp32_max_abs_diff"] = parity(model, fp32)
             if rec["fp32_max_abs_diff"] > 1e-4:

@@ -1,0 +1,189 @@
+"""Latency of compressed models vs transformers FP32, all timed in one run by one loop (seq 128, batch 1).
+
+Models (random weights; latency does not depend on their values):
+  * BERT-base shape: 12 layers, hidden 768, 12 heads, FFN 3072, sequence classification (2 labels);
+  * TinyBERT shape:  4 layers, hidden 312, 12 heads, FFN 1200 (Jiao et al. 2020, TinyBERT-4).
+Both are written by bertforge as HF checkpoint dirs and loaded into transformers from the same files.
+
+Rows:
+  transformers FP32                     AutoModelForSequenceClassification (sdpa attention), torch
+  bertforge torch FP32                  our encoder in PyTorch
+  plain ORT FP32                        torch.onnx.export(transformers model) → onnxruntime (default opts)
+  bertforge ORT FP32                    bertforge export (fused Attention) + ORT transformer optimizer
+  plain ORT INT8                        plain export → onnxruntime.quantization.quantize_dynamic → ORT
+  bertforge ORT INT8                    bertforge export + optimizer + quantize_dynamic (bertforge quantize)
+  transformers + torch dynamic INT8     torch.ao quantize_dynamic of the transformers model
+  bertforge torch INT8                  bertforge quantize --backend torch
+
+The runners are timed in interleaved rounds (each round times every runner), so load from other processes
+hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base.
+
+  python benchmarks/bench_compress.py [--rounds 5] [--threads N] [--result benchmarks/results/bench_compress.txt]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+def build(dirpath: Path, layers: int, hidden: int, heads: int, ffn: int) -> Path:
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    torch.manual_seed(0)
+    m = TaskModel(ModelConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                              intermediate_size=ffn), head="sequence_classification").eval()
+    m.save_pretrained(dirpath)
+    return dirpath
+
+
+def plain_onnx(model_dir: Path, out: Path, int8: bool) -> Path:
+    """The 'plain' path: torch.onnx.export of the transformers model, optionally ORT quantize_dynamic."""
+    import transformers
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(
+        str(model_dir), attn_implementation="eager").eval()
+
+    class W(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).logits
+    ids = torch.randint(1000, 30522, (1, 128))
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    fp32 = out.with_suffix(".fp32.onnx")
+    with torch.no_grad():
+        torch.onnx.export(W(hf), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(fp32),
+                          input_names=names, output_names=["logits"],
+                          dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in names}, "logits": {0: "batch"}},
+                          opset_version=17, dynamo=False)
+    if not int8:
+        return fp32
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    q = out.with_suffix(".int8.onnx")
+    quantize_dynamic(str(fp32), str(q), weight_type=QuantType.QInt8)
+    return q
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None, help="default: all cores")
+    ap.add_argument("--big-calls", type=int, default=3, help="calls per round for BERT-base runners")
+    ap.add_argument("--small-calls", type=int, default=25, help="calls per round for TinyBERT runners")
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--result", default=None)
+    args = ap.parse_args(argv)
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    import onnxruntime
+    import transformers
+    from bertforge.compress import onnx as bo
+    from bertforge.compress import quantize as bq
+    from bertforge.evaluate import bench as bb
+
+    threads = args.threads or os.cpu_count()
+    torch.set_num_threads(threads)
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_compress-"))
+    t0 = time.time()
+    base = build(work / "bert-base", 12, 768, 12, 3072)
+    tiny = build(work / "tinybert", 4, 312, 12, 1200)
+    from bertforge.hf import load_pretrained
+    for d in (base, tiny):
+        bo.deploy(load_pretrained(d), work / f"{d.name}-ort-fp32", source_dir=None, quantize=False)
+    bo.deploy(load_pretrained(tiny), work / "tinybert-ort-int8", quantize=True)
+    bq.save_quantized(bq.quantize_dynamic(load_pretrained(tiny)), load_pretrained(tiny), work / "tinybert-torch-int8")
+    plain = {("bert-base", False): plain_onnx(base, work / "plain-base", False),
+             ("tinybert", True): plain_onnx(tiny, work / "plain-tiny", True),
+             ("tinybert", False): plain_onnx(tiny, work / "plain-tiny", False)}
+    prep_s = time.time() - t0
+
+    def hf_int8(model_dir):
+        hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(model_dir)).eval()
+        q = torch.ao.quantization.quantize_dynamic(hf, {torch.nn.Linear}, dtype=torch.qint8)
+
+        def call(x):
+            with torch.inference_mode():
+                return q(**x)
+        return call
+
+    def ort_file(path):
+        sess = bo.session(path, threads)
+        names = [i.name for i in sess.get_inputs()]
+        return lambda x: sess.run(None, {n: x[n].numpy() for n in names})
+
+    def runner(model_dir, backend, int8=False):
+        return bb.load_runner(model_dir, backend, int8, threads)[0]
+
+    rows = [  # (name, shape, calls per round, call)
+        ("transformers FP32", "bert-base", args.big_calls, runner(base, "transformers")),
+        ("bertforge torch FP32", "bert-base", args.big_calls, runner(base, "torch")),
+        ("plain ORT FP32", "bert-base", args.big_calls, ort_file(plain[("bert-base", False)])),
+        ("bertforge ORT FP32", "bert-base", args.big_calls, runner(work / "bert-base-ort-fp32", "onnxruntime")),
+        ("transformers FP32", "tinybert", args.small_calls, runner(tiny, "transformers")),
+        ("plain ORT FP32", "tinybert", args.small_calls, ort_file(plain[("tinybert", False)])),
+        ("bertforge ORT FP32", "tinybert", args.small_calls, runner(work / "tinybert-ort-fp32", "onnxruntime")),
+        ("transformers + torch dynamic INT8", "tinybert", args.small_calls, hf_int8(tiny)),
+        ("bertforge torch INT8", "tinybert", args.small_calls, runner(work / "tinybert-torch-int8", "torch")),
+        ("plain ORT INT8", "tinybert", args.small_calls, ort_file(plain[("tinybert", True)])),
+        ("bertforge ORT INT8", "tinybert", args.small_calls, runner(work / "tinybert-ort-int8", "onnxruntime")),
+    ]
+    x = bb.random_inputs(30522, args.batch_size, args.seq_len, seed=0)
+    lat = {i: [] for i in range(len(rows))}
+    for _, _, _, call in rows:  # warm-up
+        for _ in range(2):
+            call(x)
+    for r in range(args.rounds):
+        for i, (_, _, calls, call) in enumerate(rows):
+            lat[i] += bb.time_calls(lambda: call(x), warmup=1, iters=calls)
+    flops = {"bert-base": bb.encoder_flops(json.loads((base / "config.json").read_text()), args.seq_len),
+             "tinybert": bb.encoder_flops(json.loads((tiny / "config.json").read_text()), args.seq_len)}
+    ref = float(np.percentile(lat[0], 50))
+    out = []
+    out.append(f"bench_compress: seq {args.seq_len}, batch {args.batch_size}, threads {threads}, "
+               f"{args.rounds} interleaved rounds; cpu flags {' '.join(bb.cpu_flags())}; "
+               f"load average at start {os.getloadavg()[0]:.1f}")
+    out.append(f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
+               f"{onnxruntime.__version__}; prep {prep_s:.0f}s")
+    out.append(f"{'model':10} {'runner':36} {'p50 ms':>9} {'p90 ms':>9} {'calls':>5} {'GFLOP/s':>8} "
+               f"{'speedup vs transformers FP32 BERT-base':>40}")
+    res = {}
+    for i, (name, shape, _, _) in enumerate(rows):
+        p50, p90 = float(np.percentile(lat[i], 50)), float(np.percentile(lat[i], 90))
+        res[(name, shape)] = p50
+        gfs = flops[shape] * args.batch_size / (p50 / 1e3) / 1e9
+        out.append(f"{shape:10} {name:36} {p50:9.2f} {p90:9.2f} {len(lat[i]):5d} {gfs:8.1f} {ref / p50:39.1f}x")
+    best_fp32 = min(res[("bertforge torch FP32", "bert-base")], res[("bertforge ORT FP32", "bert-base")])
+    out.append("")
+    out.append(f"MUST 1: TinyBERT INT8 by bertforge (ORT) is {ref / res[('bertforge ORT INT8', 'tinybert')]:.1f}x "
+               f"faster than BERT-base FP32 transformers (target >= 35x); plain export+quantize_dynamic+ORT: "
+               f"{ref / res[('plain ORT INT8', 'tinybert')]:.1f}x; bertforge torch INT8: "
+               f"{ref / res[('bertforge torch INT8', 'tinybert')]:.1f}x; transformers+torch INT8: "
+               f"{ref / res[('transformers + torch dynamic INT8', 'tinybert')]:.1f}x")
+    out.append(f"MUST 2: bertforge best FP32 on BERT-base = {best_fp32 / ref:.3f}x the transformers FP32 latency "
+               f"(target <= 0.7x); plain ORT FP32: {res[('plain ORT FP32', 'bert-base')] / ref:.3f}x; "
+               f"bertforge torch FP32: {res[('bertforge torch FP32', 'bert-base')] / ref:.3f}x")
+    text = "\n".join(out)
+    print(text)
+    if args.result:
+        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.result).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""SST-2 dev accuracy after INT8 quantization and after head pruning of a fine-tuned MiniLM.
+
+Needs a fine-tuned checkpoint (about 5 min on an idle 2-core CPU):
+  bertforge finetune --model minilm --task sst2 --train ../shared/data/glue/SST-2/train.tsv \
+      --eval ../shared/data/glue/SST-2/dev.tsv --epochs 1 --max-train-samples 8000 --max-seq-len 64 \
+      --batch-size 32 --out /tmp/p5/sst2-minilm
+
+Then:
+  python benchmarks/compress_sst2.py --model /tmp/p5/sst2-minilm
+
+Reports FP32, PyTorch dynamic INT8 and ONNX Runtime INT8 dev accuracy (872 sentences), then prunes heads
+iteratively (Michel et al. 2019 importance on 256 SST-2 *train* sentences not used for fine-tuning,
+re-scored before each 10% step, no retraining) and writes the accuracy-vs-heads-pruned curve to
+benchmarks/results/prune_sst2_curve.csv / .png.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+warnings.filterwarnings("ignore")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2"
+if not DATA.is_dir():
+    DATA = Path("/work/shared/data/glue/SST-2")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="/tmp/p5/sst2-minilm")
+    ap.add_argument("--importance-samples", type=int, default=256)
+    ap.add_argument("--skip-train", type=int, default=8000, help="train rows used by the fine-tune")
+    ap.add_argument("--max-fraction", type=float, default=0.9)
+    ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--results", default=str(Path(__file__).parent / "results"))
+    args = ap.parse_args(argv)
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from bertforge.commands.evaluate import load_for_task
+    from bertforge.commands.prune import plot_curve
+    from bertforge.compress import onnx as bo
+    from bertforge.compress import prune as P
+    from bertforge.compress import quantize as bq
+    from bertforge.data.readers import read_examples
+    from bertforge.data.collate import encode_examples
+
+    model_dir, task, adapter, model = load_for_task(args.model, "sst2")
+    model.eval()
+    dev = adapter.load(str(DATA / "dev.tsv"))
+    lines = []
+    t0 = time.time()
+    acc = lambda m: adapter.evaluate(m, dev, 64)["accuracy"]  # noqa: E731
+    fp32 = acc(model)
+    lines.append(f"compress_sst2: model {model_dir}, SST-2 dev n={len(dev)}, threads {torch.get_num_threads()}")
+    lines.append(f"FP32 accuracy                      {100 * fp32:.2f}")
+    q = bq.quantize_dynamic(model)
+    a_torch = acc(q)
+    lines.append(f"PyTorch dynamic INT8 accuracy      {100 * a_torch:.2f}  (delta {100 * (a_torch - fp32):+.2f} points)")
+    work = Path(tempfile.mkdtemp(prefix="compress_sst2-"))
+    rec = bo.deploy(model, work / "ort-int8", quantize=True)
+    a_ort = acc(bo.OrtModel(work / "ort-int8"))
+    lines.append(f"ONNX Runtime INT8 accuracy         {100 * a_ort:.2f}  (delta {100 * (a_ort - fp32):+.2f} points; "
+                 f"FP32 graph parity {rec['fp32_max_abs_diff']:.1e}; {rec['file_mb']} MB vs "
+                 f"{(model_dir / 'model.safetensors').stat().st_size / 2**20:.1f} MB FP32)")
+    print("\n".join(lines), flush=True)
+
+    # importance sample: train rows after the ones fine-tuning saw
+    ex = read_examples(str(DATA / "train.tsv"), task, args.skip_train + args.importance_samples)[args.skip_train:]
+    imp_data = encode_examples(adapter.tok, ex, adapter.max_seq_len)
+    collate = adapter.collator()
+    batches = [collate(imp_data[s:s + 32]) for s in range(0, len(imp_data), 32)]
+    pm = load_for_task(args.model, "sst2")[3].eval()
+    total = sum(P.head_counts(pm))
+
+    def log(r):
+        print(f"  step {r['step']}: {r['heads_pruned']:3d}/{total} heads pruned "
+              f"({100 * r['heads_fraction']:.1f}%), accuracy {100 * r['accuracy']:.2f}, "
+              f"heads/layer {r['heads_per_layer']}", flush=True)
+    hist = P.iterative_prune(pm, lambda: batches, args.max_fraction, args.steps, loss="task",
+                             eval_fn=lambda m: {"accuracy": acc(m)}, log=log)
+    res = Path(args.results)
+    res.mkdir(parents=True, exist_ok=True)
+    with open(res / "prune_sst2_curve.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "heads_pruned", "heads_fraction", "accuracy", "parameters", "heads_per_layer"])
+        for r in hist:
+            w.writerow([r["step"], r["heads_pruned"], r["heads_fraction"], round(r["accuracy"], 6),
+                        r["parameters"], " ".join(map(str, r["heads_per_layer"]))])
+    plot_curve(res / "prune_sst2_curve.png", [r["heads_pruned"] for r in hist],
+               [100 * r["accuracy"] for r in hist], "SST-2 dev accuracy (%)",
+               title=f"MiniLM-L6 SST-2: heads pruned (of {total}), no retraining")
+    at30 = min(hist, key=lambda r: abs(r["heads_fraction"] - 0.3))
+    lines = [f"head pruning (Michel et al. 2019 importance, task loss on {len(imp_data)} train sentences, "
+             f"per-layer L2-normalised, re-scored every step, no retraining):"]
+    for r in hist:
+        lines.append(f"  {r['heads_pruned']:3d}/{total} heads ({100 * r['heads_fraction']:5.1f}%)  accuracy "
+                     f"{100 * r['accuracy']:.2f}  delta {100 * (r['accuracy'] - fp32):+.2f}  params "
+                     f"{r['parameters']}  heads/layer {r['heads_per_layer']}")
+    lines.append(f"MUST: INT8 loses {100 * (fp32 - a_ort):.2f} points (ORT) / {100 * (fp32 - a_torch):.2f} (torch) "
+                 f"(target <= 0.5); pruning {at30['heads_pruned']}/{total} heads "
+                 f"({100 * at30['heads_fraction']:.1f}%) loses {100 * (fp32 - at30['accuracy']):.2f} points "
+                 f"(target <= 1); curve: benchmarks/results/prune_sst2_curve.csv/.png; {time.time() - t0:.0f}s")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
