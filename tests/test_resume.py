@@ -7,6 +7,7 @@ Independent truth: the uninterrupted run of the same command (bit-for-bit equal 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import random
 import signal
@@ -208,3 +209,26 @@ def test_resume_refuses_a_pickle_that_runs_code(tmp_path):
     with pytest.raises(CheckpointError, match="step-2 cannot be loaded"):
         t2.resume()
     assert not marker.exists()
+
+
+def test_ddp_resume_restores_every_ranks_rng(setup):
+    """2 processes, dropout ON: each rank draws its own dropout masks, so resuming bit-identically needs the
+    RNG state of every rank (rng.pt holds one per rank). Crash simulated by removing the newest checkpoint."""
+    from resilience_util import torchrun_cmd
+    d, ckpt, train, ref = setup
+    out = d / "ddp"
+    args = ["finetune", "--model", ckpt, "--task", "sst2", "--train", train, "--out", out, "--max-steps", 4,
+            "--batch-size", 8, "--max-seq-len", 32, "--no-progress", "train.save_every=2",
+            "train.log_every=1", "train.lr=1e-3", "train.deterministic=true"]
+    r = run(torchrun_cmd(2, *args))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rng = torch.load(out / "checkpoints" / "step-2" / "rng.pt", weights_only=True)
+    assert rng["world_size"] == 2 and len(rng["ranks"]) == 2
+    assert not torch.equal(rng["ranks"][0]["torch"], rng["ranks"][1]["torch"])  # really per-rank states
+    final = load_weights(out / "model.safetensors")
+    shutil.rmtree(out / "checkpoints" / "step-4")
+    (out / "model.safetensors").unlink()
+    r = run(torchrun_cmd(2, *args, "--resume"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = load_weights(out / "model.safetensors")
+    assert all(torch.equal(final[k], again[k]) for k in final)
