@@ -12,7 +12,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from bertforge.cli import main
 from bertforge.config import ModelConfig
 from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, encode_token_windows,
-                                  iob1_to_iob2, read_conll, read_token_jsonl, words_from_windows)
+                                  iob1_to_iob2, pack_sentences, read_conll, read_token_jsonl,
+                                  unpack_words, words_from_windows)
 from bertforge.data.squad import (QAExample, decode_answers, encode_qa_windows, read_squad,
                                   split_by_article)
 from bertforge.errors import DataError
@@ -92,6 +93,20 @@ def test_long_sentence_windows_give_every_word_exactly_its_own_label():
     assert [int(np.argmax(v)) for v in per_word] == [l2i[t] for t in tags]
 
 
+def test_document_packing_keeps_documents_apart_and_maps_back():
+    tok = tiny_tokenizer()
+    sents = [TokenExample(["Johnson", "lives"], ["B-PER", "O"], doc=1),   # 3 subwords
+             TokenExample(["in", "Zürich"], ["O", "B-LOC"], doc=1),       # 3
+             TokenExample(["the", "cafe", "."], ["O", "O", "O"], doc=1),  # 3
+             TokenExample(["Johnson"], ["B-PER"], doc=2)]                 # 2
+    packed, spans = pack_sentences(tok, sents, room=6)
+    assert [p.tokens for p in packed] == [["Johnson", "lives", "in", "Zürich"], ["the", "cafe", "."],
+                                          ["Johnson"]]
+    assert spans == [[(0, 2), (1, 2)], [(2, 3)], [(3, 1)]]
+    back = unpack_words([p.tags for p in packed], spans, 4)
+    assert back == [e.tags for e in sents]
+
+
 def test_iob1_to_iob2_and_conll_reader(tmp_path):
     assert iob1_to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-LOC"]) == \
         ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG", "B-LOC"]
@@ -103,6 +118,7 @@ def test_iob1_to_iob2_and_conll_reader(tmp_path):
                  "\nPeter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\n"
                  "Paris NNP I-NP I-LOC\nLondon NNP I-NP B-LOC\n")
     ex = read_conll(p)
+    assert [e.doc for e in ex] == [1, 1, 2]
     assert [e.tokens for e in ex] == [["EU", "rejects", "German"], ["Peter", "Blackburn"], ["Paris", "London"]]
     assert [e.tags for e in ex] == [["B-ORG", "O", "B-MISC"], ["B-PER", "I-PER"], ["B-LOC", "B-LOC"]]
     j = tmp_path / "x.jsonl"

@@ -41,9 +41,10 @@ for _t in [
          splits={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
     Task("ner", ("tokens",), "tags", None, ("f1", "precision", "recall", "accuracy"),
          kind="token_classification", header=None),
-    Task("squad", ("question", "context"), "answers", None, ("f1", "exact_match"), kind="qa",
+    # labels: the two rows of the QA logits (start, end), so Task.num_labels matches the head
+    Task("squad", ("question", "context"), "answers", ("start", "end"), ("f1", "exact_match"), kind="qa",
          header=None, hub=("squad", None), splits={"train": "train-v1.1.json", "dev": "dev-v1.1.json"}),
-    Task("squad_v2", ("question", "context"), "answers", None, ("f1", "exact_match"), kind="qa",
+    Task("squad_v2", ("question", "context"), "answers", ("start", "end"), ("f1", "exact_match"), kind="qa",
          header=None, hub=("squad_v2", None), splits={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
 ]:
     register_task(_t)
@@ -185,7 +186,7 @@ class TokenClassificationAdapter(TaskAdapter):
 
     def use_model_labels(self, model) -> None:
         """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict)."""
-        id2 = getattr(model.config, "id2label", None)
+        id2 = getattr(getattr(model, "config", None), "id2label", None)
         if id2:
             self.labels = [id2[i] for i in sorted(id2)]
 
@@ -195,7 +196,7 @@ class TokenClassificationAdapter(TaskAdapter):
     def word_tags(self, model, dataset: Windows, batch_size: int = 64) -> list:
         """Per sentence, one IOB2 tag per word (first-subword prediction; words without a subword → O)."""
         z = window_logits(model, dataset, self.collator(), batch_size)
-        id2 = getattr(model.config, "id2label", None) or dict(enumerate(self.labels))
+        id2 = getattr(getattr(model, "config", None), "id2label", None) or dict(enumerate(self.labels))
         per_word = words_from_windows(dataset, z, [len(e.tokens) for e in dataset.packed])
         if dataset.spans is not None:
             per_word = unpack_words(per_word, dataset.spans, len(dataset.examples))
