@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertforge.cli import main
-from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences, split_sentences
+from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences
 from bertforge.evaluate import report as rp
 from bertforge.evaluate.embedded import (Embedder, OnnxEmbedder, TorchEmbedder, lee_spearman, mean_pool,
                                          measure_latencies, polarity_accuracy, task_metrics)
@@ -16,18 +16,6 @@ pytest.importorskip("gensim")
 
 
 # ------------------------------------------------------------------------------------------ data
-def test_split_sentences_rules():
-    text = ('Mr. Smith went to Washington. He met Dr. J. Doe at 5 p.m. on Monday! "Was it fun?" '
-            "Nobody knows. The U.S. Senate voted 52-48.")
-    assert split_sentences(text) == [
-        "Mr. Smith went to Washington.", "He met Dr. J. Doe at 5 p.m. on Monday!", '"Was it fun?"',
-        "Nobody knows.", "The U.S. Senate voted 52-48."]
-    assert split_sentences("  ") == []
-    # every character except whitespace runs survives
-    s = "First one. Second one? Third."
-    assert " ".join(split_sentences(s)) == s
-
-
 def test_build_corpus_layout_and_heldout_split(tmp_path):
     info = build_corpus(tmp_path, heldout_fraction=0.2, max_documents=15)
     train = (tmp_path / "train.txt").read_text()

@@ -64,6 +64,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
     p.add_argument("--skip", nargs="+", default=[], choices=["objectives", "distill", "compress"],
                    help="leave out these parts")
+    p.add_argument("--threads", type=int,
+                   help="intra-op threads for every stage (default: all CPUs, or 1 when the machine is "
+                        "already busy — oversubscribed OpenMP threads run many times slower)")
     p.add_argument("--overwrite", action="store_true", help="allow --out to be a non-demo folder's place")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -156,6 +159,26 @@ class Pipeline:
                                                              indent=2))
 
 
+def _set_threads(requested) -> int:
+    """PyTorch intra-op threads for the whole demo (stages run in this process): ``requested``, else
+    every CPU — unless the 1-minute load average already reaches the CPU count, then 1 (OpenMP threads
+    that spin against other processes make a forward pass an order of magnitude slower)."""
+    import torch
+    if requested is not None:
+        if requested < 1:
+            raise ConfigError(f"--threads {requested} must be ≥ 1")
+        n = requested
+    else:
+        cpus = os.cpu_count() or 1
+        try:
+            busy = os.getloadavg()[0] >= cpus
+        except OSError:
+            busy = False
+        n = 1 if busy else cpus
+    torch.set_num_threads(n)
+    return n
+
+
 def _prepare_out(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory")
@@ -175,6 +198,7 @@ def run(args) -> int:
     if not 0.0 < args.prune_fraction < 1.0:
         raise ConfigError(f"--prune-fraction {args.prune_fraction} must be in (0, 1)")
     _prepare_out(out, args.overwrite)
+    threads = _set_threads(args.threads)
     b = BUDGETS["quick" if args.quick else "full"]
     argv = ["demo", "--out", str(out)] + (["--quick"] if args.quick else [])
     if args.task:
@@ -209,7 +233,8 @@ def run(args) -> int:
             pl.run(f"pretrain-{obj}",
                    ["pretrain", "--objective", obj, "--corpus", train_txt, "--out", str(D / "pretrain" / obj),
                     "--max-steps", str(b["pt_steps"]), "--batch-size", str(b["pt_batch"]),
-                    "--max-seq-len", str(b["pt_seq"]), "--size", "tiny", "--seed", "0", *tr_common,
+                    "--max-seq-len", str(b["pt_seq"]), "--size", "tiny", "--doc-sep", "blank", "--seed", "0",
+                    *tr_common,
                     f"train.log_every={max(1, b['pt_steps'] // 25)}", f"train.eval_every={b['pt_steps']}"],
                    needs=("corpus",), dir=D / "pretrain" / obj)
 
@@ -274,7 +299,7 @@ def run(args) -> int:
         if pl.ok(stage) and Path(path).exists():
             models.append((name, str(path)))
     ev = ["embed-eval", *[f"--model={n}={p}" for n, p in models], "--rounds", str(b["eval_rounds"]),
-          "--iters", str(b["eval_iters"]), "--out", str(D / "eval" / "results.json")]
+          "--iters", str(b["eval_iters"]), "--threads", str(threads), "--out", str(D / "eval" / "results.json")]
     if args.task:
         ev += ["--task", args.task, "--data", args.eval]
     if args.no_progress:
@@ -340,6 +365,10 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     skipped = [s for s in pl.stages if s["status"] != "ok"]
     for s in skipped:
         notes.append(f"stage **{s['name']}** {s['status']}: {s['message']}")
+    if torch.get_num_threads() < (os.cpu_count() or 1):
+        notes.append(f"ran with {torch.get_num_threads()} intra-op thread(s) on {os.cpu_count()} CPUs "
+                     f"(--threads, or the machine was busy at start: load average ≥ CPU count); latency "
+                     f"ratios are measured under the same setting for every model.")
     if args.quick:
         notes.append("quick mode: budgets are smoke-test sized; the figures show the pipeline works, not "
                      "what the methods reach.")

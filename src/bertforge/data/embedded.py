@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..errors import DataError
+from .corpus import split_sentences  # the pretraining pipeline's rule-based splitter
 from ..io import atomic_write_text
 
 WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -59,37 +60,6 @@ def _read_lines(path: Path) -> list:
         return raw.decode("utf-8").splitlines()
     except UnicodeDecodeError:
         return raw.decode("cp1252", errors="replace").splitlines()
-
-
-# ----------------------------------------------------------------------------------- sentence split
-_ABBREV = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc", "ltd", "co",
-           "corp", "gen", "col", "lt", "sgt", "capt", "gov", "sen", "rep", "rev", "no", "fig", "al",
-           "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "u.s",
-           "e.g", "i.e", "approx", "ca", "cf"}
-_BOUNDARY = re.compile(r"([.!?][\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str) -> list:
-    """Split running text into sentences: a boundary is ``.``/``!``/``?`` (plus closing quotes or
-    brackets) followed by whitespace and an upper-case letter or digit, except after a known
-    abbreviation (``Mr.``, ``Dr.``, ``U.S.`` …) or a single initial (``J. Smith``). A rule-based
-    splitter in the spirit of Punkt's defaults; it keeps every character of the input.
-    """
-    text = " ".join(text.split())
-    if not text:
-        return []
-    out, start = [], 0
-    for m in _BOUNDARY.finditer(text):
-        head = text[start:m.start() + 1]
-        last = head.rsplit(None, 1)[-1].rstrip(".!?\"')]").lower() if head.strip() else ""
-        if m.group(1).startswith(".") and (last in _ABBREV or (len(last) == 1 and last.isalpha())):
-            continue
-        out.append(text[start:m.end(1)].strip())
-        start = m.end()
-    tail = text[start:].strip()
-    if tail:
-        out.append(tail)
-    return [s for s in out if s]
 
 
 # --------------------------------------------------------------------------------------- documents
@@ -226,5 +196,5 @@ def polarity_sentences() -> tuple:
     return texts, labels
 
 
-__all__ = ["build_corpus", "split_sentences", "wiki_documents", "lee_background_documents",
+__all__ = ["build_corpus", "wiki_documents", "lee_background_documents",
            "lee_corpus", "polarity_sentences", "gensim_data_dir"]
