@@ -58,6 +58,10 @@ def w(tmp_path_factory):
     ns.corpus_empty = d / "empty.txt"
     ns.corpus_empty.write_text("")
     ns.other_vocab = make_tiny_checkpoint(d / "other_vocab", vocab=80)
+    ns.lines3 = d / "three.txt"
+    ns.lines3.write_text("a small house\nthe dog runs\nit rains\n")
+    ns.lines2 = d / "two.txt"
+    ns.lines2.write_text("ein kleines haus\nder hund rennt\n")
     ns.afile = d / "afile"
     ns.afile.write_text("x")
     return ns
@@ -149,7 +153,20 @@ CASES = [
     ("export-no-config", lambda w: ["export", "--model", w.noconfig, "--out", w.d / "onnx"], ["no config.json"]),
     ("export-out-holds-run", lambda w: ["export", "--model", w.run, "--out", w.run], ["--overwrite"]),
     ("bench-model-missing", lambda w: ["bench", "--model", w.d / "nomodel"], ["nomodel"]),
+    ("embed-eval-model-missing", lambda w: ["embed-eval", "--model", w.d / "nomodel"], ["nomodel does not exist"]),
+    # ---- translate / qa-split
+    ("translate-misaligned", lambda w: _tr(w, tgt=w.lines2), ["has 3 lines but", "has 2", "aligned"]),
+    ("translate-src-missing", lambda w: _tr(w, src=w.d / "nope.txt"), ["nope.txt does not exist"]),
+    ("translate-unknown-key", lambda w: _tr(w, "translate.beem=4"), ["translate.beem"]),
+    ("translate-decode-bert-dir", lambda w: ["translate", "decode", "--model", w.run, "--input", w.lines3],
+     ["model_type 'bert'", "translate train"]),
+    ("qa-split-not-json", lambda w: ["qa-split", "--data", w.train, "--out-dir", w.d / "qa"], ["not valid JSON"]),
 ]
+
+
+def _tr(w, *extra, src=None, tgt=None):
+    return ["translate", "train", "--src", src or w.lines3, "--tgt", tgt or w.lines3, "--valid-src", w.lines3,
+            "--valid-tgt", w.lines3, "--out", w.d / "mt", "--no-progress", *extra]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -237,6 +237,8 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None) -> Embed
     """
     from ..commands._common import resolve_model_dir
     p = resolve_model_dir(str(path))
+    if not p.exists():
+        raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an .onnx file or 'minilm'")
     if p.is_file() and p.suffix == ".onnx":
         return OnnxEmbedder(p, name, tokenizer_dir)
     if p.is_dir() and not (p / "model.safetensors").is_file() and not (p / "pytorch_model.bin").is_file():
