@@ -171,6 +171,9 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         return call, info, cfg
     if backend == "transformers":
         import transformers
+        if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
+            raise CheckpointError(f"{model_dir} has per-layer pruned shapes, which transformers cannot build "
+                                  "(it ignores pruned_heads since v5); use --backend torch or onnxruntime")
         archs = cfg.get("architectures") or []
         cls = transformers.AutoModel
         if archs and archs[0].endswith("ForSequenceClassification"):
