@@ -90,28 +90,6 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
                               f"checkpoints that share the teacher's tokenizer")
 
 
-def _check_vocabularies(teacher_dirs, student_spec) -> None:
-    """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
-    fed to all of them. Raises ConfigError before anything is loaded or written."""
-    from ..hf import read_config
-    from ..tokenizer import load_tokenizer
-    dirs = [Path(t) for t in teacher_dirs]
-    if student_spec and Path(str(student_spec)).is_dir():
-        dirs.append(Path(str(student_spec)))
-    if len(dirs) < 2:
-        return
-    ref_size = read_config(dirs[0]).get("vocab_size")
-    ref_vocab = load_tokenizer(dirs[0]).get_vocab()
-    for d in dirs[1:]:
-        role = "student" if d == dirs[-1] and len(dirs) > len(teacher_dirs) else "teacher"
-        size = read_config(d).get("vocab_size")
-        if size != ref_size or load_tokenizer(d).get_vocab() != ref_vocab:
-            raise ConfigError(f"{role} {d} has a different vocabulary ({size} tokens) than teacher {dirs[0]} "
-                              f"({ref_size} tokens); distillation feeds the same input_ids to both — build the "
-                              f"student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
-                              f"checkpoints that share the teacher's tokenizer")
-
-
 def run(args) -> int:
     from ..adapters import adapter_for
     from ..data.tasks import get_task
@@ -133,7 +111,6 @@ def run(args) -> int:
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         read_config(t)  # validates the dir before anything is written
-    _check_vocabularies(teacher_dirs, student_spec)
     _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
     set_len = args.max_seq_len is not None or any(
@@ -190,6 +167,8 @@ def run(args) -> int:
         base_collate = PadCollator(pad_id(tok))
 
     teacher = teachers[0]
+    from ..train.trainer import set_seed
+    set_seed(recipe.train.seed)  # the same fresh student weights in every run and on every rank
     student = build_student(student_spec, teacher, head=head, head_config=head_cfg,
                             teacher_dir=str(teacher_dirs[0]))
     entries = ds.get("losses") or method_terms(method, stage)
