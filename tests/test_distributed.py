@@ -190,3 +190,29 @@ def test_pretrain_two_processes_equal_one(tiny):
             assert abs(a[k] - b[k]) <= 1e-5 * max(1.0, abs(a[k])), (k, a, b)
     w1, w2 = load_weights(one / "model.safetensors"), load_weights(two / "model.safetensors")
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) <= 1e-5
+
+
+def test_prebatched_dataset_gives_each_rank_its_own_items(monkeypatch, tmp_path):
+    """Token-count batches (translation): items are whole batches, so under W ranks the global micro-batch
+    is W items and rank r trains on item r of it — together the single process's items, in order."""
+    from bertforge.config import Recipe
+    from bertforge.train import distributed as du
+    from bertforge.train import trainer as tr
+
+    class Batches(list):
+        prebatched = True
+
+    data = Batches({"input_ids": torch.full((2, 3), i)} for i in range(10))
+    r = Recipe()
+    r.train.batch_size, r.train.seed = 1, 3
+    r.impl.progress = False
+    got = {}
+    for rank, world in ((0, 1), (0, 2), (1, 2)):
+        monkeypatch.setattr(du, "init_distributed", lambda: du.DistContext(rank, world))
+        monkeypatch.setattr(du, "wrap_model", lambda m, ctx, parallel="ddp": m)
+        t = tr.Trainer(_Lin(), data, lambda items: items[0], r, tmp_path / f"p{rank}{world}")
+        assert t.steps_per_epoch == 10 // world
+        got[rank, world] = [int(b["input_ids"][0, 0]) for b in t._batches(0, 0)]
+    single = got[0, 1]
+    assert sorted(single) == list(range(10))
+    assert [x for pair in zip(got[0, 2], got[1, 2]) for x in pair] == single

@@ -144,7 +144,10 @@ def token_batches(src_ids: list, tgt_ids: list, max_tokens: int, seed: int = 0) 
 class TokenBatchDataset(Dataset):
     """Map-style dataset whose items are whole pre-built batches (dicts of tensors, see
     :func:`collate_pairs`), so the Trainer runs with ``train.batch_size = 1`` and
-    :func:`unwrap_collate`; the Trainer's sampler shuffles the batch order every epoch."""
+    :func:`unwrap_collate`; the Trainer's sampler shuffles the batch order every epoch. ``prebatched``
+    tells the Trainer that under torchrun each rank takes its own items (batches), not rows of one."""
+
+    prebatched = True
 
     def __init__(self, src_ids: list, tgt_ids: list, max_tokens: int, seed: int = 0):
         self.batches = [collate_pairs([src_ids[i] for i in idx], [tgt_ids[i] for i in idx])

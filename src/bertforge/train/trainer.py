@@ -157,16 +157,22 @@ class Trainer:
         self.eval_fn = eval_fn
         self.save_fn = save_fn or (lambda m, d: m.save_pretrained(d))
         world = self.ctx.world_size
-        if self.cfg.batch_size % world:
+        # a dataset whose items are whole batches (``prebatched = True``, e.g. token-count batches for
+        # translation) gives each rank its own items: the global micro-batch is batch_size × world items
+        self.prebatched = bool(getattr(train_dataset, "prebatched", False))
+        if self.prebatched:
+            self.micro_batch, self.global_micro = self.cfg.batch_size, self.cfg.batch_size * world
+        elif self.cfg.batch_size % world:
             raise ConfigError(f"train.batch_size={self.cfg.batch_size} is not divisible by the "
                               f"{world} processes; pick a multiple of {world}")
-        # train.batch_size is the global micro-batch; each rank takes batch_size / world rows of it
-        self.micro_batch = self.cfg.batch_size // world
+        else:
+            # train.batch_size is the global micro-batch; each rank takes batch_size / world rows of it
+            self.micro_batch, self.global_micro = self.cfg.batch_size // world, self.cfg.batch_size
         self.n_examples = len(train_dataset)
         if self.n_examples == 0:
             raise DataError("the training set is empty; pass a file with examples")
         self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world)
-        self.steps_per_epoch = max(1, self.n_examples // (self.cfg.batch_size * self.cfg.grad_accum_steps))
+        self.steps_per_epoch = max(1, self.n_examples // (self.global_micro * self.cfg.grad_accum_steps))
         if self.cfg.max_steps:
             self.total_steps = int(self.cfg.max_steps)
         else:
@@ -215,7 +221,7 @@ class Trainer:
     def _batches(self, epoch: int, skip: int):
         """Yield this rank's share of the global micro-batches of ``epoch``, from optimizer step
         ``skip`` on (see the module doc for the order)."""
-        accum, B, W, r = self.cfg.grad_accum_steps, self.cfg.batch_size, self.ctx.world_size, self.ctx.rank
+        accum, B, W, r = self.cfg.grad_accum_steps, self.global_micro, self.ctx.world_size, self.ctx.rank
         n_micro = self.steps_per_epoch * accum
         self.sampler.set_epoch(epoch)
         order = self.sampler.global_order(n_micro * B)
@@ -223,6 +229,12 @@ class Trainer:
             idx = order[j * B:(j + 1) * B]
             # the collator's randomness (dynamic masking) is a function of (seed, epoch, micro-batch)
             seed = (self.cfg.seed * 7919 + epoch * 1_000_003 + j * 31) % 2**63
+            if self.prebatched:  # this rank's own items of the global micro-batch
+                idx = idx[r * self.micro_batch:(r + 1) * self.micro_batch]
+                with _seeded((seed + 7 * r) % 2**63):
+                    batch = self.collate_fn([self.train_dataset[i] for i in idx])
+                yield batch
+                continue
             with _seeded(seed):
                 batch = self.collate_fn([self.train_dataset[i] for i in idx])
             if W > 1:
@@ -263,7 +275,8 @@ class Trainer:
                 # data position: epoch and next global micro-batch; the order is a function of the seed
                 "epoch": self.step // self.steps_per_epoch,
                 "micro_batch": (self.step % self.steps_per_epoch) * self.cfg.grad_accum_steps,
-                "examples_seen": self.step * self.cfg.batch_size * self.cfg.grad_accum_steps,
+                "examples_seen": self.step * self.global_micro * self.cfg.grad_accum_steps,
+                "global_micro_batch": self.global_micro,
                 "n_examples": self.n_examples, "batch_size": self.cfg.batch_size,
                 "grad_accum_steps": self.cfg.grad_accum_steps, "steps_per_epoch": self.steps_per_epoch,
                 "running": {k: [float(s), int(c)] for k, (s, c) in
@@ -358,7 +371,7 @@ class Trainer:
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                                   f"checkpoint") from None
-        _check_state(path, state, self.n_examples, self.cfg)
+        _check_state(path, state, self.n_examples, self.cfg, self.global_micro)
         try:
             from safetensors.torch import load_model
             if self._fsdp:
@@ -577,10 +590,16 @@ class Trainer:
             raise TrainingError("rank 0 could not write the final model (see its message)")
 
 
-def _check_state(path: Path, state: dict, n_examples: int, cfg) -> None:
-    for key, now in (("n_examples", n_examples), ("batch_size", cfg.batch_size),
-                     ("grad_accum_steps", cfg.grad_accum_steps), ("seed", cfg.seed)):
+def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None) -> None:
+    checks = [("n_examples", n_examples), ("batch_size", cfg.batch_size),
+              ("grad_accum_steps", cfg.grad_accum_steps), ("seed", cfg.seed)]
+    if global_micro is not None:
+        checks.append(("global_micro_batch", global_micro))
+    for key, now in checks:
         if key in state and state[key] != now:
+            if key == "global_micro_batch":
+                raise CheckpointError(f"--resume: {path} was written by {state.get('world_size')} processes "
+                                      f"with pre-built batches; resume with the same number of processes")
             what = "training examples" if key == "n_examples" else key
             fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
             raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
