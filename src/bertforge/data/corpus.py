@@ -268,15 +268,21 @@ def _lengths(ds) -> np.ndarray:
 
 
 def split_documents(corpus: TokenizedCorpus, eval_fraction: float, seed: int) -> tuple:
-    """Boolean sentence masks (train, held-out): whole documents are held out, chosen at random
-    (at least one when ``eval_fraction`` > 0 and there are ≥ 2 documents)."""
-    docs = np.unique(corpus.doc)
-    rng = np.random.default_rng(seed + 17)
-    held = rng.random(len(docs)) < eval_fraction
-    if eval_fraction > 0 and not held.any() and len(docs) > 1:
-        held[rng.integers(len(docs))] = True
-    held_docs = docs[held]
-    ev = np.isin(corpus.doc, held_docs)
+    """Boolean sentence masks (train, held-out). The held-out text is the last ``eval_fraction`` of the
+    sentences of every document (a contiguous tail, never trained on), so every source/domain of the
+    corpus is represented; documents shorter than ``1 / eval_fraction`` sentences stay in training.
+    ``seed`` is accepted for API stability (the split is deterministic)."""
+    doc = corpus.doc
+    ev = np.zeros(len(doc), dtype=bool)
+    if eval_fraction <= 0 or len(doc) == 0:
+        return ~ev, ev
+    bounds = np.flatnonzero(np.diff(doc)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [len(doc)]])
+    for s, e in zip(starts, ends):
+        k = int((e - s) * eval_fraction)
+        if k >= 1:
+            ev[e - k:e] = True
     return ~ev, ev
 
 
