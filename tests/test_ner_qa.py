@@ -376,3 +376,46 @@ def test_qa_finetune_evaluate_predict_cli(tmp_path, capsys):
     rows = [json.loads(x) for x in pr.read_text().splitlines()]
     assert len(rows) == 40 and sum(r["answer"] == "zebra" for r in rows) >= 36
     assert {"id", "question", "answer", "start", "score"} <= set(rows[0])
+
+
+# ---------------------------------------------------------------------------------------- distillation
+@pytest.mark.parametrize("head,num_labels", [("token_classification", 5), ("question_answering", 2)])
+def test_kd_on_token_and_span_logits_ignores_padding(tmp_path, head, num_labels):
+    from bertforge.distill.losses import kd_loss
+    cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, num_labels=num_labels,
+                      add_pooling_layer=False)
+    torch.manual_seed(0)
+    teacher, student = TaskModel(cfg, head=head).eval(), TaskModel(cfg, head=head).eval()
+    a, b = [2, 5, 6, 7, 8, 9, 3], [2, 12, 13, 3]
+    ids = torch.tensor([a, b + [0] * 3])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        both = kd_loss(student(ids, mask).logits, teacher(ids, mask).logits, temperature=2.0)
+        one = [kd_loss(student(torch.tensor([x])).logits, teacher(torch.tensor([x])).logits, temperature=2.0)
+               for x in (a, b)]
+    # batchmean over 2 examples: the padded batch equals the mean of the unpadded per-example KLs
+    assert both.item() == pytest.approx((one[0] + one[1]).item() / 2, rel=1e-4)
+    assert both.item() > 0
+
+
+def test_ner_distill_cli_from_a_finetuned_teacher(tmp_path, capsys):
+    d = tiny_model_dir(tmp_path)
+    tr, ev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    tr.write_text("".join(json.dumps(r) + "\n" for r in _ner_rows(400, 0)))
+    ev.write_text("".join(json.dumps(r) + "\n" for r in _ner_rows(60, 1)))
+    teacher = tmp_path / "teacher"
+    assert main(["finetune", "--model", str(d), "--task", "ner", "--train", str(tr), "--out", str(teacher),
+                 "--epochs", "3", "--batch-size", "16", "--lr", "3e-3", "--max-seq-len", "32",
+                 "--no-progress"]) == 0
+    student = tmp_path / "student"
+    # 1-layer student copied from the teacher's layer 0; KD (α = 0.5: soft tags + hard tags)
+    assert main(["distill", "--teacher", str(teacher), "--student", "layers:0", "--task", "ner", "--train",
+                 str(tr), "--eval", str(ev), "--out", str(student), "--epochs", "2", "--batch-size", "16",
+                 "--lr", "3e-3", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(student), "--data", str(ev)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cfg = json.loads((student / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 1 and cfg["architectures"] == ["BertForTokenClassification"]
+    assert res["f1"] > 0.9, res

@@ -18,6 +18,7 @@ have no pooler (``add_pooling_layer=False``).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -185,8 +186,13 @@ class TokenClassificationAdapter(TaskAdapter):
                        examples, packed, spans)
 
     def use_model_labels(self, model) -> None:
-        """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict)."""
-        id2 = getattr(getattr(model, "config", None), "id2label", None)
+        """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
+        from a checkpoint dir's ``config.json`` (distill: the teacher's tags)."""
+        if isinstance(model, (str, Path)):
+            from .hf import read_config
+            id2 = {int(k): v for k, v in (read_config(Path(model)).get("id2label") or {}).items()}
+        else:
+            id2 = getattr(getattr(model, "config", None), "id2label", None)
         if id2:
             self.labels = [id2[i] for i in sorted(id2)]
 

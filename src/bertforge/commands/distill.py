@@ -133,16 +133,21 @@ def run(args) -> int:
             raise ConfigError("--stage task needs --train FILE (labelled data)")
         task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
         adapter = adapter_for(task, tok, d.max_seq_len)
+        token_task = task.kind in ("token_classification", "qa")  # per-token logits (docs/ner_qa.md)
+        if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
+            adapter.use_model_labels(teacher_dirs[0])
         head, head_cfg = adapter.head, adapter.head_config()
         teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
         for t, tdir in zip(teachers, teacher_dirs):
-            if getattr(t.head, "num_labels", None) != task.num_labels:
+            if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
                 raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
                                   f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
         from ..data.readers import read_examples
-        examples = read_examples(d.train, task, d.max_train_samples)
+        examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
         aug_cfg = dict(ds.get("augment") or {})
         n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
+        if n_aug and token_task:
+            raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
         if n_aug:
             from ..distill.augment import augment_examples, default_augmenter
             augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
@@ -152,7 +157,8 @@ def run(args) -> int:
                                           seed=recipe.train.seed)
             examples = augment_examples(examples, augmenter, n_aug)
         from ..data.collate import encode_examples
-        items = encode_examples(tok, examples, d.max_seq_len)
+        items = list(adapter.load(d.train, d.max_train_samples)) if token_task \
+            else encode_examples(tok, examples, d.max_seq_len)
         base_collate = adapter.collator()
         eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     else:
@@ -187,6 +193,8 @@ def run(args) -> int:
     seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(items)
     # the cache pays off only when examples are seen again (more than one epoch), inputs are fixed
     use_cache = not args.no_cache and ds.get("cache", True) and mlm_p == 0 and seen > len(items)
+    if stage == "task" and token_task:
+        use_cache = False  # the teacher cache stores (C,) logits per example; token tasks have (T, C)
     sp = special_tokens(tok)
     collate = DistillCollator(base_collate, mlm_p, tok.token_to_id(sp.get("mask", "[MASK]")) if mlm_p else None,
                               teacher.config.vocab_size,

@@ -106,7 +106,8 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
     if zs.shape[-1] == 1:
         hard = F.mse_loss(zs.squeeze(-1), labels.float())
     else:
-        hard = F.cross_entropy(zs, labels.long())
+        # (B, C) / (B,) or per token (B, T, C) / (B, T) with −100 = ignored (token classification)
+        hard = F.cross_entropy(zs.reshape(-1, zs.shape[-1]), labels.long().reshape(-1), ignore_index=-100)
     return alpha * soft + (1.0 - alpha) * hard
 
 
