@@ -188,6 +188,7 @@ def test_pretrain_two_processes_equal_one(tiny):
     for a, b in zip(m1, m2):
         for k in ("loss", "mlm_loss", "nsp_loss"):
             assert abs(a[k] - b[k]) <= 1e-5 * max(1.0, abs(a[k])), (k, a, b)
+        assert a["mlm_count"] == b["mlm_count"]  # masked tokens per global micro-batch: same masks
     w1, w2 = load_weights(one / "model.safetensors"), load_weights(two / "model.safetensors")
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) <= 1e-5
 

@@ -528,6 +528,9 @@ class Trainer:
                     self.total_steps = self.step  # train.max_minutes reached: final eval + save below
                 if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
                     rec = {k: v / max(1, c) for k, (v, c) in _reduce(running, self.ctx).items()}
+                    for k in rec:  # a *_count term counts per global micro-batch, as in one process
+                        if k.endswith("_count"):
+                            rec[k] *= self.ctx.world_size
                     running.clear()
                     dt = time.perf_counter() - t0
                     rec.update(step=self.step, epoch=epoch, lr=self.scheduler.get_last_lr()[0],
