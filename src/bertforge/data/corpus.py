@@ -54,7 +54,7 @@ _HEADING = re.compile(r"^ ?= [^=].* = ?$")
 # sentence end: . ! ? (optionally followed by closing quotes/brackets), then whitespace, then a likely start
 _SENT_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 _ABBREV = re.compile(r"(?:^|\s)(?:Mr|Mrs|Ms|Dr|St|Prof|Sr|Jr|Mt|Capt|Col|Gen|Lt|Rev|No|vs|etc|i\.e|e\.g)\.$")
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 
 
 def default_cache_dir() -> Path:
@@ -140,10 +140,13 @@ def _iter_hub_documents(name: str) -> Iterator[list]:
                 yield sents
 
 
-def _tokenized_rows(sources: list, doc_sep: str, tokenizer_json: str, batch_size: int = 2000,
-                    meta: Optional[list] = None):
-    """Generator for ``datasets.Dataset.from_generator``: one row per sentence (``meta`` keys the cache)."""
+def _tokenized_rows(sources_json: str, doc_sep: str, tokenizer_json: str, batch_size: int = 2000,
+                    meta_json: str = ""):
+    """Generator for ``datasets.Dataset.from_generator``: one row per sentence (``meta_json`` keys the
+    cache). Arguments are JSON strings: ``datasets`` would shard list arguments and restart the
+    document numbering per file."""
     from tokenizers import Tokenizer
+    sources = json.loads(sources_json)
     tok = Tokenizer.from_str(tokenizer_json)
     tok.no_truncation()
     tok.no_padding()
@@ -226,8 +229,8 @@ class TokenizedCorpus:
         datasets.disable_progress_bars()
         with atomic_dir(path) as tmp:
             ds = datasets.Dataset.from_generator(
-                _tokenized_rows, gen_kwargs={"sources": sources, "doc_sep": doc_sep, "tokenizer_json": tj,
-                                             "meta": meta},
+                _tokenized_rows, gen_kwargs={"sources_json": json.dumps(sources), "doc_sep": doc_sep,
+                                             "tokenizer_json": tj, "meta_json": json.dumps(meta)},
                 cache_dir=str(root / "arrow"), features=datasets.Features({
                     "doc": datasets.Value("int64"),
                     "input_ids": datasets.Sequence(datasets.Value("int32")),

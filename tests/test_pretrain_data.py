@@ -1,0 +1,109 @@
+"""Tokenizer training and the corpus pipeline (documents, sentences, cache, FULL-/DOC-SENTENCES)."""
+import numpy as np
+import pytest
+
+from bertforge.data.corpus import (PretrainDataset, TokenizedCorpus, iter_documents, split_documents,
+                                   split_sentences)
+from bertforge.data.tokenizers_train import KINDS, SPECIALS, train_tokenizer
+from bertforge.errors import ConfigError
+
+WIKI = """ = Alpha Article = 
+ 
+ Alpha is a town in the north . It has a river . The river is long and wide . 
+ 
+ = = History = = 
+ 
+ The town was founded in 1850 . Many people moved there . 
+ 
+ = Beta Article = 
+ 
+ Beta is a village . It is small . Nobody knows why the village exists . 
+"""
+
+TEXT = ["The quick brown fox jumps over the lazy dog.", "Unbelievable things happened yesterday!",
+        "She sells sea shells by the sea shore.", "Mr. Smith went to Washington in 1999."] * 50
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokenizer_kinds(kind):
+    tok = train_tokenizer(kind, iter(TEXT), vocab_size=300, min_frequency=1)
+    assert tok.get_vocab_size() <= 300
+    for i, s in enumerate(SPECIALS[kind]):
+        assert tok.token_to_id(s) == i  # the family's special-token ids
+    enc = tok.encode("unbelievable shells", "the fox")
+    cls = SPECIALS[kind][0] if kind == "bpe" else "[CLS]"
+    assert enc.tokens[0] == cls
+    # word ids group sub-tokens of one word (whole-word masking reads them)
+    wid = [w for w in enc.word_ids if w is not None]
+    assert len(set(wid)) < len(wid) or kind == "wordpiece-cased"
+    if kind == "wordpiece":
+        assert tok.encode("THE").tokens[1] == "the"  # uncased
+    if kind == "wordpiece-cased":
+        assert tok.encode("The").tokens[1] == "The"
+    if kind != "bpe":
+        assert enc.type_ids[-1] == 1  # segment B
+
+
+def test_tokenizer_errors():
+    with pytest.raises(ConfigError):
+        train_tokenizer("sentencepiece", iter(TEXT), 300)
+    with pytest.raises(ConfigError):
+        train_tokenizer("wordpiece", iter(TEXT), 10)
+
+
+def test_sentences_and_documents(tmp_path):
+    assert split_sentences("Mr. Smith came. He left! Did he? yes.") == ["Mr. Smith came.", "He left!",
+                                                                       "Did he? yes."]
+    f = tmp_path / "wiki.raw"
+    f.write_text(WIKI)
+    docs = list(iter_documents(str(f)))  # auto → WikiText headings
+    assert len(docs) == 2
+    assert docs[0][0].startswith("Alpha is a town") and len(docs[0]) == 5
+    assert docs[1] == ["Beta is a village .", "It is small .", "Nobody knows why the village exists ."]
+    g = tmp_path / "blank.txt"
+    g.write_text("One. Two.\n\nThree.\nFour.\n")
+    assert list(iter_documents(str(g), "blank")) == [["One.", "Two."], ["Three.", "Four."]]
+    assert list(iter_documents(str(g), "file")) == [["One.", "Two.", "Three.", "Four."]]
+
+
+def test_corpus_cache_and_packing(tmp_path):
+    files = []
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "river", "town", "village", "north"]
+    for d in range(3):
+        f = tmp_path / f"doc{d}.txt"
+        sents = [" ".join(rng.choice(words, size=int(rng.integers(3, 12)))).capitalize() + "."
+                 for _ in range(40)]
+        f.write_text(" ".join(sents) + "\n")
+        files.append(str(f))
+    tok = train_tokenizer("wordpiece", iter(open(f).read() for f in files), 200, min_frequency=1)
+    c = TokenizedCorpus.build(files, tok, tmp_path / "cache")
+    assert len(np.unique(c.doc)) == 3 and len(c) == 120
+    again = TokenizedCorpus.build(files, tok, tmp_path / "cache")
+    assert again.path == c.path  # cached: not rebuilt
+    assert isinstance(c.ids, np.memmap)
+    # the corpus round-trips to the tokenizer's own encoding
+    enc = tok.encode(split_sentences(open(files[0]).read())[0], add_special_tokens=False)
+    assert c.ids[c.offsets[0]:c.offsets[1]].tolist() == enc.ids
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    full = PretrainDataset(c, "full", 64, cls, sep)
+    doc = PretrainDataset(c, "doc", 64, cls, sep)
+    total_full = sum(len(full[i]["input_ids"]) - 2 for i in range(len(full)))
+    total_doc = sum(len(doc[i]["input_ids"]) - 2 for i in range(len(doc)))
+    n_tok = c.num_tokens
+    assert total_doc == n_tok  # every token served exactly once
+    crossing = 0
+    for i in range(len(full)):
+        a0, a1 = full.index[i, :2]
+        ids = full[i]["input_ids"]
+        assert len(ids) <= 64 and ids[0] == cls and ids[-1] == sep
+        n_docs = len(np.unique(c.doc[full.sent[a0:a1]]))
+        assert (ids == sep).sum() == 1 + (n_docs - 1)  # an extra [SEP] between documents
+        crossing += n_docs > 1
+    assert crossing >= 1 and total_full == n_tok + crossing
+    for i in range(len(doc)):
+        a0, a1 = doc.index[i, :2]
+        assert len(np.unique(c.doc[doc.sent[a0:a1]])) == 1  # DOC-SENTENCES never crosses
+    assert len(full) <= len(doc)
+    tr, ev = split_documents(c, 0.1, 0)
+    assert ev.sum() == 12 and not (tr & ev).any()  # the last 10% of every document is held out
