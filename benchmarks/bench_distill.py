@@ -72,7 +72,8 @@ def main(argv=None) -> int:
         student = build_student(spec, teacher, head="sequence_classification", head_config=adapter.head_config())
         terms = build_terms(method_terms(method, "task"), student.config.num_hidden_layers,
                             teacher.config.num_hidden_layers, alpha=1.0)
-        tmp = Path(tempfile.mkdtemp(prefix="bench_distill_"))
+        tmpd = tempfile.TemporaryDirectory(prefix="bench_distill_")
+        tmp = Path(tmpd.name)
         teacher.save_pretrained(tmp / "t", tokenizer_dir=tdir)
         student.save_pretrained(tmp / "s", tokenizer_dir=tdir)
         attn = "eager" if setting == "tinybert" else "sdpa"
@@ -155,6 +156,8 @@ def main(argv=None) -> int:
                      f"{eps_cpu['cached'] / eps_cpu['live']:.2f}x CPU")
         print("\n".join(lines[-5:]))
         sys.stdout.flush()
+        del cached, live
+        tmpd.cleanup()
     return 0
 
 
