@@ -419,3 +419,20 @@ def test_ner_distill_cli_from_a_finetuned_teacher(tmp_path, capsys):
     cfg = json.loads((student / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 1 and cfg["architectures"] == ["BertForTokenClassification"]
     assert res["f1"] > 0.9, res
+
+
+def test_squad_v2_unanswerable_questions_load_as_cls_and_v1_refuses_them(tmp_path):
+    from bertforge.adapters import adapter_for
+    from bertforge.data.tasks import get_task
+    data = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "John lives in Zurich.", "qas": [
+        {"id": "a", "question": "Where does John live?", "is_impossible": False,
+         "answers": [{"text": "Zurich", "answer_start": 14}]},
+        {"id": "b", "question": "Where does Mary live?", "is_impossible": True, "answers": []}]}]}]}
+    p = tmp_path / "v2.json"
+    p.write_text(json.dumps(data))
+    tok = tiny_tokenizer()
+    wins = adapter_for(get_task("squad_v2"), tok, 32).load(p)
+    by_q = {wins.examples[w["example_index"]].id: (w["start_positions"], w["end_positions"]) for w in wins}
+    assert by_q["b"] == (0, 0) and by_q["a"][0] > 0
+    with pytest.raises(DataError, match="squad_v2"):
+        adapter_for(get_task("squad"), tok, 32).load(p)
