@@ -436,3 +436,32 @@ def test_squad_v2_unanswerable_questions_load_as_cls_and_v1_refuses_them(tmp_pat
     assert by_q["b"] == (0, 0) and by_q["a"][0] > 0
     with pytest.raises(DataError, match="squad_v2"):
         adapter_for(get_task("squad"), tok, 32).load(p)
+
+
+@pytest.mark.parametrize("family", ["roberta", "electra", "distilbert", "albert"])
+@pytest.mark.parametrize("head,auto", [("token_classification", T.AutoModelForTokenClassification),
+                                       ("question_answering", T.AutoModelForQuestionAnswering)])
+def test_heads_match_transformers_for_every_family(tmp_path, family, head, auto):
+    kw = dict(model_type=family, vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+              num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+              num_labels=3 if head == "token_classification" else 2, add_pooling_layer=False)
+    if family == "roberta":
+        kw.update(pad_token_id=1, type_vocab_size=1)
+    if family == "distilbert":
+        kw.update(type_vocab_size=0)
+    if family in ("electra", "albert"):
+        kw.update(embedding_size=16)
+    torch.manual_seed(0)
+    m = TaskModel(ModelConfig(**kw), head=head).eval()
+    m.save_pretrained(tmp_path / "d", tokenizer=tiny_tokenizer())
+    ref = auto.from_pretrained(str(tmp_path / "d")).eval()
+    ids = torch.tensor([[2, 5, 6, 7, 8, 3], [2, 12, 13, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        a = m(ids, mask).logits
+        b = ref(input_ids=ids, attention_mask=mask)
+    mm = mask.bool()
+    if head == "token_classification":
+        assert (a - b.logits)[mm].abs().max() < 1e-5
+    else:
+        assert max((a[:, 0] - b.start_logits)[mm].abs().max(), (a[:, 1] - b.end_logits)[mm].abs().max()) < 1e-5

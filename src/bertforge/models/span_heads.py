@@ -84,6 +84,10 @@ class QuestionAnsweringHead(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if config.num_labels != 2:
+            from ..errors import ConfigError
+            raise ConfigError(f"the question_answering head has 2 outputs (start, end) but the config has "
+                              f"num_labels={config.num_labels}; set model.num_labels=2")
         self.num_labels = 2
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         nn.init.normal_(self.qa_outputs.weight, 0.0, config.initializer_range)
