@@ -217,11 +217,12 @@ def test_flop_formula_matches_torch_flop_counter():
 
 
 # ------------------------------------------------------------------------------------ INT8 / ONNX
-def test_torch_int8_roundtrip_and_closeness(tmp_path):
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_torch_int8_roundtrip_and_closeness(tmp_path, per_channel):
     from bertforge.compress import quantize as Q
     m = tiny()
     P.prune_heads(m, {1: [0, 1, 2, 3]})
-    q = Q.quantize_dynamic(m)
+    q = Q.quantize_dynamic(m, per_channel=per_channel)
     x = batch()
     with torch.no_grad():
         a, b = m(**inputs(x)).logits, q(**inputs(x)).logits

@@ -19,7 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
     p.add_argument("--out", required=True, help="output dir (model.onnx + config + tokenizer)")
     p.add_argument("--int8", action="store_true", help="ONNX Runtime dynamic INT8 after optimisation")
-    p.add_argument("--per-channel", action="store_true", help="per-channel INT8 weight scales")
+    p.add_argument("--per-tensor", action="store_true",
+                   help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
@@ -38,6 +39,6 @@ def run(args) -> int:
         raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
-                 fused=not args.no_fused, per_channel=args.per_channel, fusions=args.fusions)
+                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions)
     print_json({"model": str(model_dir), "out": str(out), **rec})
     return 0

@@ -23,7 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="FP32 checkpoint dir (HF layout) or 'minilm'")
     p.add_argument("--out", required=True)
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"])
-    p.add_argument("--per-channel", action="store_true", help="onnxruntime: per-channel weight scales")
+    p.add_argument("--per-tensor", action="store_true",
+                   help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--no-fused", action="store_true", help="onnxruntime: standard ONNX ops only")
     p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8")
     p.add_argument("--task", help="task of --eval (default: the model's own)")
@@ -51,10 +52,10 @@ def run(args) -> int:
     rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
     if args.backend == "onnxruntime":
         rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
-                             per_channel=args.per_channel, fusions=args.fusions))
+                             per_channel=not args.per_tensor, fusions=args.fusions))
         qmodel = bo.OrtModel(out)
     else:
-        qmodel = bq.quantize_dynamic(model)
+        qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
         bq.save_quantized(qmodel, model, out, tokenizer_dir=model_dir)
         rec.update(quantization=bq.SCHEME, file_mb=bq.file_size_mb(out / bq.INT8_FILE))
     # output agreement on a random padded batch

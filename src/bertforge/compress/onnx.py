@@ -266,8 +266,9 @@ def optimize_onnx(src, dst, fused: bool = True, fusions: str = "lean") -> dict:
     return stats
 
 
-def quantize_onnx(src, dst, per_channel: bool = False) -> None:
-    """ONNX Runtime dynamic INT8 (weights int8 offline, activations uint8 per call) of ``src`` → ``dst``."""
+def quantize_onnx(src, dst, per_channel: bool = True) -> None:
+    """ONNX Runtime dynamic INT8 (weights int8 offline, one scale per output channel unless
+    ``per_channel=False``; activations uint8 per call) of ``src`` → ``dst``."""
     import logging
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -313,7 +314,7 @@ def parity(model, onnx_path, batch: int = 2, seq: int = 16) -> float:
 
 
 def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: bool = False,
-           fused: bool = True, per_channel: bool = False, check: bool = True, fusions: str = "lean") -> dict:
+           fused: bool = True, per_channel: bool = True, check: bool = True, fusions: str = "lean") -> dict:
     """Export → (optimise) → (INT8) into ``out_dir/model.onnx``; copy ``config.json`` and tokenizer files.
 
     Writes ``out_dir/onnx.json`` describing the graph (inputs, output, fused ops, quantization, FP32
