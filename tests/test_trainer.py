@@ -1,5 +1,4 @@
 """Trainer: schedules against their formulas, gradient accumulation ≡ a larger batch, recipe saved."""
-import math
 
 import pytest
 import torch

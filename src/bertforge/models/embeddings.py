@@ -9,7 +9,6 @@ RoBERTa (Liu et al. 2019) numbers positions from ``pad_token_id + 1`` and gives 
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -101,4 +100,4 @@ def init_weights(module: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
-__all__ = ["Embeddings", "sinusoidal_positions", "init_weights", "math"]
+__all__ = ["Embeddings", "sinusoidal_positions", "init_weights"]

@@ -9,7 +9,7 @@ Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -232,4 +232,4 @@ class Encoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-__all__ = ["Encoder", "EncoderLayer", "EncoderOutput", "FeedForward", "field"]
+__all__ = ["Encoder", "EncoderLayer", "EncoderOutput", "FeedForward", "Packing"]
