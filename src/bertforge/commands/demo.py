@@ -42,11 +42,11 @@ BUDGETS = {
     "full": {"corpus_docs": None, "pt_steps": 100, "pt_batch": 16, "pt_seq": 64,
              "da_steps": 80, "db_steps": 80, "d_batch": 16, "d_seq": 64,
              "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
-             "eval_rounds": 5, "eval_iters": 10},
+             "eval_rounds": 5, "eval_iters": 10, "eval_samples": None},
     "quick": {"corpus_docs": 12, "pt_steps": 6, "pt_batch": 4, "pt_seq": 32,
               "da_steps": 4, "db_steps": 4, "d_batch": 4, "d_seq": 32,
               "ft_steps": 6, "ft_batch": 8, "td_steps": 6, "prune_samples": 8, "prune_steps": 1,
-              "eval_rounds": 2, "eval_iters": 3},
+              "eval_rounds": 2, "eval_iters": 3, "eval_samples": 64},
 }
 
 
@@ -222,13 +222,15 @@ def run(args) -> int:
               str(b["ft_batch"]), "--max-seq-len", "128", *tr_common]
         if args.max_train_samples:
             ft += ["--max-train-samples", str(args.max_train_samples)]
+        if b["eval_samples"]:
+            ft.append(f"data.max_eval_samples={b['eval_samples']}")
         pl.run("teacher", ft, dir=D / "teacher")
         teacher_dir = str(D / "teacher")
     else:
         teacher_dir = teacher
 
     # 3 objectives at a glance (embedded corpus, same shape and token budget)
-    if "objectives" not in args.skip:
+    if "objectives" not in args.skip and not args.task:  # about pretraining, not about the user's task
         for obj in OBJECTIVES:
             pl.run(f"pretrain-{obj}",
                    ["pretrain", "--objective", obj, "--corpus", train_txt, "--out", str(D / "pretrain" / obj),
@@ -248,6 +250,8 @@ def run(args) -> int:
                      str(b["ft_batch"]), *tr_common]
             if args.max_train_samples:
                 tdist += ["--max-train-samples", str(args.max_train_samples)]
+            if b["eval_samples"]:
+                tdist.append(f"data.max_eval_samples={b['eval_samples']}")
             pl.run("student-a", ["distill", "--stage", "task", "--teacher", teacher_dir, "--student",
                                  f"layers:{args.student_layers}", "--method", "kd", "--out",
                                  str(D / "student-a"), *tdist], needs=("teacher",), dir=D / "student-a")
@@ -274,6 +278,8 @@ def run(args) -> int:
     if "compress" not in args.skip and "distill" not in args.skip:
         pdata = ["--data", args.eval, "--eval", args.eval] if args.task else \
             ["--data", str(corpus / "heldout.txt")]
+        if args.task and b["eval_samples"]:
+            pdata += ["--max-eval-samples", str(b["eval_samples"])]
         pl.run("student-a-pruned", ["prune", "--model", str(D / "student-a"), *pdata, "--fraction",
                                     str(args.prune_fraction), "--steps", str(b["prune_steps"]), "--max-samples",
                                     str(b["prune_samples"]), "--max-seq-len", "128", "--out",
@@ -302,6 +308,8 @@ def run(args) -> int:
           "--iters", str(b["eval_iters"]), "--threads", str(threads), "--out", str(D / "eval" / "results.json")]
     if args.task:
         ev += ["--task", args.task, "--data", args.eval]
+        if b["eval_samples"]:
+            ev += ["--max-eval-samples", str(b["eval_samples"])]
     if args.no_progress:
         ev.append("--no-progress")
     (D / "eval").mkdir(parents=True, exist_ok=True)
@@ -350,7 +358,7 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     loss_png = "loss_curves.png" if rp.plot_loss_curves(curves, D / "loss_curves.png") else None
     q_png = "quality_vs_latency.png" if rp.plot_quality_vs_latency(rows, D / "quality_vs_latency.png",
                                                                    quality_key, quality_label) else None
-    claims = rp.checks(rows) if not args.task else []
+    claims = rp.checks(rows) if not args.task else rp.checks(rows, key="task_score", label=f"{args.task} metric")
     header = {"command": "bertforge " + shlex.join(pl.demo_argv),
               "mode": ("quick (smoke budgets)" if args.quick else "full") +
                       (f", task {args.task}" if args.task else ", embedded default"),
@@ -369,6 +377,9 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
         notes.append(f"ran with {torch.get_num_threads()} intra-op thread(s) on {os.cpu_count()} CPUs "
                      f"(--threads, or the machine was busy at start: load average ≥ CPU count); latency "
                      f"ratios are measured under the same setting for every model.")
+    if args.task:
+        notes.append("task mode: the pretraining-objectives stage is left out (it does not use your data); "
+                     "run `bertforge demo` without --task for it.")
     if args.quick:
         notes.append("quick mode: budgets are smoke-test sized; the figures show the pipeline works, not "
                      "what the methods reach.")

@@ -34,6 +34,7 @@ def add_arguments(p) -> None:
     p.add_argument("--task", help="also score each model's task head on --data with this task's metrics")
     p.add_argument("--data", help="labelled file for --task (TSV/CSV/JSONL)")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation for --data (default 128)")
+    p.add_argument("--max-eval-samples", type=int, help="score only the first N examples of --data")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--no-progress", action="store_true")
 
@@ -69,7 +70,8 @@ def run(args) -> int:
         raise ConfigError("--task and --data go together; pass both or neither")
     rows = evaluate_embedders(embedders, args.seq_len, args.batch_size, args.rounds, args.iters,
                               args.lee_max_seq_len, progress=not args.no_progress, task=args.task,
-                              task_data=args.data, task_max_seq_len=args.max_seq_len)
+                              task_data=args.data, task_max_seq_len=args.max_seq_len,
+                              task_max_samples=args.max_eval_samples)
     result = {"models": rows, "threads": torch.get_num_threads()}
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(result, indent=2))

@@ -353,7 +353,8 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
 
 def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1, rounds: int = 5,
                        iters: int = 10, lee_max_seq_len: int = 256, progress: bool = True,
-                       task: Optional[str] = None, task_data=None, task_max_seq_len: int = 128) -> list:
+                       task: Optional[str] = None, task_data=None, task_max_seq_len: int = 128,
+                       task_max_samples: Optional[int] = None) -> list:
     """All figures for each embedder: ``lee_spearman``, ``polarity_acc`` (+ ``_std``) — None for a graph
     that only outputs logits —, ``task`` metrics when ``task``/``task_data`` are given, ``latency_ms``
     (p50), ``latency_p90_ms``, ``params``, ``size_mb``, ``backend``. Returns a list of dicts in order."""
@@ -370,7 +371,8 @@ def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1,
                        polarity_acc_std=acc_std)
         if task and task_data:
             row["task"] = task
-            row["task_metrics"] = task_metrics(e, task, task_data, task_max_seq_len)
+            row["task_metrics"] = task_metrics(e, task, task_data, task_max_seq_len,
+                                               max_samples=task_max_samples)
         row.update(params=int(e.num_parameters), size_mb=float(e.size_mb))
         rows.append(row)
     lat = measure_latencies(embedders, seq_len, batch_size, rounds, iters, progress=progress)
