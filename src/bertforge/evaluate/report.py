@@ -81,15 +81,14 @@ def plot_quality_vs_latency(rows: list, path, quality_key: str = "lee_spearman",
     if not pts:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     markers = {"torch": "o", "onnxruntime": "s"}
-    for lat, q, name, be in pts:
-        ax.scatter([lat], [q], marker=markers.get(be, "^"), s=60)
-        ax.annotate(name, (lat, q), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    for lat, q, name, be in pts:  # one legend entry per model: labels never overlap
+        ax.scatter([lat], [q], marker=markers.get(be, "^"), s=60, label=f"{name} ({lat:.1f} ms, {q:.3f})")
     teacher = next((r for r in rows if r["name"] == "teacher" and r.get(quality_key) is not None), None)
     if teacher:
         ax.axhline(0.95 * teacher[quality_key], color="grey", ls="--", lw=0.8, label="95% of teacher")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_xscale("log")
     ax.set_xlabel("latency, seq 128 × batch 1 (ms, p50, log scale) — ○ PyTorch FP32, □ ONNX Runtime")
     ax.set_ylabel(quality_label)
