@@ -203,6 +203,16 @@ def run(args) -> int:
     argv = ["demo", "--out", str(out)] + (["--quick"] if args.quick else [])
     if args.task:
         argv += ["--task", args.task, "--train", args.train, "--eval", args.eval]
+    for flag, val, default in [("--teacher", args.teacher, "minilm"),
+                               ("--student-layers", args.student_layers, "0,2,5"),
+                               ("--student-shape", args.student_shape, "4L-312H-12A-1200I"),
+                               ("--prune-fraction", args.prune_fraction, 0.25),
+                               ("--max-train-samples", args.max_train_samples, None),
+                               ("--threads", args.threads, None)]:
+        if val != default:
+            argv += [flag, str(val)]
+    if args.skip:
+        argv += ["--skip", *args.skip]
     pl = Pipeline(out, argv)
     common = ["--overwrite"] + (["--no-progress"] if args.no_progress else [])
     tr_common = common  # training verbs (add_train_args)
