@@ -465,3 +465,23 @@ def test_heads_match_transformers_for_every_family(tmp_path, family, head, auto)
         assert (a - b.logits)[mm].abs().max() < 1e-5
     else:
         assert max((a[:, 0] - b.start_logits)[mm].abs().max(), (a[:, 1] - b.end_logits)[mm].abs().max()) < 1e-5
+
+
+def test_qa_distill_cli_on_start_end_logits(tmp_path, capsys):
+    d = tiny_model_dir(tmp_path)
+    tr, ev = tmp_path / "train.json", tmp_path / "dev.json"
+    tr.write_text(json.dumps(_qa_squad(300, 0)))
+    ev.write_text(json.dumps(_qa_squad(40, 1)))
+    teacher = tmp_path / "teacher"
+    assert main(["finetune", "--model", str(d), "--task", "squad", "--train", str(tr), "--out", str(teacher),
+                 "--epochs", "3", "--batch-size", "16", "--lr", "3e-3", "--max-seq-len", "24",
+                 "--no-progress"]) == 0
+    student = tmp_path / "student"
+    assert main(["distill", "--teacher", str(teacher), "--student", "layers:0", "--task", "squad", "--alpha",
+                 "1", "--train", str(tr), "--eval", str(ev), "--out", str(student), "--epochs", "3",
+                 "--batch-size", "16", "--lr", "3e-3", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(student), "--data", str(ev)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert json.loads((student / "config.json").read_text())["num_hidden_layers"] == 1
+    assert res["f1"] > 80, res
