@@ -4,7 +4,7 @@ Reads a run dir written by `bertforge translate train` (see docs/translation.md 
 decodes the test set with greedy search and with beam search (sacreBLEU, cased, detokenized, 13a), and
 prints one report with the training wall time / CPU time / steps taken from the run's metrics.jsonl.
 
-    python benchmarks/translate_multi30k.py --run /tmp/mt/run-small [--beams 1 5] \
+    python benchmarks/translate_multi30k.py --run /tmp/mt/run-small [--beams 5 1] \
         | tee benchmarks/results/translate.txt
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--split", default="test_2016_flickr")
-    ap.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    ap.add_argument("--beams", type=int, nargs="+", default=[5, 1])
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     import sacrebleu

@@ -79,6 +79,8 @@ class TransformerConfig:
         if self.d_model % self.num_heads:
             raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head count that divides it")
+        if self.activation_dropout:
+            raise ConfigError("model.activation_dropout is not supported (the paper has none); set it to 0")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"model.label_smoothing={self.label_smoothing} must be in [0, 1)")
         if self.src_vocab_size is None:
