@@ -110,3 +110,17 @@ def test_user_errors_exit_2_with_one_line(toy, capsys, tmp_path):
     rc = main(["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
                "--valid-tgt", f["vtgt"], "--out", str(tmp_path / "r2"), "translate.bogus=1"])
     assert rc == 2 and "translate.bogus" in capsys.readouterr().err
+
+
+def test_max_minutes_budget_stops_training_and_saves(toy, capsys):
+    d, f = toy
+    out = d / "budget"
+    rc = main(["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
+               "--valid-tgt", f["vtgt"], "--out", str(out), "--no-progress", "--max-steps", "500",
+               "--max-minutes", "0.00001", "model.d_model=16", "model.ffn_dim=32", "model.encoder_layers=1",
+               "model.decoder_layers=1", "model.num_heads=2", "translate.vocab_size=80",
+               "translate.eval_bleu_sentences=5", "impl.dtype=float32", "impl.threads=1"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["step"] == 1  # the budget ran out after the first update: final eval and save happened
+    assert "val_loss" in res and (out / "model.safetensors").is_file()
