@@ -7,13 +7,22 @@ import math
 import pytest
 import torch
 
-from bertforge.data.translation import (collate_pairs, encode_pairs, token_batches, train_joint_tokenizer,
-                                        TokenBatchDataset)
+from bertforge.data.translation import (
+    TokenBatchDataset,
+    collate_pairs,
+    encode_pairs,
+    token_batches,
+    train_joint_tokenizer,
+)
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.models.decoding import beam_search, greedy_decode
 from bertforge.models.embeddings import sinusoidal_positions
-from bertforge.models.seq2seq import (TransformerConfig, TransformerSeq2Seq, _smoothed_loss_masked,
-                                      label_smoothed_cross_entropy)
+from bertforge.models.seq2seq import (
+    TransformerConfig,
+    TransformerSeq2Seq,
+    _smoothed_loss_masked,
+    label_smoothed_cross_entropy,
+)
 
 V = 50
 

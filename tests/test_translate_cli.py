@@ -99,7 +99,7 @@ def test_noam_factor_gives_paper_learning_rate():
 
 
 def test_user_errors_exit_2_with_one_line(toy, capsys, tmp_path):
-    d, f = toy
+    _, f = toy
     short = _write(tmp_path, "short.de", ["x"])
     rc = main(["translate", "train", "--src", f["src"], "--tgt", short, "--valid-src", f["vsrc"],
                "--valid-tgt", f["vtgt"], "--out", str(tmp_path / "r")])

@@ -26,7 +26,13 @@ import yaml
 
 from ..config import load_recipe
 from ..errors import ConfigError
-from ._common import abandon_out_dir, add_train_args, finish_out_dir, prepare_out_dir, print_json
+from ._common import (
+    abandon_out_dir,
+    add_train_args,
+    finish_out_dir,
+    prepare_out_dir,
+    print_json,
+)
 
 #: the defaults of `translate train` (mirrored in recipes/translate/small.yaml; a test keeps them equal)
 DEFAULT_RECIPE = {
@@ -178,8 +184,13 @@ def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, 
 def run_train(args) -> int:
     import torch
 
-    from ..data.translation import (TokenBatchDataset, encode_pairs, read_parallel, train_joint_tokenizer,
-                                    unwrap_collate)
+    from ..data.translation import (
+        TokenBatchDataset,
+        encode_pairs,
+        read_parallel,
+        train_joint_tokenizer,
+        unwrap_collate,
+    )
     from ..models.seq2seq import TransformerConfig, TransformerSeq2Seq
     from ..train.trainer import Trainer
     r = build_translate_recipe(args)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch.utils.data import Dataset
@@ -57,7 +56,14 @@ def train_joint_tokenizer(texts: list, vocab_size: int = 8000, kind: str = "bpe"
     Returns a ``tokenizers.Tokenizer`` whose ids 0–3 are ``<pad> <unk> <s> </s>`` and whose decoder
     turns ids back into detokenized text. Raises DataError: unknown ``kind``.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
@@ -86,7 +92,7 @@ def encode_source(tokenizer, sentences: list, eos_id: int = EOS, max_positions: 
     return [e.ids[: max_positions - 1] + [eos_id] for e in encs]
 
 
-def encode_pairs(tokenizer, src: list, tgt: list, max_len: Optional[int] = None) -> tuple[list, list, int]:
+def encode_pairs(tokenizer, src: list, tgt: list, max_len: int | None = None) -> tuple[list, list, int]:
     """(source ids + </s>, target ids + </s>) per pair; pairs with a side longer than ``max_len``
     tokens are dropped. Returns (src_ids, tgt_ids, n_dropped)."""
     s_ids = encode_source(tokenizer, src, EOS, 10**9)
@@ -169,5 +175,15 @@ def unwrap_collate(items: list) -> dict:
     return items[0]
 
 
-__all__ = ["read_lines", "read_parallel", "train_joint_tokenizer", "encode_source", "encode_pairs",
-           "collate_pairs", "token_batches", "TokenBatchDataset", "unwrap_collate", "SPECIAL_TOKENS"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "TokenBatchDataset",
+    "collate_pairs",
+    "encode_pairs",
+    "encode_source",
+    "read_lines",
+    "read_parallel",
+    "token_batches",
+    "train_joint_tokenizer",
+    "unwrap_collate",
+]

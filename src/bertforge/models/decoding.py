@@ -16,8 +16,6 @@ Output length: at most ``max_len = min(max_len_a · |src| + max_len_b, max_posit
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 
@@ -40,7 +38,7 @@ def _mask_logprobs(model, lp: torch.Tensor, force_eos: torch.Tensor) -> torch.Te
 
 
 @torch.no_grad()
-def greedy_decode(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                   max_len_a: float = 1.5, max_len_b: int = 10) -> list:
     """Arg-max decoding. ``input_ids``/``attention_mask`` (B, S) → B lists of target ids (no <s>/</s>)."""
     cfg = model.config
@@ -69,7 +67,7 @@ def greedy_decode(model, input_ids: torch.Tensor, attention_mask: Optional[torch
 
 
 @torch.no_grad()
-def beam_search(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+def beam_search(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 beam: int = 5, length_penalty: float = 0.6, max_len_a: float = 1.5,
                 max_len_b: int = 10, return_scores: bool = False):
     """Batched beam search. ``input_ids``/``attention_mask`` (B, S) → B lists of target ids (no <s>/</s>),
@@ -152,7 +150,7 @@ def beam_search(model, input_ids: torch.Tensor, attention_mask: Optional[torch.T
 @torch.no_grad()
 def translate_texts(model, tokenizer, sentences: list, beam: int = 1, length_penalty: float = 0.6,
                     max_len_a: float = 1.5, max_len_b: int = 10, batch_tokens: int = 4000,
-                    device: Optional[torch.device] = None, dtype: str = "float32") -> list:
+                    device: torch.device | None = None, dtype: str = "float32") -> list:
     """Translate raw sentences and return detokenized strings (same order).
 
     Sources are encoded with ``tokenizer`` (a ``tokenizers.Tokenizer``) plus ``</s>``, sorted by length
@@ -196,4 +194,4 @@ def translate_texts(model, tokenizer, sentences: list, beam: int = 1, length_pen
     return hyps
 
 
-__all__ = ["greedy_decode", "beam_search", "translate_texts"]
+__all__ = ["beam_search", "greedy_decode", "translate_texts"]

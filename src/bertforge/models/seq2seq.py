@@ -23,7 +23,6 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +50,7 @@ class TransformerConfig:
 
     model_type: str = MODEL_TYPE
     vocab_size: int = 8000
-    src_vocab_size: Optional[int] = None
+    src_vocab_size: int | None = None
     d_model: int = 512
     encoder_layers: int = 6
     decoder_layers: int = 6
@@ -90,7 +89,7 @@ class TransformerConfig:
                               "vocab_size); set share_embeddings=false for separate vocabularies")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TransformerConfig":
+    def from_dict(cls, d: dict) -> TransformerConfig:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k not in ("architectures", "transformers_version")}
         unknown = set(d) - known
@@ -119,11 +118,11 @@ class Seq2SeqOutput:
     ``encoder_last_hidden_state`` (B, T_src, d); ``decoder_hidden_states``: L_dec+1 tensors (B, T_tgt, d)
     when asked; ``terms``: logged components (``nll`` = un-smoothed CE per token)."""
 
-    loss: Optional[torch.Tensor] = None
-    logits: Optional[torch.Tensor] = None
-    encoder_last_hidden_state: Optional[torch.Tensor] = None
-    decoder_hidden_states: Optional[tuple] = None
-    terms: Optional[dict] = None
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    encoder_last_hidden_state: torch.Tensor | None = None
+    decoder_hidden_states: tuple | None = None
+    terms: dict | None = None
 
 
 def label_smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.1,
@@ -210,7 +209,7 @@ class DecoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_bias: Optional[torch.Tensor],
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_bias: torch.Tensor | None,
                 explicit: bool = False):
         a = self.self_attention(x, None, is_causal=True, explicit=explicit)[0]
         x = self.self_attention_norm(x + self.dropout(a))
@@ -225,7 +224,7 @@ class DecoderLayer(nn.Module):
         k, v = att.kv(memory).split(att.num_heads * att.head_dim, dim=-1)
         return att._split(k), att._split(v)
 
-    def step(self, x: torch.Tensor, cache: dict, memory_bias: Optional[torch.Tensor]) -> torch.Tensor:
+    def step(self, x: torch.Tensor, cache: dict, memory_bias: torch.Tensor | None) -> torch.Tensor:
         """Decode new positions given cached keys/values of the earlier ones (same numbers as
         :meth:`forward` on the whole prefix, without recomputing it).
 
@@ -303,7 +302,7 @@ class TransformerSeq2Seq(nn.Module):
                 emb.weight[self.config.pad_token_id].zero_()
 
     # ------------------------------------------------------------------------------ pieces
-    def encode(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> tuple:
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple:
         """(B, S) source ids → (memory (B, S, d), memory_bias (B, 1, 1, S) | None)."""
         if attention_mask is None:
             attention_mask = (input_ids != self.config.pad_token_id).long()
@@ -320,7 +319,7 @@ class TransformerSeq2Seq(nn.Module):
         return self.output_projection(h)
 
     def decode(self, decoder_input_ids: torch.Tensor, memory: torch.Tensor,
-               memory_bias: Optional[torch.Tensor], output_hidden_states: bool = False):
+               memory_bias: torch.Tensor | None, output_hidden_states: bool = False):
         """(B, T) target prefix ids → (decoder states (B, T, d), all states or None)."""
         x = self.tgt_embed(decoder_input_ids)
         states = [x]
@@ -335,8 +334,8 @@ class TransformerSeq2Seq(nn.Module):
         bos = torch.full_like(lab[:, :1], self.config.bos_token_id)
         return torch.cat([bos, lab[:, :-1]], dim=1)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                decoder_input_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                decoder_input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 output_hidden_states: bool = False, **_) -> Seq2SeqOutput:
         if decoder_input_ids is None:
             if labels is None:
@@ -361,7 +360,7 @@ class TransformerSeq2Seq(nn.Module):
             caches.append({"cross_k": k, "cross_v": v})
         return caches
 
-    def decode_step(self, new_ids: torch.Tensor, caches: list, memory_bias: Optional[torch.Tensor],
+    def decode_step(self, new_ids: torch.Tensor, caches: list, memory_bias: torch.Tensor | None,
                     offset: int) -> torch.Tensor:
         """Logits (B, n, V) of ``n`` new target positions starting at ``offset``, extending ``caches``."""
         x = self.tgt_embed(new_ids, offset=offset)
@@ -404,7 +403,7 @@ class TransformerSeq2Seq(nn.Module):
                 f.replace(out_dir / f.name)
 
     @classmethod
-    def from_pretrained(cls, path) -> "TransformerSeq2Seq":
+    def from_pretrained(cls, path) -> TransformerSeq2Seq:
         """Load a directory written by :meth:`save_pretrained`.
 
         Raises:
@@ -431,5 +430,12 @@ class TransformerSeq2Seq(nn.Module):
         return model
 
 
-__all__ = ["TransformerConfig", "TransformerSeq2Seq", "DecoderLayer", "ScaledEmbedding", "Seq2SeqOutput",
-           "label_smoothed_cross_entropy", "MODEL_TYPE"]
+__all__ = [
+    "MODEL_TYPE",
+    "DecoderLayer",
+    "ScaledEmbedding",
+    "Seq2SeqOutput",
+    "TransformerConfig",
+    "TransformerSeq2Seq",
+    "label_smoothed_cross_entropy",
+]
