@@ -5,7 +5,7 @@ import pytest
 from bertforge.data.corpus import (PretrainDataset, TokenizedCorpus, iter_documents, split_documents,
                                    split_sentences)
 from bertforge.data.tokenizers_train import KINDS, SPECIALS, train_tokenizer
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, DataError
 
 WIKI = """ = Alpha Article = 
  
@@ -107,3 +107,19 @@ def test_corpus_cache_and_packing(tmp_path):
     assert len(full) <= len(doc)
     tr, ev = split_documents(c, 0.1, 0)
     assert ev.sum() == 12 and not (tr & ev).any()  # the last 10% of every document is held out
+
+
+def test_auto_doc_sep_and_nsp_needs_two_documents(tmp_path):
+    # one sentence per line, blank lines between documents (BERT's format) → two documents
+    g = tmp_path / "bert_format.txt"
+    g.write_text("Alpha river runs north.\nIt is long.\n\nBeta town is small.\nNobody lives there.\n")
+    assert len(list(iter_documents(str(g)))) == 2
+    # a hard-wrapped book (lines do not end sentences) stays one document per file
+    b = tmp_path / "book.txt"
+    b.write_text("It was a dark and stormy\nnight and the rain fell\n\nin torrents except at\nintervals.\n")
+    assert len(list(iter_documents(str(b)))) == 1
+    # NSP cannot draw negatives from another document when there is only one: refuse, don't fake
+    tok = train_tokenizer("wordpiece", iter([b.read_text()]), 100, min_frequency=1)
+    c = TokenizedCorpus.build([str(b)], tok, tmp_path / "cache")
+    with pytest.raises(DataError, match="NSP needs at least two documents"):
+        PretrainDataset(c, "nsp", 64, tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]"))

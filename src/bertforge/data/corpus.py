@@ -5,7 +5,8 @@ Pipeline (Devlin et al. 2018 App. A.2; Liu et al. 2019 §4.2):
 1. **Documents.** Local text files are read line by line (streaming). ``doc_sep`` says where a document
    ends: ``file`` (one document per file), ``blank`` (a blank line ends a document — BERT's
    ``create_pretraining_data`` format), ``heading`` (WikiText ``= Title =`` lines start one), or
-   ``auto`` (``heading`` when the file has WikiText headings, else ``file``). Lines of one paragraph are
+   ``auto`` (``heading`` when the file has WikiText headings, ``blank`` for one sentence per line with
+   blank lines between documents, else ``file``). Lines of one paragraph are
    joined (hard-wrapped books), then split into sentences. A name that is not a local file is read from
    the HF hub with ``datasets.load_dataset(name, streaming=True)`` (column ``text``; one row = one
    document).
@@ -54,7 +55,7 @@ _HEADING = re.compile(r"^ ?= [^=].* = ?$")
 # sentence end: . ! ? (optionally followed by closing quotes/brackets), then whitespace, then a likely start
 _SENT_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 _ABBREV = re.compile(r"(?:^|\s)(?:Mr|Mrs|Ms|Dr|St|Prof|Sr|Jr|Mt|Capt|Col|Gen|Lt|Rev|No|vs|etc|i\.e|e\.g)\.$")
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"  # 3: auto doc_sep recognises blank-line documents
 
 
 def default_cache_dir() -> Path:
@@ -79,12 +80,24 @@ def split_sentences(text: str) -> list:
 
 
 def _detect_doc_sep(path: str) -> str:
+    """``heading`` if WikiText headings appear; ``blank`` if the file looks like BERT's
+    ``create_pretraining_data`` format (one sentence per line — ≥ 80% of lines end a sentence — with
+    blank lines between documents); else ``file`` (e.g. a hard-wrapped book)."""
+    lines, blanks, ends = 0, 0, 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for k, line in enumerate(f):
             if _HEADING.match(line.rstrip("\n")):
                 return "heading"
+            t = line.strip()
+            if not t:
+                blanks += 1
+            else:
+                lines += 1
+                ends += t[-1] in ".!?\"')»”’"
             if k > 2000:
                 break
+    if blanks and lines and ends >= 0.8 * lines:
+        return "blank"
     return "file"
 
 
@@ -357,6 +370,9 @@ class PretrainDataset(torch.utils.data.Dataset):
         starts = np.concatenate([[0], bounds])
         ends = np.concatenate([bounds, [len(docs)]])
         n_docs = len(starts)
+        if self.mode == "nsp" and n_docs < 2:
+            raise DataError("NSP needs at least two documents (its negatives come from another "
+                            "document) but the corpus has one; pass several files or --doc-sep blank")
         out = []
         for d in range(n_docs):
             s, e = starts[d], ends[d]
