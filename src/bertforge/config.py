@@ -13,6 +13,7 @@ Recipes are YAML files with those top-level keys; ``key=value`` overrides use do
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -214,9 +215,18 @@ def _build_section(name: str, cls, values: dict):
     return cls(**vals)
 
 
+def deep_merge(a: dict, b: dict) -> dict:
+    """``b`` over ``a``, recursively for nested mappings (neither input is modified)."""
+    out = copy.deepcopy(a)
+    for k, v in (b or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else copy.deepcopy(v)
+    return out
+
+
 def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
-                extra_sections: tuple = ()) -> Recipe:
-    """Read a YAML recipe and apply ``key=value`` overrides.
+                extra_sections: tuple = (), defaults: Optional[dict] = None) -> Recipe:
+    """Read a YAML recipe over ``defaults`` (a verb's built-in recipe) and apply ``key=value`` overrides.
 
     Args:
         path: YAML file with top-level ``model``/``data``/``train``/``impl`` (and verb sections listed
@@ -237,6 +247,7 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             raise ConfigError(f"recipe {path} is not valid YAML ({msg}); fix the file") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"recipe {path} must be a mapping with keys model/data/train/impl")
+    raw = deep_merge(defaults or {}, raw)
     raw = {k: dict(v or {}) for k, v in raw.items()}
     for ov in overrides or []:
         if "=" not in ov or "." not in ov.split("=", 1)[0]:

@@ -120,6 +120,14 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
     return out
 
 
+def check_out_free(out: Path, overwrite: bool) -> Path:
+    """For verbs that write one output dir atomically: refuse a non-empty ``out`` unless ``--overwrite``."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    return out
+
+
 def finish_out_dir(work: Path, out: Path) -> None:
     """Swap a staging dir into place (no-op when the run wrote ``out`` directly)."""
     work, out = Path(work), Path(out)

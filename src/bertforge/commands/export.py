@@ -9,10 +9,8 @@ Examples:
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
-from ..errors import BertforgeError
-from ._common import print_json, resolve_model_dir
+from ._common import check_out_free, print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
@@ -34,9 +32,7 @@ def run(args) -> int:
     from ..hf import load_pretrained
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    out = check_out_free(args.out, args.overwrite)
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                  fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
-import yaml
 
 from ..config import load_recipe
 from ..errors import BertforgeError, ConfigError, DataError
@@ -51,26 +49,9 @@ def add_arguments(p) -> None:
 
 def build_pretrain_recipe(args):
     """Shape defaults (--size) < recipe file < KEY=VALUE overrides < explicit flags."""
-    from ..objectives.pretrain import SIZES, deep_merge
-    raw = SIZES[args.size]
-    if args.recipe:
-        rp = Path(args.recipe)
-        if not rp.is_file():
-            raise ConfigError(f"recipe file {args.recipe} does not exist; pass a YAML file (see recipes/)")
-        try:
-            user = yaml.safe_load(rp.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"recipe {args.recipe} is not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(user, dict):
-            raise ConfigError(f"recipe {args.recipe} must be a mapping with model/data/train/impl sections")
-        raw = deep_merge(raw, user)
-    fd, tmp = tempfile.mkstemp(suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(raw, f)
-        r = load_recipe(tmp, args.overrides or [], extra_sections=("pretrain",))
-    finally:
-        os.unlink(tmp)
+    from ..objectives.pretrain import SIZES
+    r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",),
+                    defaults=SIZES[args.size])
     for a, k in {"epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr",
                  "seed": "seed"}.items():
         v = getattr(args, a, None)
@@ -125,7 +106,6 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
 
 
 def run(args) -> int:
-    import numpy as np
     from ..data.corpus import PretrainDataset, TokenizedCorpus, default_cache_dir, split_documents
     from ..objectives.collate import PretrainCollator
     from ..objectives.pretrain import (build_model, evaluate_mlm, model_config, resolve_options,

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import BertforgeError, ConfigError, DataError
-from ._common import print_json, resolve_model_dir
+from ..errors import ConfigError, DataError
+from ._common import check_out_free, print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
@@ -158,9 +158,7 @@ def run(args) -> int:
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    out = check_out_free(args.out, args.overwrite)
     if args.magnitude is None and args.fraction <= 0 and args.ffn_fraction <= 0:
         raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
     cfg = read_config(model_dir)

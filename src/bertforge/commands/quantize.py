@@ -11,12 +11,11 @@ Examples:
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import torch
 
-from ..errors import BertforgeError, ConfigError
-from ._common import print_json, resolve_model_dir
+from ..errors import ConfigError
+from ._common import check_out_free, print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
@@ -41,9 +40,7 @@ def run(args) -> int:
     from ..hf import load_pretrained
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    out = check_out_free(args.out, args.overwrite)
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
     model = load_pretrained(model_dir).eval()

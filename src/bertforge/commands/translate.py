@@ -14,15 +14,12 @@ Examples:
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import yaml
 
 from ..config import load_recipe
 from ..errors import ConfigError
@@ -49,13 +46,6 @@ DEFAULT_RECIPE = {
                   "beam": 5, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},
 }
 TRANSLATE_KEYS = set(DEFAULT_RECIPE["translate"])
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = copy.deepcopy(a)
-    for k, v in (b or {}).items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def add_arguments(p) -> None:
@@ -99,25 +89,8 @@ def run(args) -> int:
 # --------------------------------------------------------------------------------------- train
 def build_translate_recipe(args):
     """Defaults (DEFAULT_RECIPE) < recipe file < KEY=VALUE overrides < explicit flags."""
-    raw = DEFAULT_RECIPE
-    if args.recipe:
-        rp = Path(args.recipe)
-        if not rp.is_file():
-            raise ConfigError(f"recipe file {args.recipe} does not exist; pass a YAML file (see recipes/)")
-        try:
-            user = yaml.safe_load(rp.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"recipe {args.recipe} is not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(user, dict):
-            raise ConfigError(f"recipe {args.recipe} must be a mapping with model/train/impl/translate")
-        raw = _merge(raw, user)
-    fd, tmp = tempfile.mkstemp(suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(raw, f)
-        r = load_recipe(tmp, args.overrides or [], extra_sections=("translate",))
-    finally:
-        os.unlink(tmp)
+    r = load_recipe(args.recipe, args.overrides or [], extra_sections=("translate",),
+                    defaults=DEFAULT_RECIPE)
     for a in ("epochs", "max_steps", "lr", "seed"):
         v = getattr(args, a, None)
         if v is not None:

@@ -14,12 +14,11 @@ Shapes (``tiny``/``small``/``base``) are the ``model``/``train`` defaults of ``r
 """
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import torch
 
-from ..config import ModelConfig, Recipe
+from ..config import ModelConfig, Recipe, deep_merge
 from ..errors import ConfigError
 from ..models.heads import TaskModel
 
@@ -166,16 +165,6 @@ def unigram_top_id(corpus, sentence_mask, special_ids) -> int:
         if 0 <= s < len(counts):
             counts[s] = 0
     return int(counts.argmax())
-
-
-def deep_merge(a: dict, b: dict) -> dict:
-    out = copy.deepcopy(a)
-    for k, v in (b or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 __all__ = ["OBJECTIVES", "SIZES", "PRETRAIN_KEYS", "resolve_options", "model_config", "build_model",

@@ -316,7 +316,7 @@ class Trainer:
                                 "choose a writable --out")
 
     def _save_model(self, tmp: Path, model_sd: Optional[dict]) -> None:
-        from safetensors.torch import save_file, save_model
+        from safetensors.torch import save_model
         if model_sd is None:
             self.save_fn(self.model, tmp)
             save_model(self.model, str(tmp / "trainer_model.safetensors"))
