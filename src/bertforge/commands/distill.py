@@ -108,6 +108,9 @@ def run(args) -> int:
     student_spec = args.student or ds.get("student")
     if not student_spec:
         raise ConfigError("no student given; pass --student 4L-312H-12A-1200I, layers:0,2,4 or a checkpoint dir")
+    if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
+        from ..distill.student import parse_shape
+        parse_shape(student_spec)  # a malformed shape is reported before any model is loaded
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         read_config(t)  # validates the dir before anything is written
