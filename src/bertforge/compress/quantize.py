@@ -39,10 +39,6 @@ def quantize_dynamic(model, per_channel: bool = True) -> nn.Module:
     import copy
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig
     model = copy.deepcopy(model).float().cpu().eval()
-    if model.head is not None and getattr(model.head, "cls_only", False):
-        # the encoder's [CLS]-only last block slices the fused qkv weight, which a packed INT8 Linear
-        # does not expose: run the full last block instead (same logits)
-        model.head.cls_only = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         qc = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig

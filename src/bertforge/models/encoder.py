@@ -103,11 +103,20 @@ class EncoderLayer(nn.Module):
         elif query_index is None:
             a, probs, scores, values = self.attention(x, bias, explicit=explicit, head_gates=head_gates)
         else:  # only these query positions are needed downstream (e.g. [CLS] in the last block)
-            a, probs, scores, values = self._attend_subset(x[:, query_index], x, bias)
+            a, probs, scores, values = self._attend_subset(x, query_index, bias)
             x = x[:, query_index]
         x = self.attention_norm(x + self.dropout(a))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs, scores, values
+
+    def _product(self, q, k, v, bias) -> torch.Tensor:
+        """SDPA on (B, T, heads·d_k) projections → context (B, heads, T_q, d_k)."""
+        att = self.attention
+        q, k, v = att._split(q), att._split(k), att._split(v)
+        if bias is not None and bias.dtype != q.dtype:
+            bias = bias.to(q.dtype)
+        return nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
 
     def _attend_packed(self, x: torch.Tensor, bias, pk: "Packing", cls_only: bool) -> torch.Tensor:
         """Attention on packed tokens: the projections run on the N real tokens only; Q/K/V are scattered
@@ -120,38 +129,25 @@ class EncoderLayer(nn.Module):
         qkv = att.qkv(x)
         full = qkv.new_zeros(pk.batch * pk.length, 3 * inner).index_copy(0, pk.idx, qkv)
         q, k, v = full.view(pk.batch, pk.length, 3 * inner).split(inner, dim=-1)
-        if cls_only:
-            q = q[:, :1]
-        q, k, v = att._split(q), att._split(k), att._split(v)
-        if bias is not None and bias.dtype != q.dtype:
-            bias = bias.to(q.dtype)
-        ctx = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
+        ctx = self._product(q[:, :1] if cls_only else q, k, v, bias)
         if cls_only:
             ctx = ctx.reshape(pk.batch, inner)
         else:
             ctx = ctx.transpose(1, 2).reshape(pk.batch * pk.length, inner).index_select(0, pk.idx)
         return att.out(ctx)
 
-    def _attend_subset(self, q_in, kv_in, bias):
-        """Self-attention where only some query rows are computed (keys/values from all positions)."""
+    def _attend_subset(self, x: torch.Tensor, query_index: torch.Tensor, bias):
+        """Self-attention whose output is needed only at ``query_index`` (keys/values from all positions).
+        Goes through the ``qkv`` module, so a quantized Linear works here too."""
         att = self.attention
-        inner = att.num_heads * att.head_dim
+        b = x.shape[0]
         if att.num_heads == 0:
-            b, t, _ = q_in.shape
-            return att.out.bias.expand(b, t, att.hidden_size), None, None, None
-        w_q, w_kv = att.qkv.weight[:inner], att.qkv.weight[inner:]
-        b_q, b_kv = att.qkv.bias[:inner], att.qkv.bias[inner:]
-        q = att._split(nn.functional.linear(q_in, w_q, b_q))
-        k, v = nn.functional.linear(kv_in, w_kv, b_kv).split(inner, dim=-1)
-        k, v = att._split(k), att._split(v)
-        if bias is not None and bias.dtype != q.dtype:
-            bias = bias.to(q.dtype)
-        ctx = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
-        b, t = q_in.shape[:2]
-        ctx = ctx.transpose(1, 2).reshape(b, t, inner)
-        return att.out(ctx), None, None, v
+            return att.out.bias.expand(b, query_index.numel(), att.hidden_size), None, None, None
+        inner = att.num_heads * att.head_dim
+        q, k, v = att.qkv(x).split(inner, dim=-1)
+        ctx = self._product(q[:, query_index], k, v, bias)
+        ctx = ctx.transpose(1, 2).reshape(b, query_index.numel(), inner)
+        return att.out(ctx), None, None, att._split(v)
 
 
 class Encoder(nn.Module):

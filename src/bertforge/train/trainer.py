@@ -716,29 +716,14 @@ def _reduce(d: dict, ctx) -> dict:
 @contextlib.contextmanager
 def _seeded(seed: int):
     """Run a block under fixed torch/python/numpy RNG seeds, restoring the outer state afterwards."""
-    state = _rng_state()
+    state = _rng_state_portable()
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     try:
         yield
     finally:
-        _set_rng_state(state)
-
-
-def _rng_state() -> dict:
-    s = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        s["cuda"] = torch.cuda.get_rng_state_all()
-    return s
-
-
-def _set_rng_state(s: dict) -> None:
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
-    torch.set_rng_state(s["torch"])
-    if "cuda" in s:
-        torch.cuda.set_rng_state_all(s["cuda"])
+        _set_rng_state_portable(state)
 
 
 def _rng_state_portable() -> dict:
