@@ -6,6 +6,8 @@
 2. ELECTRA step (hidden 256, embedding 128, 4 heads, generator ¼ → hidden 64, 4 layers, seq 128, batch
    32): ours = ElectraPretrainModel; reference = ElectraForMaskedLM + ElectraForPreTraining with shared
    word embeddings, sampling at the masked positions, loss = MLM + 50·RTD.
+Optimizer: ours = the bertforge Trainer's AdamW (fused kernel); reference = torch AdamW(fused=True), which is
+what transformers' Trainer uses by default (optim="adamw_torch_fused").
 Both in FP32 and bf16 autocast. Interleaved rounds (ours, reference, ours, …); the median step time
 of each is reported, with tokens/s = batch·seq / step time and the ratio ours/reference.
 
@@ -141,7 +143,12 @@ class HFElectra(torch.nn.Module):
 
 
 def step_fn(model, make_batch, dtype, electra_ref=False):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if electra_ref or not type(model).__module__.startswith("bertforge"):
+        # the reference: torch AdamW as transformers' Trainer builds it by default (optim="adamw_torch_fused")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    else:  # ours: the optimizer the bertforge Trainer builds
+        from bertforge.train.optim import make_optimizer
+        opt = make_optimizer(model, lr=1e-4, weight_decay=0.01)
 
     def step():
         batch = make_batch()

@@ -186,6 +186,25 @@ def test_iterative_prune_reaches_target_and_tracks_metric():
     assert len(calls) == 4 and all("acc" in h for h in hist)
 
 
+def test_importance_norm_layer_vs_raw_ranking():
+    """Raw scores rank heads globally by |dL/dξ|; layer norm divides each layer by its L2 norm first, so a
+    layer whose heads are all weak still keeps its relatively strongest head (hand-made scores)."""
+    raw = [torch.tensor([3.0, 4.0]), torch.tensor([0.3, 0.4])]
+    assert P.lowest(raw, 2) == {1: [0, 1]}
+    normed = [P._l2(s) for s in raw]  # both layers become [0.6, 0.8]
+    assert torch.allclose(normed[0], torch.tensor([0.6, 0.8])) and torch.allclose(normed[1], normed[0])
+    assert P.lowest(normed, 2) == {0: [0], 1: [0]}
+    m = tiny()
+    data = [batch(seed=s) for s in range(2)]
+    imp = P.compute_importance(m, data, loss="task", normalize=False)
+    assert all(torch.equal(a, b) for a, b in zip(imp["heads"], imp["heads_raw"]))
+    hist = P.iterative_prune(m, lambda: data, fraction=0.25, steps=1, normalize=False)
+    assert hist[-1]["heads_pruned"] == 3
+    expect = P.lowest(imp["heads_raw"], 3)
+    kept = P.head_counts(m)
+    assert kept == [4 - len(expect.get(i, [])) for i in range(3)]
+
+
 def test_magnitude_prune_zeroes_the_smallest_weights():
     m = tiny()
     before = {n: mod.weight.detach().clone() for n, mod in m.named_modules()
@@ -310,13 +329,15 @@ def test_cli_label_free_prune_export_quantize_bench(tiny_dir, tmp_path, capsys):
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(f"the cat number {i} sat on the mat and looked at {i % 7} birds" for i in range(40)))
     assert main(["prune", "--model", str(tiny_dir), "--data", str(text), "--fraction", "0.5", "--steps", "2",
-                 "--ffn-fraction", "0.25", "--out", str(tmp_path / "p"), "--max-seq-len", "24"]) == 0
+                 "--ffn-fraction", "0.25", "--out", str(tmp_path / "p"), "--max-seq-len", "24",
+                 "--importance-norm", "none"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sum(rec["heads_per_layer"]) == 6 and rec["history"][-1]["importance_loss"] == "fisher"
     assert rec["history"][0]["hidden_drift"] == 0.0 and rec["history"][-1]["hidden_drift"] > 0
     assert (tmp_path / "p" / "prune_history.csv").is_file() and (tmp_path / "p" / "prune_history.png").is_file()
     reloaded = load_pretrained(tmp_path / "p")
     assert P.head_counts(reloaded) == rec["heads_per_layer"]
+    assert reloaded.config.bertforge["pruning"]["method"].endswith(", raw")
     assert main(["export", "--model", str(tmp_path / "p"), "--out", str(tmp_path / "o")]) == 0
     exp = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert exp["fp32_max_abs_diff"] < 1e-4 and (tmp_path / "o" / "tokenizer.json").is_file()

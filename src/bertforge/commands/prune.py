@@ -38,6 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=1, help="pruning rounds, importance re-scored before each")
     p.add_argument("--loss", default="auto", choices=["auto", "task", "fisher", "mlm"],
                    help="importance loss: task labels, label-free fisher (sampled own predictions), mlm")
+    p.add_argument("--importance-norm", default="layer", choices=["layer", "none"],
+                   help="layer: L2-normalise scores within each layer before the global ranking (Michel et "
+                        "al. 2019 §4.1); none: rank raw |dL/dxi| across layers")
     p.add_argument("--min-heads-per-layer", type=int, default=0,
                    help="heads every layer keeps (0: a layer may lose every head)")
     p.add_argument("--max-samples", type=int, default=512, help="examples used to score importance")
@@ -202,9 +205,11 @@ def run(args) -> int:
         history = P.iterative_prune(model, _batches(data, collate, args.batch_size), args.fraction,
                                     args.steps, args.ffn_fraction, args.loss, eval_fn,
                                     args.min_heads_per_layer, args.seed, log=log,
-                                    mask_token_id=mask_id, special_ids=specials)
+                                    mask_token_id=mask_id, special_ids=specials,
+                                    normalize=args.importance_norm == "layer")
         model.config.bertforge = {**model.config.bertforge, "pruning": {
-            "method": "head importance |dL/dxi| (Michel et al. 2019), per-layer L2-normalised",
+            "method": "head importance |dL/dxi| (Michel et al. 2019)"
+                      + (", per-layer L2-normalised" if args.importance_norm == "layer" else ", raw"),
             "fraction": args.fraction, "ffn_fraction": args.ffn_fraction, "steps": args.steps,
             "loss": history[-1].get("importance_loss", args.loss), "data": str(args.data)}}
         result.update(heads_per_layer=P.head_counts(model), ffn_per_layer=P.ffn_sizes(model),

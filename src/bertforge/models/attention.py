@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
+from .dropout import Dropout, dropout, keep_mask
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +76,29 @@ def causal_mask_bias(t_q: int, t_k: int, dtype: torch.dtype, device) -> torch.Te
         future, torch.finfo(dtype).min)[None, None]
 
 
+def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                      dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """``dropout(softmax(QKᵀ/√d_k + bias))·V`` (Vaswani et al. 2017, eq. 1; dropout on the probabilities as
+    in BERT). q (B, heads, T_q, d_k), k/v (B, heads, T_k, d_k), bias broadcastable to (B, heads, T_q, T_k)
+    → (B, heads, T_q, d_k).
+
+    Without dropout this is :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels). With
+    dropout on CPU, SDPA has no fused kernel and runs its math path; this path is the same math with the
+    cheap keep-mask of :mod:`bertforge.models.dropout` and the 1/(1−p) scale applied to the (smaller)
+    context instead of the probabilities.
+    """
+    if dropout_p > 0.0 and q.device.type == "cpu":
+        scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+        if is_causal:
+            scores = scores + causal_mask_bias(q.shape[-2], k.shape[-2], scores.dtype, scores.device)
+        probs = torch.softmax(scores, dim=-1)
+        keep, scale = keep_mask(probs.shape, dropout_p, probs.device)
+        return torch.matmul(probs * keep, v) * scale
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with output projection.
 
@@ -91,7 +115,7 @@ class MultiHeadAttention(nn.Module):
                  cross: bool = False):
         super().__init__()
         self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
-        self.dropout = nn.Dropout(dropout)  # on attention probabilities; its p feeds SDPA's dropout_p
+        self.dropout = Dropout(dropout)  # on attention probabilities; its p feeds attention_product
         self.cross = cross
         inner = num_heads * head_dim
         if cross:  # queries from the decoder, keys/values from the encoder memory
@@ -128,7 +152,7 @@ class MultiHeadAttention(nn.Module):
             if is_causal:
                 scores = scores + causal_mask_bias(t, k.shape[2], scores.dtype, scores.device)
             probs = torch.softmax(scores, dim=-1)
-            ctx = F.dropout(probs, p_drop, self.training) @ v
+            ctx = dropout(probs, p_drop, self.training) @ v
             if head_gates is not None:
                 # (heads,) one gate per head, or (B, heads) per example (per-example importance)
                 g = head_gates.view(-1, self.num_heads, 1, 1) if head_gates.dim() == 2 \
@@ -140,7 +164,6 @@ class MultiHeadAttention(nn.Module):
             if bias is not None and is_causal:
                 bias = bias + causal_mask_bias(t, k.shape[2], q.dtype, q.device)
                 is_causal = False
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p_drop,
-                                                 is_causal=is_causal)
+            ctx = attention_product(q, k, v, bias, p_drop, is_causal)
         ctx = ctx.transpose(1, 2).reshape(b, t, inner)
         return self.out(ctx), probs, scores, v

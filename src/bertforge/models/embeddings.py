@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+from .dropout import Dropout
 
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
@@ -50,7 +51,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, e)
                                       if config.type_vocab_size > 0 else None)
         self.LayerNorm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         # ALBERT always maps E → H (even when E == H); ELECTRA only when they differ.
         self.projection = (nn.Linear(e, config.hidden_size)
                            if e != config.hidden_size or self.family == "albert" else None)

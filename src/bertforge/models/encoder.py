@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention, get_activation, padding_mask_bias
+from .attention import MultiHeadAttention, attention_product, get_activation, padding_mask_bias
+from .dropout import Dropout
 from .embeddings import Embeddings, init_weights
 
 
@@ -90,7 +91,7 @@ class EncoderLayer(nn.Module):
         self.attention_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.ffn = FeedForward(h, config.intermediate_of(layer), config.hidden_act)
         self.ffn_norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor], explicit: bool = False,
                 head_gates: Optional[torch.Tensor] = None, query_index: Optional[torch.Tensor] = None,
@@ -115,8 +116,7 @@ class EncoderLayer(nn.Module):
         q, k, v = att._split(q), att._split(k), att._split(v)
         if bias is not None and bias.dtype != q.dtype:
             bias = bias.to(q.dtype)
-        return nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=att.dropout.p if self.training else 0.0)
+        return attention_product(q, k, v, bias, att.dropout.p if self.training else 0.0)
 
     def _attend_packed(self, x: torch.Tensor, bias, pk: "Packing", cls_only: bool) -> torch.Tensor:
         """Attention on packed tokens: the projections run on the N real tokens only; Q/K/V are scattered

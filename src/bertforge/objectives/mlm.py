@@ -81,6 +81,52 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
     return labels != IGNORE_INDEX
 
 
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
+    dtype. Forward saves only the logits and the (N,) log-sum-exp; the gradient softmax − one-hot is rebuilt
+    chunk by chunk in backward and written in the logits' dtype. Under bf16 this never materialises an
+    (N, V) FP32 copy, its log-softmax or their gradients (the idea of fused/chunked vocabulary losses, e.g.
+    Wijmans et al. 2024 "Cut your losses in large-vocabulary language models"). Also returns, without
+    gradient, whether each row's arg-max is its target (from the same max pass)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, chunk: int):
+        n = logits.shape[0]
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        correct = torch.empty(n, dtype=torch.bool, device=logits.device)
+        for s in range(0, n, chunk):
+            lf = logits[s:s + chunk].to(torch.float32, copy=True)
+            m, arg = lf.max(-1)
+            correct[s:s + chunk] = arg == target[s:s + chunk]
+            lse[s:s + chunk] = lf.sub_(m[:, None]).exp_().sum(-1).log_().add_(m)
+        target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
+        ctx.save_for_backward(logits, target, lse)
+        ctx.chunk = chunk
+        ctx.mark_non_differentiable(correct)
+        return lse - target_logit, correct
+
+    @staticmethod
+    def backward(ctx, grad_rows, _grad_correct):
+        logits, target, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[0], ctx.chunk):
+            g = grad_rows[s:s + ctx.chunk].float()
+            p = logits[s:s + ctx.chunk].to(torch.float32, copy=True)
+            p.sub_(lse[s:s + ctx.chunk, None]).exp_().mul_(g[:, None])
+            p.scatter_add_(1, target[s:s + ctx.chunk, None], -g[:, None])
+            grad[s:s + ctx.chunk] = p
+        return grad, None, None
+
+
+def vocab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk_bytes: int = 1 << 21) -> tuple:
+    """Cross-entropy of ``logits`` (N, V) (any float dtype; computed in FP32) against ``target`` (N,) class
+    ids. Returns ``(loss_per_row (N,) float32, correct (N,) bool)`` where ``correct`` = arg-max equals
+    target. Equal to ``F.cross_entropy(logits.float(), target, reduction="none")`` and its gradient (tests),
+    with rows processed ``chunk_bytes`` of FP32 at a time."""
+    chunk = max(1, chunk_bytes // (4 * max(1, logits.shape[-1])))
+    return _ChunkedCrossEntropy.apply(logits, target, chunk)
+
+
 def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor]) -> dict:
     """Sparse MLM: gather (N, H) states where ``labels`` (B, T) ≠ -100, project, cross-entropy.
 
@@ -97,11 +143,10 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
         loss = logits.sum() * 0.0
         acc = torch.zeros((), device=hidden.device)
     else:
-        loss = F.cross_entropy(logits.float(), target)
+        rows, correct = vocab_cross_entropy(logits, target)
         norm = target_normalizer("labels", target.numel())  # under DDP: global mean over shards
-        if norm != target.numel():
-            loss = F.cross_entropy(logits.float(), target, reduction="sum") / norm
-        acc = (logits.detach().argmax(-1) == target).float().mean()
+        loss = rows.sum() / norm
+        acc = correct.float().mean()
     return {"logits": logits, "loss": loss, "terms": {"mlm_loss": loss.detach(), "mlm_acc": acc,
                                                       "mlm_count": float(target.numel())}}
 
@@ -128,5 +173,5 @@ class MaskedLMHead(nn.Module):
         return mlm_hf_keys(config)
 
 
-__all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions",
+__all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
            "IGNORE_INDEX"]

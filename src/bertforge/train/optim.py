@@ -38,10 +38,14 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9,
     groups = param_groups(model, weight_decay)
     if not any(g["params"] for g in groups):
         raise ConfigError("the model has no trainable parameters")
-    try:
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=False, foreach=True)
-    except TypeError:
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps)
+    # the fused kernel (one pass over each parameter, CPU and CUDA; transformers' default optimizer too)
+    # is several times cheaper than the multi-tensor path for the large embedding matrix
+    for kw in ({"fused": True}, {"foreach": True}, {}):
+        try:
+            return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, **kw)
+        except (TypeError, RuntimeError):
+            continue
+    raise ConfigError("could not build AdamW for these parameters")
 
 
 def lr_lambda(schedule: str, warmup: int, total: int):

@@ -1,0 +1,120 @@
+"""The cheap training kernels behind the pretraining speed: dropout keep-masks, attention with dropout,
+the chunked vocabulary cross-entropy and inverse-CDF sampling of the ELECTRA generator.
+
+Truths used: the Bernoulli keep rate and the unchanged expectation over 2²⁰ draws; the same computation
+written out by hand with the same mask (re-drawn from the same seed); ``torch.nn.functional.cross_entropy``
+and its autograd gradient; softmax probabilities vs sample frequencies over 200,000 draws (z-scores).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertforge.models.attention import attention_product, padding_mask_bias
+from bertforge.models.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
+from bertforge.objectives.mlm import vocab_cross_entropy
+from bertforge.objectives.rtd import sample_from_logits
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_keep_mask_rate_and_scale(p):
+    torch.manual_seed(0)
+    n = 1 << 20
+    keep, scale = keep_mask((n,), p)
+    p_eff = round(p * MASK_LEVELS) / MASK_LEVELS
+    assert abs(p_eff - p) <= 0.5 / MASK_LEVELS
+    assert scale == pytest.approx(1 / (1 - p_eff), rel=1e-12)
+    rate = keep.float().mean().item()
+    sd = math.sqrt(p_eff * (1 - p_eff) / n)
+    assert abs(rate - (1 - p_eff)) < 5 * sd, (rate, 1 - p_eff, sd)
+
+
+def test_dropout_expectation_gradient_eval_and_seed():
+    torch.manual_seed(1)
+    x = torch.full((1 << 20,), 2.0, requires_grad=True)
+    y = dropout(x, 0.1)
+    kept = y.detach() != 0
+    scale = 1 / (1 - round(0.1 * MASK_LEVELS) / MASK_LEVELS)
+    assert torch.allclose(y.detach()[kept], torch.tensor(2.0 * scale))
+    assert abs(y.detach().mean().item() - 2.0) < 5 * 2.0 * scale * math.sqrt(0.1 * 0.9 / x.numel())
+    g = torch.randn_like(x)
+    y.backward(g)
+    assert torch.allclose(x.grad, g * kept * scale)  # ∂y/∂x = keep · scale
+    m = Dropout(0.3)
+    assert isinstance(m, torch.nn.Dropout) and m.p == 0.3
+    z = torch.randn(50)
+    assert torch.equal(m.eval()(z), z)
+    m.train()
+    torch.manual_seed(5)
+    a = m(z)
+    torch.manual_seed(5)
+    assert torch.equal(m(z), a) and not torch.equal(a, z)
+    with pytest.raises(ValueError):
+        keep_mask((3,), 1.2)
+
+
+def test_attention_product_with_dropout_equals_hand_computation_with_the_same_mask():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+    am = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    bias = padding_mask_bias(am, q.dtype)
+    # no dropout: exactly softmax(QKᵀ/√d + bias)V
+    ref0 = torch.softmax(q @ k.transpose(-1, -2) / 2.0 + bias, -1) @ v
+    assert torch.allclose(attention_product(q, k, v, bias, 0.0), ref0, atol=1e-6)
+    torch.manual_seed(7)
+    got = attention_product(q, k, v, bias, 0.25)
+    torch.manual_seed(7)
+    keep, scale = keep_mask((2, 3, 5, 5), 0.25)
+    ref = (torch.softmax(q @ k.transpose(-1, -2) / 2.0 + bias, -1) * keep * scale) @ v
+    assert torch.allclose(got, ref, atol=1e-6)
+    assert not torch.allclose(got, ref0, atol=1e-3)
+    # causal: future keys get no weight even with dropout
+    torch.manual_seed(7)
+    c = attention_product(q, k, v, None, 0.25, is_causal=True)
+    torch.manual_seed(7)
+    keep, scale = keep_mask((2, 3, 5, 5), 0.25)
+    s = q @ k.transpose(-1, -2) / 2.0
+    s = s.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(c, (torch.softmax(s, -1) * keep * scale) @ v, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vocab_cross_entropy_equals_torch_loss_gradient_and_argmax(dtype):
+    torch.manual_seed(3)
+    n, v = 37, 1001  # 37 rows in chunks of 5: the last chunk is partial
+    x = (torch.randn(n, v) * 3).to(dtype).requires_grad_()
+    t = torch.randint(0, v, (n,))
+    t[:4] = x.detach().float().argmax(-1)[:4]  # some rows predicted correctly
+    rows, correct = vocab_cross_entropy(x, t, chunk_bytes=4 * v * 5)
+    g = torch.randn(n)
+    (rows * g).sum().backward()
+    ours = x.grad.clone()
+    x.grad = None
+    ref = F.cross_entropy(x.float(), t, reduction="none")
+    (ref * g).sum().backward()
+    assert rows.dtype == torch.float32 and ours.dtype == dtype
+    assert torch.allclose(rows, ref.detach(), atol=1e-5)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(ours.float(), x.grad.float(), atol=tol)
+    assert torch.equal(correct, x.detach().float().argmax(-1) == t) and bool(correct[:4].all())
+
+
+def test_sample_from_logits_matches_softmax_frequencies():
+    torch.manual_seed(4)
+    logits = torch.tensor([0.0, 1.0, 2.0, -60.0, 0.5, -300.0, 1.5])
+    n = 200_000
+    s = sample_from_logits(logits.repeat(n, 1), chunk_bytes=4 * 7 * 999)  # partial last chunk
+    freq = torch.bincount(s, minlength=7).double() / n
+    p = torch.softmax(logits.double(), -1)
+    sd = (p * (1 - p) / n).sqrt()
+    big = p > 1e-3
+    assert bool(((freq[big] - p[big]).abs() < 5 * sd[big]).all()), (freq, p)
+    assert freq[5] == 0 and freq[3] == 0  # (near-)zero probability: never drawn here
+    assert sample_from_logits(torch.zeros(0, 7)).shape == (0,)
+    # per-row distributions: each row's samples follow its own logits
+    rows = torch.stack([torch.tensor([5.0, -5.0, -5.0]), torch.tensor([-5.0, -5.0, 5.0])]).repeat(5000, 1)
+    got = sample_from_logits(rows).view(5000, 2)
+    assert (got[:, 0] == 0).float().mean() > 0.99 and (got[:, 1] == 2).float().mean() > 0.99
