@@ -6,7 +6,7 @@ For every objective: ``bertforge pretrain --objective X --size tiny`` for a few 
   (always predicting the most frequent training token);
 * the saved dir reloads in bertforge and loads in ``transformers`` (same logits).
 
-Usage: python benchmarks/pretrain_quality.py [--steps 250] [--batch-size 16] [--objectives bert,...]
+Usage: python benchmarks/pretrain_quality.py [--steps 1000] [--batch-size 32] [--bf16] [--objectives bert,...]
 Writes benchmarks/results/pretrain_quality.txt.
 """
 from __future__ import annotations
@@ -71,24 +71,27 @@ def check_dir(obj: str, out: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--objectives", default="bert,roberta,albert,electra,spanbert")
     ap.add_argument("--work", default="/tmp/bertforge-pretrain-quality")
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (impl.dtype=bfloat16)")
     ap.add_argument("--parallel", action="store_true", help="run the objectives concurrently")
     ap.add_argument("--dropout-off", action="store_true", help="no dropout (cramming, Geiping & Goldstein 2022)")
-    ap.add_argument("--model", default="hidden_size=64,num_attention_heads=2,intermediate_size=256,embedding_size=32",
-                    help="model.* overrides of the tiny shape (comma-separated key=value)")
+    ap.add_argument("--model", default="",
+                    help="model.* overrides of the tiny shape (comma-separated key=value), e.g. hidden_size=64")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "pretrain_quality.txt"))
     a = ap.parse_args()
     files = corpus_files()
     rows = []
     lines = [f"corpus: {len(files)} files ({', '.join(Path(f).name for f in files)})",
-             f"shape: tiny (2 layers, vocab 8192) with model overrides {a.model}, batch "
-             f"{a.batch_size}, seq {a.seq}, {a.steps} steps, lr {a.lr}, dropout {'off' if a.dropout_off else '0.1'}, CPU (2 cores shared with other jobs)", ""]
+             f"shape: tiny (recipes/pretrain/tiny.yaml: 2 layers, H128, vocab 8192) with model overrides "
+             f"{a.model or 'none'}, batch {a.batch_size}, seq {a.seq}, {a.steps} steps, lr {a.lr}, dropout "
+             f"{'off' if a.dropout_off else '0.1'}, {'bf16' if a.bf16 else 'fp32'}, {a.threads} threads, "
+             f"{'parallel' if a.parallel else 'one after another'}; load average {os.getloadavg()[0]:.1f} at start", ""]
     procs = {}
     for obj in a.objectives.split(","):
         out = Path(a.work) / obj
@@ -97,7 +100,7 @@ def main() -> int:
                str(a.batch_size), "--max-seq-len", str(a.seq), "--overwrite", "--no-progress",
                "--cache-dir", str(Path(a.work) / "cache"), "--lr", str(a.lr), "train.log_every=5",
                f"train.eval_every={max(1, a.steps // 2)}", f"impl.threads={a.threads}",
-               f"train.dropout_off={str(a.dropout_off).lower()}",
+               f"train.dropout_off={str(a.dropout_off).lower()}", *(["--bf16"] if a.bf16 else []),
                *[f"model.{kv}" for kv in a.model.split(",") if kv]]
         procs[obj] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
                       time.time(), out)
