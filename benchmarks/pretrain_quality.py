@@ -83,6 +83,7 @@ def main() -> int:
     ap.add_argument("--dropout-off", action="store_true", help="no dropout (cramming, Geiping & Goldstein 2022)")
     ap.add_argument("--model", default="",
                     help="model.* overrides of the tiny shape (comma-separated key=value), e.g. hidden_size=64")
+    ap.add_argument("--append", action="store_true", help="append to --result instead of replacing it")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "pretrain_quality.txt"))
     a = ap.parse_args()
     files = corpus_files()
@@ -146,7 +147,9 @@ def main() -> int:
             lines.append(f"{r['objective']:<10} FAILED")
     text = "\n".join(lines) + "\n"
     Path(a.result).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.result).write_text(text)
+    with open(a.result, "a" if a.append else "w", encoding="utf-8") as f:  # --append: keep earlier runs
+        f.write(("\n" if a.append else "") + "# python benchmarks/pretrain_quality.py " + " ".join(sys.argv[1:])
+                + "\n" + text)
     print(text)
     return 0 if all(r.get("ok") for r in rows) else 1
 
