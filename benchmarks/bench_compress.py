@@ -15,6 +15,9 @@ Rows:
   transformers + torch dynamic INT8     torch.ao quantize_dynamic of the transformers model
   bertforge torch INT8                  bertforge quantize --backend torch
 
+The last line is a lower bound for any FP32 path: the best-of-20 time of each projection GEMM of BERT-base
+(torch FP32 matmul, same threads) summed over the graph bertforge runs, as a fraction of transformers.
+
 The runners are timed in interleaved rounds (each round times every runner), so load from other processes
 hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base.
 
