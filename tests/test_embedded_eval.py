@@ -169,7 +169,9 @@ def _export(model, path, output):
             return o.logits if output == "logits" else o.last_hidden_state
 
     axes = {k: {0: "b", 1: "t"} for k in ("input_ids", "attention_mask", "token_type_ids")}
-    torch.onnx.export(W(model), (ids, am, tt), str(path), input_names=list(axes), output_names=[output],
+    # an eval-mode wrapper: the exporter restores the wrapper's mode afterwards, which would otherwise put
+    # the caller's model back in training mode (dropout on)
+    torch.onnx.export(W(model).eval(), (ids, am, tt), str(path), input_names=list(axes), output_names=[output],
                       dynamic_axes=axes, opset_version=17, dynamo=False)
 
 
@@ -206,6 +208,7 @@ def test_task_metrics_torch_and_onnx_agree(tmp_path, minilm_dir):
     # independent truth: argmax of the model's own logits, counted by hand
     from bertforge.tokenizer import encode_texts
     correct = 0
+    m.eval()
     for t, y in pairs:
         enc = encode_texts(te.tok, [t], None, 128)[0]
         with torch.no_grad():
