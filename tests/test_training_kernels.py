@@ -118,3 +118,36 @@ def test_sample_from_logits_matches_softmax_frequencies():
     rows = torch.stack([torch.tensor([5.0, -5.0, -5.0]), torch.tensor([-5.0, -5.0, 5.0])]).repeat(5000, 1)
     got = sample_from_logits(rows).view(5000, 2)
     assert (got[:, 0] == 0).float().mean() > 0.99 and (got[:, 1] == 2).float().mean() > 0.99
+
+
+def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
+    """With labels, the MLM model runs its last block only at the masked positions; logits, loss and every
+    parameter gradient equal the full computation (requesting hidden_states forces the full path)."""
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=40, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0, add_pooling_layer=False)
+    m = TaskModel(cfg, head="mlm")
+    ids = torch.randint(5, 200, (4, 20))
+    am = torch.ones_like(ids)
+    am[1, 15:] = 0
+    am[3, 8:] = 0
+    labels = torch.full_like(ids, -100)
+    sel = (torch.rand(ids.shape) < 0.3) & (am == 1)
+    labels[sel] = ids[sel]
+    labels[2] = -100  # a sequence without targets
+    rows = m(ids, am, labels=labels)
+    rows.loss.backward()
+    g_rows = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    full = m(ids, am, labels=labels, output_hidden_states=True)
+    full.loss.backward()
+    n = int((labels != -100).sum())
+    assert rows.last_hidden_state.shape == (n, 32) and full.last_hidden_state.shape == (4, 20, 32)
+    assert torch.allclose(rows.last_hidden_state, full.last_hidden_state[labels != -100], atol=1e-6)
+    assert torch.allclose(rows.logits, full.logits, atol=1e-6)
+    assert abs(float(rows.loss) - float(full.loss)) < 1e-6
+    for (name, p), g in zip(m.named_parameters(), g_rows):
+        assert torch.allclose(g, p.grad, atol=1e-6), name

@@ -95,8 +95,13 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor], explicit: bool = False,
                 head_gates: Optional[torch.Tensor] = None, query_index: Optional[torch.Tensor] = None,
-                packing: Optional["Packing"] = None, cls_only: bool = False):
-        if packing is not None:  # x is (N, H): only real tokens (see Packing)
+                packing: Optional["Packing"] = None, cls_only: bool = False,
+                output_rows: Optional[torch.Tensor] = None):
+        if output_rows is not None:  # only these (B, T) positions are needed downstream → x becomes (N, H)
+            a = self._attend_rows(x, output_rows, bias)
+            x = x[output_rows]
+            probs = scores = values = None
+        elif packing is not None:  # x is (N, H): only real tokens (see Packing)
             a = self._attend_packed(x, bias, packing, cls_only)
             if cls_only:
                 x = x.index_select(0, packing.starts)
@@ -136,6 +141,27 @@ class EncoderLayer(nn.Module):
             ctx = ctx.transpose(1, 2).reshape(pk.batch * pk.length, inner).index_select(0, pk.idx)
         return att.out(ctx)
 
+    def _attend_rows(self, x: torch.Tensor, rows: torch.Tensor, bias) -> torch.Tensor:
+        """Self-attention output only at the positions where ``rows`` (B, T) bool is True, in row-major
+        order → (N, H); keys and values come from every position. Queries are grouped per sequence and
+        padded to the largest count M, so the product is one (B, heads, M, T) attention."""
+        att = self.attention
+        b, t, _ = x.shape
+        counts = rows.sum(1)
+        n = int(counts.sum())
+        if att.num_heads == 0:
+            return att.out.bias.expand(n, att.hidden_size).to(x.dtype)
+        inner = att.num_heads * att.head_dim
+        q_sel, k, v = att.qkv(x).split(inner, dim=-1)
+        q_sel = q_sel[rows]  # (N, inner)
+        m = max(1, int(counts.max()))
+        valid = torch.arange(m, device=x.device)[None, :] < counts[:, None]  # (B, M)
+        slot = valid.reshape(-1).nonzero(as_tuple=True)[0]  # row-major (b, m) slots = row-major selections
+        q = q_sel.new_zeros(b * m, inner).index_copy(0, slot, q_sel).view(b, m, inner)
+        ctx = self._product(q, k, v, bias)  # (B, heads, M, d_k)
+        ctx = ctx.transpose(1, 2).reshape(b * m, inner).index_select(0, slot)
+        return att.out(ctx)
+
     def _attend_subset(self, x: torch.Tensor, query_index: torch.Tensor, bias):
         """Self-attention whose output is needed only at ``query_index`` (keys/values from all positions).
         Goes through the ``qkv`` module, so a quantized Linear works here too."""
@@ -155,7 +181,10 @@ class Encoder(nn.Module):
 
     ``forward(input_ids (B,T), attention_mask (B,T) 1=token/0=pad, token_type_ids (B,T))`` →
     :class:`EncoderOutput`. ``cls_only=True`` computes the last block only for position 0 (enough for a
-    head on [CLS]; the returned ``last_hidden_state`` is then (B, 1, H)).
+    head on [CLS]; the returned ``last_hidden_state`` is then (B, 1, H)). ``output_rows`` (B, T) bool computes
+    the last block's queries, output projection and FFN only at those positions (e.g. the masked tokens of
+    MLM, whose head reads nothing else); ``last_hidden_state`` is then (N, H) in row-major order and there
+    is no pooler output.
     """
 
     def __init__(self, config: ModelConfig):
@@ -180,13 +209,16 @@ class Encoder(nn.Module):
                 inputs_embeds: Optional[torch.Tensor] = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
                 output_attention_scores: bool = False, output_values: bool = False,
-                head_gates: Optional[torch.Tensor] = None, cls_only: bool = False) -> EncoderOutput:
+                head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
+                output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
         per_layer = explicit or output_hidden_states or output_values or head_gates is not None
-        packing = Packing.from_mask(attention_mask) if (self.unpad and bias is not None
-                                                         and not per_layer) else None
+        if per_layer or cls_only:
+            output_rows = None
+        packing = Packing.from_mask(attention_mask) if (self.unpad and bias is not None and not per_layer
+                                                         and output_rows is None) else None
         if packing is not None:
             return self._forward_packed(x, bias, packing, cls_only)
         hidden, attns, scores, values = [x], [], [], []
@@ -195,12 +227,13 @@ class Encoder(nn.Module):
             gates = head_gates[i] if head_gates is not None else None
             qi = torch.zeros(1, dtype=torch.long, device=x.device) \
                 if (cls_only and i == n - 1 and not explicit and gates is None) else None
-            x, p, s, v = layer(x, bias, explicit=explicit, head_gates=gates, query_index=qi)
+            rows = output_rows if i == n - 1 else None
+            x, p, s, v = layer(x, bias, explicit=explicit, head_gates=gates, query_index=qi, output_rows=rows)
             hidden.append(x)
             attns.append(p)
             scores.append(s)
             values.append(v)
-        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and output_rows is None) else None
         return EncoderOutput(
             last_hidden_state=x, pooler_output=pooled,
             hidden_states=tuple(hidden) if output_hidden_states else None,

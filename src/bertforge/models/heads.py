@@ -22,7 +22,8 @@ from .attention import get_activation
 from .encoder import Encoder, EncoderOutput
 
 #: head name → head class. A head class has ``hf_suffix`` (e.g. "ForSequenceClassification"),
-#: ``cls_only`` (True when only position 0 of the last layer is read) and ``hf_keys(config)``.
+#: ``cls_only`` (True when only position 0 of the last layer is read) and ``hf_keys(config)``; optionally
+#: ``labelled_rows_only`` (True when, given labels, only positions with a label ≠ -100 are read).
 HEADS: dict[str, type] = {}
 
 
@@ -158,10 +159,14 @@ class TaskModel(nn.Module):
                 **batch) -> ModelOutput:
         wants_layers = output_hidden_states or output_attentions or output_attention_scores
         cls_only = bool(self.head is not None and self.head.cls_only and not wants_layers)
+        rows = None  # a head that reads only the labelled positions: the last block runs on those alone
+        if getattr(self.head, "labelled_rows_only", False) and batch.get("labels") is not None \
+                and not (wants_layers or output_values or head_gates is not None):
+            rows = batch["labels"] != -100
         enc = self.encoder(input_ids, attention_mask, token_type_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                            output_attention_scores=output_attention_scores, output_values=output_values,
-                           head_gates=head_gates, cls_only=cls_only)
+                           head_gates=head_gates, cls_only=cls_only, output_rows=rows)
         batch["attention_mask"] = attention_mask
         batch["input_ids"] = input_ids
         out = self.head(enc, batch) if self.head is not None else {}

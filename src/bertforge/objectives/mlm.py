@@ -128,7 +128,8 @@ def vocab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk_bytes:
 
 
 def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor]) -> dict:
-    """Sparse MLM: gather (N, H) states where ``labels`` (B, T) ≠ -100, project, cross-entropy.
+    """Sparse MLM: gather (N, H) states where ``labels`` (B, T) ≠ -100 (or take ``hidden`` as those rows when
+    it is already (N, H)), project, cross-entropy.
 
     Returns ``logits`` (N, V) and ``loss`` (mean CE over the N targets, float32) and ``terms``
     (``mlm_loss``, ``mlm_acc``: top-1 accuracy on the masked tokens); without labels, full logits
@@ -138,7 +139,8 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
         return {"logits": head(hidden)}
     sel = masked_positions(labels)
     target = labels[sel]
-    logits = head(hidden[sel])
+    # (N, H): the encoder already returned only the masked rows (``output_rows``), in the same order
+    logits = head(hidden if hidden.dim() == 2 else hidden[sel])
     if target.numel() == 0:
         loss = logits.sum() * 0.0
         acc = torch.zeros((), device=hidden.device)
@@ -153,10 +155,16 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
 
 @register_head("mlm")
 class MaskedLMHead(nn.Module):
-    """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target)."""
+    """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target).
+
+    With labels, :class:`~bertforge.models.heads.TaskModel` runs the encoder's last block only at the N
+    masked positions (keys/values from all): same logits and loss, ~12% fewer FLOPs for a 4-layer model;
+    the output's ``last_hidden_state`` is then those (N, H) rows (ask for ``output_hidden_states`` to get
+    every position)."""
 
     hf_suffix = "ForMaskedLM"
     cls_only = False
+    labelled_rows_only = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
