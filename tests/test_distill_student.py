@@ -1,6 +1,5 @@
 """Students (copied layers, shapes), the distiller objective, the teacher-output cache, augmentation."""
 import json
-import math
 
 import numpy as np
 import pytest

@@ -361,11 +361,17 @@ def _qa_squad(n, seed):
     return {"version": "1.1", "data": [{"title": f"t{seed}", "paragraphs": paras}]}
 
 
-def test_qa_finetune_evaluate_predict_cli(tmp_path, capsys):
+def _qa_files(tmp_path):
+    """A tiny model dir and synthetic SQuAD train (300 questions) / dev (40) files."""
     d = tiny_model_dir(tmp_path)
     tr, ev = tmp_path / "train.json", tmp_path / "dev.json"
     tr.write_text(json.dumps(_qa_squad(300, 0)))
     ev.write_text(json.dumps(_qa_squad(40, 1)))
+    return d, tr, ev
+
+
+def test_qa_finetune_evaluate_predict_cli(tmp_path, capsys):
+    d, tr, ev = _qa_files(tmp_path)
     out = tmp_path / "run"
     # max-seq-len 24 < most contexts: answers must be found across windows
     assert main(["finetune", "--model", str(d), "--task", "squad", "--train", str(tr), "--eval", str(ev),
@@ -473,10 +479,7 @@ def test_heads_match_transformers_for_every_family(tmp_path, family, head, auto)
 
 
 def test_qa_distill_cli_on_start_end_logits(tmp_path, capsys):
-    d = tiny_model_dir(tmp_path)
-    tr, ev = tmp_path / "train.json", tmp_path / "dev.json"
-    tr.write_text(json.dumps(_qa_squad(300, 0)))
-    ev.write_text(json.dumps(_qa_squad(40, 1)))
+    d, tr, ev = _qa_files(tmp_path)
     teacher = tmp_path / "teacher"
     assert main(["finetune", "--model", str(d), "--task", "squad", "--train", str(tr), "--out", str(teacher),
                  "--epochs", "3", "--batch-size", "16", "--lr", "3e-3", "--max-seq-len", "24",

@@ -43,11 +43,16 @@ def toy(tmp_path_factory):
     return d, files
 
 
+def _train_args(f: dict, out) -> list:
+    """`translate train` on the toy corpus files into ``out``."""
+    return ["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
+            "--valid-tgt", f["vtgt"], "--out", str(out)]
+
+
 def test_translate_train_then_decode_learns_toy_language(toy, capsys):
     d, f = toy
     out = d / "run"
-    rc = main(["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
-               "--valid-tgt", f["vtgt"], "--out", str(out), "--no-progress", "--max-steps", "300",
+    rc = main([*_train_args(f, out), "--no-progress", "--max-steps", "300",
                "--max-tokens", "600", "model.d_model=64", "model.ffn_dim=128", "model.encoder_layers=2",
                "model.decoder_layers=2", "model.num_heads=4", "model.dropout=0.0", "translate.vocab_size=120",
                "train.warmup_steps=50", "train.lr=3e-3", "train.eval_every=150", "train.save_every=150",
@@ -107,16 +112,14 @@ def test_user_errors_exit_2_with_one_line(toy, capsys, tmp_path):
     assert rc == 2 and "aligned line by line" in err and err.count("\n") == 1
     rc = main(["translate", "decode", "--model", str(tmp_path / "none"), "--input", f["vsrc"]])
     assert rc == 2 and "not a translation checkpoint" in capsys.readouterr().err
-    rc = main(["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
-               "--valid-tgt", f["vtgt"], "--out", str(tmp_path / "r2"), "translate.bogus=1"])
+    rc = main([*_train_args(f, tmp_path / "r2"), "translate.bogus=1"])
     assert rc == 2 and "translate.bogus" in capsys.readouterr().err
 
 
 def test_max_minutes_budget_stops_training_and_saves(toy, capsys):
     d, f = toy
     out = d / "budget"
-    rc = main(["translate", "train", "--src", f["src"], "--tgt", f["tgt"], "--valid-src", f["vsrc"],
-               "--valid-tgt", f["vtgt"], "--out", str(out), "--no-progress", "--max-steps", "500",
+    rc = main([*_train_args(f, out), "--no-progress", "--max-steps", "500",
                "--max-minutes", "0.00001", "model.d_model=16", "model.ffn_dim=32", "model.encoder_layers=1",
                "model.decoder_layers=1", "model.num_heads=2", "translate.vocab_size=80",
                "translate.eval_bleu_sentences=5", "impl.dtype=float32", "impl.threads=1"])

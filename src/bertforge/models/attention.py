@@ -76,6 +76,18 @@ def causal_mask_bias(t_q: int, t_k: int, dtype: torch.dtype, device) -> torch.Te
         future, torch.finfo(dtype).min)[None, None]
 
 
+def attention_scores(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                     is_causal: bool = False) -> torch.Tensor:
+    """Pre-softmax scores ``QKᵀ/√d_k + bias`` (+ the causal mask): q (B, heads, T_q, d_k), k (B, heads, T_k,
+    d_k) → (B, heads, T_q, T_k)."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    if is_causal:
+        scores = scores + causal_mask_bias(q.shape[-2], k.shape[-2], scores.dtype, scores.device)
+    return scores
+
+
 def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor] = None,
                       dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
     """``dropout(softmax(QKᵀ/√d_k + bias))·V`` (Vaswani et al. 2017, eq. 1; dropout on the probabilities as
@@ -88,12 +100,7 @@ def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: O
     context instead of the probabilities.
     """
     if dropout_p > 0.0 and q.device.type == "cpu":
-        scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))
-        if bias is not None:
-            scores = scores + bias.to(scores.dtype)
-        if is_causal:
-            scores = scores + causal_mask_bias(q.shape[-2], k.shape[-2], scores.dtype, scores.device)
-        probs = torch.softmax(scores, dim=-1)
+        probs = torch.softmax(attention_scores(q, k, bias, is_causal), dim=-1)
         keep, scale = keep_mask(probs.shape, dropout_p, probs.device)
         return torch.matmul(probs * keep, v) * scale
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal)
@@ -146,11 +153,7 @@ class MultiHeadAttention(nn.Module):
         p_drop = self.dropout.p if self.training else 0.0
         probs = scores = None
         if explicit or head_gates is not None:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-            if bias is not None:
-                scores = scores + bias
-            if is_causal:
-                scores = scores + causal_mask_bias(t, k.shape[2], scores.dtype, scores.device)
+            scores = attention_scores(q, k, bias, is_causal)
             probs = torch.softmax(scores, dim=-1)
             ctx = dropout(probs, p_drop, self.training) @ v
             if head_gates is not None:

@@ -148,9 +148,8 @@ class EncoderLayer(nn.Module):
         att = self.attention
         b, t, _ = x.shape
         counts = rows.sum(1)
-        n = int(counts.sum())
         if att.num_heads == 0:
-            return att.out.bias.expand(n, att.hidden_size).to(x.dtype)
+            return att.out.bias.expand(int(counts.sum()), att.hidden_size).to(x.dtype)
         inner = att.num_heads * att.head_dim
         q_sel, k, v = att.qkv(x).split(inner, dim=-1)
         q_sel = q_sel[rows]  # (N, inner)

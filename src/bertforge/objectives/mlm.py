@@ -81,6 +81,15 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
     return labels != IGNORE_INDEX
 
 
+def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
+    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) and a fresh FP32 copy of them (safe to
+    modify in place), about ``chunk_bytes`` each so a chunk stays in the L2 cache."""
+    step = max(1, chunk_bytes // (4 * max(1, x.shape[-1])))
+    for s in range(0, x.shape[0], step):
+        rows = slice(s, s + step)
+        yield rows, x[rows].to(torch.float32, copy=True)
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
     dtype. Forward saves only the logits and the (N,) log-sum-exp; the gradient softmax − one-hot is rebuilt
@@ -90,18 +99,17 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     gradient, whether each row's arg-max is its target (from the same max pass)."""
 
     @staticmethod
-    def forward(ctx, logits, target, chunk: int):
+    def forward(ctx, logits, target, chunk_bytes: int):
         n = logits.shape[0]
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         correct = torch.empty(n, dtype=torch.bool, device=logits.device)
-        for s in range(0, n, chunk):
-            lf = logits[s:s + chunk].to(torch.float32, copy=True)
+        for rows, lf in fp32_row_chunks(logits, chunk_bytes):
             m, arg = lf.max(-1)
-            correct[s:s + chunk] = arg == target[s:s + chunk]
-            lse[s:s + chunk] = lf.sub_(m[:, None]).exp_().sum(-1).log_().add_(m)
+            correct[rows] = arg == target[rows]
+            lse[rows] = lf.sub_(m[:, None]).exp_().sum(-1).log_().add_(m)
         target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
         ctx.save_for_backward(logits, target, lse)
-        ctx.chunk = chunk
+        ctx.chunk_bytes = chunk_bytes
         ctx.mark_non_differentiable(correct)
         return lse - target_logit, correct
 
@@ -109,12 +117,11 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_rows, _grad_correct):
         logits, target, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        for s in range(0, logits.shape[0], ctx.chunk):
-            g = grad_rows[s:s + ctx.chunk].float()
-            p = logits[s:s + ctx.chunk].to(torch.float32, copy=True)
-            p.sub_(lse[s:s + ctx.chunk, None]).exp_().mul_(g[:, None])
-            p.scatter_add_(1, target[s:s + ctx.chunk, None], -g[:, None])
-            grad[s:s + ctx.chunk] = p
+        for rows, p in fp32_row_chunks(logits, ctx.chunk_bytes):
+            g = grad_rows[rows].float()[:, None]
+            p.sub_(lse[rows, None]).exp_().mul_(g)
+            p.scatter_add_(1, target[rows, None], -g)
+            grad[rows] = p
         return grad, None, None
 
 
@@ -123,8 +130,7 @@ def vocab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk_bytes:
     ids. Returns ``(loss_per_row (N,) float32, correct (N,) bool)`` where ``correct`` = arg-max equals
     target. Equal to ``F.cross_entropy(logits.float(), target, reduction="none")`` and its gradient (tests),
     with rows processed ``chunk_bytes`` of FP32 at a time."""
-    chunk = max(1, chunk_bytes // (4 * max(1, logits.shape[-1])))
-    return _ChunkedCrossEntropy.apply(logits, target, chunk)
+    return _ChunkedCrossEntropy.apply(logits, target, chunk_bytes)
 
 
 def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor]) -> dict:
@@ -182,4 +188,5 @@ class MaskedLMHead(nn.Module):
 
 
 __all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
+           "fp32_row_chunks",
            "IGNORE_INDEX"]

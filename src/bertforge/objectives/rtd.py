@@ -26,7 +26,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import ModelOutput, TaskModel, register_head
-from .mlm import masked_positions
+from .mlm import fp32_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0
 
@@ -83,13 +83,10 @@ def sample_from_logits(logits: torch.Tensor, chunk_bytes: int = 1 << 21) -> torc
     if n == 0:
         return out
     u = torch.rand(n, 1, device=logits.device, dtype=torch.float32)
-    chunk = max(1, chunk_bytes // (4 * max(1, v)))
-    for s in range(0, n, chunk):
-        w = logits[s:s + chunk].to(torch.float32, copy=True)
+    for rows, w in fp32_row_chunks(logits, chunk_bytes):
         w.sub_(w.max(-1, keepdim=True).values).exp_()
         cdf = torch.cumsum(w, -1, out=w)
-        target = u[s:s + chunk] * cdf[:, -1:]
-        out[s:s + chunk] = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=v - 1)
+        out[rows] = torch.searchsorted(cdf, u[rows] * cdf[:, -1:], right=True).squeeze(1).clamp_(max=v - 1)
     return out
 
 
