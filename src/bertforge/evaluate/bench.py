@@ -120,7 +120,8 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     """Build ``(call, info)`` for ``model_dir``: ``call(inputs)`` runs one forward; ``info`` has backend,
     parameters, file size and the precision.
 
-    Backends: ``torch`` (bertforge in PyTorch; ``int8`` = dynamic INT8 Linear layers; a dir written by
+    Backends: ``torch`` (bertforge in PyTorch, FP32 Linear weights pre-packed for MKL (:mod:`..compress.packed`);
+    ``int8`` = dynamic INT8 Linear layers; a dir written by
     ``bertforge quantize --backend torch`` is INT8 already), ``onnxruntime`` (the dir's ``model.onnx``; a
     checkpoint without one is exported on the fly with fused attention + ORT optimisation, INT8 when
     ``int8``), ``transformers`` (``AutoModel…`` of the dir, FP32). ``auto``: onnxruntime when the dir has
@@ -203,6 +204,9 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         info["parameters"] = sum(p.numel() for p in model.parameters())
         if int8:
             model = bq.quantize_dynamic(model)
+        else:  # FP32: GEMM weights pre-packed once for MKL (same results, see compress/packed.py)
+            from ..compress.packed import pack_linears
+            info["mkl_packed_linears"] = pack_linears(model)
         info["precision"] = "int8" if int8 else "fp32"
     if "parameters" not in info:
         info["parameters"] = _count_params_int8(model)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .dropout import Dropout, dropout, keep_mask
+from .dropout import Dropout, apply_mask, dropout, keep_mask
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -102,7 +102,7 @@ def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: O
     if dropout_p > 0.0 and q.device.type == "cpu":
         probs = torch.softmax(attention_scores(q, k, bias, is_causal), dim=-1)
         keep, scale = keep_mask(probs.shape, dropout_p, probs.device)
-        return torch.matmul(probs * keep, v) * scale
+        return torch.matmul(apply_mask(probs, keep), v) * scale
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal)
 
 

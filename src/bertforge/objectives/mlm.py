@@ -82,12 +82,17 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
 
 
 def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
-    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) and a fresh FP32 copy of them (safe to
-    modify in place), about ``chunk_bytes`` each so a chunk stays in the L2 cache."""
+    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) and an FP32 copy of them (safe to modify
+    in place), about ``chunk_bytes`` each so a chunk stays in the L2 cache. One buffer serves every chunk
+    (no fresh allocation, hence no page faults, per chunk): use a chunk before asking for the next."""
     step = max(1, chunk_bytes // (4 * max(1, x.shape[-1])))
+    buf = torch.empty((min(step, x.shape[0]),) + tuple(x.shape[1:]), dtype=torch.float32, device=x.device)
     for s in range(0, x.shape[0], step):
         rows = slice(s, s + step)
-        yield rows, x[rows].to(torch.float32, copy=True)
+        src = x[rows]
+        chunk = buf[: src.shape[0]]
+        chunk.copy_(src)
+        yield rows, chunk
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -117,11 +122,22 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_rows, _grad_correct):
         logits, target, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        for rows, p in fp32_row_chunks(logits, ctx.chunk_bytes):
+        in_place = logits.dtype == torch.float32  # then each chunk is computed in the gradient itself
+        if in_place:
+            step = max(1, ctx.chunk_bytes // (4 * max(1, logits.shape[-1])))
+            chunks = ((slice(s, s + step), None) for s in range(0, logits.shape[0], step))
+        else:
+            chunks = fp32_row_chunks(logits, ctx.chunk_bytes)
+        for rows, p in chunks:
             g = grad_rows[rows].float()[:, None]
-            p.sub_(lse[rows, None]).exp_().mul_(g)
+            if in_place:
+                p = torch.sub(logits[rows], lse[rows, None], out=grad[rows])
+            else:
+                p.sub_(lse[rows, None])
+            p.exp_().mul_(g)
             p.scatter_add_(1, target[rows, None], -g)
-            grad[rows] = p
+            if not in_place:
+                grad[rows] = p
         return grad, None, None
 
 
