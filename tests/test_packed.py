@@ -21,7 +21,7 @@ def test_packed_model_equals_unpacked_at_any_batch_and_length():
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=300, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=80, max_position_embeddings=160)
-    model = TaskModel(cfg, head="sequence_classification", num_labels=3).eval()
+    model = TaskModel(cfg, head="sequence_classification").eval()
     fast = copy.deepcopy(model)
     n_linear = sum(type(m) is nn.Linear for m in model.modules())
     assert packed.pack_linears(fast) == n_linear > 0
