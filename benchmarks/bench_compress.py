@@ -7,7 +7,7 @@ Both are written by bertforge as HF checkpoint dirs and loaded into transformers
 
 Rows:
   transformers FP32                     AutoModelForSequenceClassification (sdpa attention), torch
-  bertforge torch FP32                  our encoder in PyTorch
+  bertforge torch FP32                  our encoder in PyTorch, Linear weights pre-packed for MKL (compress/packed.py)
   plain ORT FP32                        torch.onnx.export(transformers model) → onnxruntime (default opts)
   bertforge ORT FP32                    bertforge export (fused Attention) + ORT transformer optimizer
   plain ORT INT8                        plain export → onnxruntime.quantization.quantize_dynamic → ORT
@@ -16,7 +16,8 @@ Rows:
   bertforge torch INT8                  bertforge quantize --backend torch
 
 The last line is a lower bound for any FP32 path: the best-of-20 time of each projection GEMM of BERT-base
-(torch FP32 matmul, same threads) summed over the graph bertforge runs, as a fraction of transformers.
+(torch FP32 matmul or MKL-packed weight, the faster; same threads) summed over the graph bertforge runs, as a
+fraction of transformers.
 
 The runners are timed in interleaved rounds (each round times every runner), so load from other processes
 hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base.
@@ -83,7 +84,7 @@ def plain_onnx(model_dir: Path, out: Path, int8: bool) -> Path:
 def gemm_floor_ms(cfg: dict, seq: int, reps: int = 20) -> tuple:
     """Lower bound on one FP32 forward of ``cfg`` at batch 1: the sum over its projection GEMMs (QKV, output,
     FFN in, FFN out; the last layer for [CLS] only, as bertforge computes it) of each GEMM's best-of-``reps``
-    time on this machine (torch's FP32 matmul, same threads). Attention products, LayerNorm, GELU, softmax
+    time on this machine (torch's FP32 matmul or the MKL-packed weight, whichever is faster; same threads). Attention products, LayerNorm, GELU, softmax
     and the embeddings come on top, so no FP32 implementation with these GEMM kernels is faster.
     Returns (floor ms, GFLOP counted)."""
     h, inter, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
@@ -92,17 +93,24 @@ def gemm_floor_ms(cfg: dict, seq: int, reps: int = 20) -> tuple:
         rows = 1 if i == layers - 1 else seq  # [CLS]-only last block: Q, output and FFN on one token
         shapes += [(seq, h, 2 * h), (rows, h, h)] if rows == 1 else [(seq, h, 3 * h)]
         shapes += [(rows, h, h), (rows, h, inter), (rows, inter, h)]
+    from bertforge.compress.packed import PackedLinear, available
     best = {}
     for shp in set(shapes):
         m, k, n = shp
         a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
+        kernels = [lambda: a @ b]
+        if available():  # the MKL-packed weight the bertforge torch runner uses
+            lin = PackedLinear(torch.nn.Linear(k, n, bias=False))
+            kernels.append(lambda: lin(a))
         t = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            a @ b
-            t.append(time.perf_counter() - t0)
+        with torch.inference_mode():
+            for f in kernels:
+                for _ in range(3):
+                    f()
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    f()
+                    t.append(time.perf_counter() - t0)
         best[shp] = min(t)
     return 1e3 * sum(best[s] for s in shapes), sum(2 * m * k * n for m, k, n in shapes) / 1e9
 

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from ..config import ModelConfig
 from .attention import MultiHeadAttention, attention_product, get_activation, padding_mask_bias
@@ -77,7 +78,15 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.intermediate.out_features == 0:
             return self.output.bias.expand_as(x)
-        return self.output(self.act(self.intermediate(x)))
+        h = self.intermediate(x)
+        if not torch.is_grad_enabled() and self.act in _IN_PLACE and not torch.jit.is_tracing() \
+                and not torch.onnx.is_in_onnx_export():  # eager inference: no graph to keep, so the
+            return self.output(_IN_PLACE[self.act](h))  # activation reuses h (no fresh T×I buffer)
+        return self.output(self.act(h))
+
+
+#: in-place forms of activations, used when no autograd graph is recorded (same values)
+_IN_PLACE = {F.gelu: torch.ops.aten.gelu_, F.relu: torch.relu_}
 
 
 class EncoderLayer(nn.Module):
