@@ -89,3 +89,37 @@ def test_user_errors(tiny, capsys, minilm_dir):
     assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", "4L-30H-7A", "--task", "sst2",
                  "--train", str(tiny / "train.tsv"), "--out", str(tiny / "e3")]) == 2
     assert not (tiny / "e2").exists() or not any((tiny / "e2").iterdir())
+
+
+def test_head_pruned_dir_is_recovered_by_kd_from_the_unpruned_teacher(tiny):
+    """Pruning recovery (docs/compress.md): `bertforge prune` → `bertforge distill --student <pruned dir>`. The
+    student keeps its uneven per-layer head counts (one layer with none), and KD moves its predictions toward
+    the teacher's (truth: KL(teacher ‖ student) on the training sentences, before vs after)."""
+    from bertforge.compress import prune as P
+    from bertforge.hf import load_pretrained
+    from bertforge.tokenizer import load_tokenizer
+    teacher = load_pretrained(tiny / "teacher").eval()
+    with torch.no_grad():  # a confident teacher, so removing heads visibly moves the predictions
+        teacher.head.classifier.weight.mul_(300.0)
+    teacher.save_pretrained(tiny / "sharp", tokenizer_dir=tiny / "teacher")
+    pruned = load_pretrained(tiny / "teacher").eval()  # far from the sharp teacher: KD must move it
+    P.prune_heads(pruned, {0: [0, 1, 2, 3], 1: [0, 1, 2], 2: [1]})
+    pruned.save_pretrained(tiny / "pruned", tokenizer_dir=tiny / "teacher")
+    out = tiny / "recovered"
+    assert main(["distill", "--teacher", str(tiny / "sharp"), "--student", str(tiny / "pruned"), "--method",
+                 "kd", "--task", "sst2", "--train", str(tiny / "train.tsv"), "--out", str(out), "--epochs",
+                 "8", "--batch-size", "8", "--lr", "1e-3", "--temperature", "1", "--alpha", "1",
+                 "train.warmup_steps=0", "train.dropout_off=true"]) == 0
+    rec = load_pretrained(out).eval()
+    assert P.head_counts(rec) == P.head_counts(pruned) == [0, 1, 3, 4]  # layer 0 keeps no head
+    tok = load_tokenizer(tiny / "teacher")
+    ids = [e.ids for e in tok.encode_batch(SENTS)]
+    width = max(map(len, ids))
+    x = {"input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
+         "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])}
+
+    def kl_to_teacher(m):
+        with torch.no_grad():
+            pt = torch.softmax(teacher(**x).logits, -1)
+            return float((pt * (pt.log() - torch.log_softmax(m(**x).logits, -1))).sum(-1).mean())
+    assert kl_to_teacher(rec) < 0.5 * kl_to_teacher(pruned), (kl_to_teacher(rec), kl_to_teacher(pruned))
