@@ -151,3 +151,46 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
     assert abs(float(rows.loss) - float(full.loss)) < 1e-6
     for (name, p), g in zip(m.named_parameters(), g_rows):
         assert torch.allclose(g, p.grad, atol=1e-6), name
+
+
+def test_reused_buffer_is_reused_only_when_nothing_shares_it():
+    from bertforge.objectives.mlm import ReusedBuffer
+    for make_alias in (lambda t: t.detach(), lambda t: t[1:3], lambda t: t.t(), lambda t: t.view(-1)):
+        buf = ReusedBuffer()
+        a = buf.empty((4, 5), torch.float32, "cpu")
+        first = a.data_ptr()
+        alias = make_alias(a)  # aliases that are not all autograd views of ``a``
+        del a
+        b = buf.empty((4, 5), torch.float32, "cpu")
+        assert b.data_ptr() != first  # something still shares the memory: a fresh tensor
+        second = b.data_ptr()
+        del b, alias
+        c = buf.empty((2, 3), torch.float32, "cpu")
+        assert c.data_ptr() == second and c.shape == (2, 3)  # released: reused, also for a smaller request
+
+
+def test_sparse_decoder_equals_linear_in_values_and_gradients_and_survives_two_forwards():
+    from bertforge.config import ModelConfig
+    from bertforge.objectives.mlm import MLMPrediction
+    torch.manual_seed(4)
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32)
+    head = MLMPrediction(cfg)
+    emb = torch.nn.Embedding(50, 16)
+    head.tie(emb)
+    with torch.no_grad():
+        head.bias.normal_()
+    h1, h2 = torch.randn(7, 16, requires_grad=True), torch.randn(7, 16, requires_grad=True)
+    l1, l2 = head(h1), head(h2)  # two graphs alive at once: the second must not overwrite the first
+    x1 = head.norm(head.act(head.dense(h1.detach())))
+    assert torch.allclose(l1, F.linear(x1, emb.weight, head.bias), atol=1e-6)
+    g = torch.randn(7, 50)
+    (l1 * g).sum().backward()
+    ours = (h1.grad.clone(), emb.weight.grad.clone(), head.bias.grad.clone())
+    for t in (h1, emb.weight, head.bias):
+        t.grad = None
+    hr = h1.detach().requires_grad_()
+    (F.linear(head.norm(head.act(head.dense(hr))), emb.weight, head.bias) * g).sum().backward()
+    for a, b in zip(ours, (hr.grad, emb.weight.grad, head.bias.grad)):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert l2.data_ptr() != l1.data_ptr()
