@@ -143,6 +143,9 @@ CASES = [
                                            "--train", w.train, "--out", w.d / "dst"], ["does not exist"]),
     ("distill-bad-student-spec", lambda w: ["distill", "--teacher", w.run, "--student", "four-layers",
                                             "--train", w.train, "--out", w.d / "dst"], ["four-layers"]),
+    ("distill-student-dir-missing", lambda w: ["distill", "--teacher", w.run, "--student", w.d / "no-such-pruned",
+                                               "--train", w.train, "--out", w.d / "dst"],
+     ["no such checkpoint dir", "no-such-pruned"]),
     # ---- prune / quantize / export / bench
     ("prune-fraction-out-of-range", lambda w: ["prune", "--model", w.run, "--out", w.d / "pr", "--fraction", 1.5,
                                                "--data", w.train], ["fraction"]),

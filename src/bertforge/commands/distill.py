@@ -109,6 +109,9 @@ def run(args) -> int:
     if not student_spec:
         raise ConfigError("no student given; pass --student 4L-312H-12A-1200I, layers:0,2,4 or a checkpoint dir")
     if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
+        if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
+            raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
+                              f"pruned model), a shape like 4L-312H-12A-1200I, or layers:0,2,4")
         from ..distill.student import parse_shape
         parse_shape(student_spec)  # a malformed shape is reported before any model is loaded
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
