@@ -154,7 +154,26 @@ CASES = [
     ("quantize-model-missing", lambda w: ["quantize", "--model", w.d / "nomodel", "--out", w.d / "q"],
      ["does not exist"]),
     ("export-no-config", lambda w: ["export", "--model", w.noconfig, "--out", w.d / "onnx"], ["no config.json"]),
-    ("export-out-holds-run", lambda w: ["export", "--model", w.run, "--out", w.run], ["--overwrite"]),
+    ("export-out-holds-run", lambda w: ["export", "--model", w.run, "--out", w.run], ["would replace the input"]),
+    ("quantize-out-is-model-even-with-overwrite", lambda w: ["quantize", "--model", w.run, "--out", w.run,
+                                                             "--overwrite"], ["would replace the input"]),
+    ("export-out-is-a-file", lambda w: ["export", "--model", w.run, "--out", w.train, "--overwrite"],
+     ["is a file"]),
+    ("distill-temperature-zero", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I", "--train",
+                                            w.train, "--temperature", "0", "--out", w.d / "dst"], ["--temperature"]),
+    ("distill-alpha-out-of-range", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I",
+                                              "--train", w.train, "--alpha", "2", "--out", w.d / "dst"], ["--alpha"]),
+    ("distill-student-is-a-file", lambda w: ["distill", "--teacher", w.run, "--student", w.train, "--train",
+                                             w.train, "--out", w.d / "dst"], ["is a file"]),
+    ("distill-max-steps-zero", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I", "--train",
+                                          w.train, "--max-steps", "0", "--out", w.d / "dst"], ["--max-steps"]),
+    ("finetune-epochs-negative", lambda w: ["finetune", "--model", w.run, "--train", w.train, "--epochs", "-1",
+                                            "--out", w.d / "ft"], ["--epochs"]),
+    ("distill-seq-len-beyond-positions", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I",
+                                                    "--train", w.train, "--max-seq-len", "100000", "--out",
+                                                    w.d / "dst"], ["exceeds"]),
+    ("quantize-eval-checked-before-writing", lambda w: ["quantize", "--model", w.run, "--out", w.d / "q8",
+                                                        "--eval", w.d / "no-dev.tsv"], ["no-dev.tsv"]),
     ("bench-model-missing", lambda w: ["bench", "--model", w.d / "nomodel"], ["nomodel"]),
     ("embed-eval-model-missing", lambda w: ["embed-eval", "--model", w.d / "nomodel"], ["nomodel does not exist"]),
     # ---- translate / qa-split
@@ -216,3 +235,41 @@ def test_bad_input_in_a_fresh_process(w, argv, needle):
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_failed_run_leaves_a_new_out_as_it_found_it(tmp_path):
+    """prepare_out_dir → failure → abandon_out_dir: a dir the run created is removed, an empty one emptied,
+    one holding a saved checkpoint kept for --resume."""
+    from bertforge.commands._common import abandon_out_dir, prepare_out_dir
+    new = tmp_path / "new"
+    work = prepare_out_dir(new, resume=False, overwrite=False)
+    (work / "recipe.yaml").write_text("x")
+    (work / "teacher_cache").mkdir()
+    abandon_out_dir(work, new)
+    assert not new.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    work = prepare_out_dir(empty, resume=False, overwrite=False)
+    (work / "recipe.yaml").write_text("x")
+    abandon_out_dir(work, empty)
+    assert empty.is_dir() and not any(empty.iterdir())
+    kept = tmp_path / "kept"
+    work = prepare_out_dir(kept, resume=False, overwrite=False)
+    (work / "checkpoints" / "step-1").mkdir(parents=True)
+    abandon_out_dir(work, kept)
+    assert (kept / "checkpoints" / "step-1").is_dir()
+
+
+def test_atomic_outputs_get_normal_modes(tmp_path):
+    """mkstemp/mkdtemp create 0600/0700; the files and dirs they become get the modes the umask gives."""
+    import os
+    from bertforge.io import atomic_dir, atomic_write_text
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.json", "{}")
+        with atomic_dir(tmp_path / "d") as tmp:
+            (tmp / "x").write_text("1")
+        assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+        assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+    finally:
+        os.umask(mask)

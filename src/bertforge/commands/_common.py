@@ -79,12 +79,33 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
             raise ConfigError(f"train.{k} must be ≥ 1 (got {getattr(r.train, k)})")
     if r.train.lr <= 0:
         raise ConfigError(f"train.lr must be > 0 (got {r.train.lr})")
+    if r.train.epochs is not None and r.train.epochs <= 0:
+        raise ConfigError(f"--epochs / train.epochs must be > 0 (got {r.train.epochs})")
+    if r.train.max_steps is not None and r.train.max_steps < 1:
+        raise ConfigError(f"--max-steps / train.max_steps must be ≥ 1 (got {r.train.max_steps}); omit it to "
+                          f"train for --epochs")
+    if r.data.max_seq_len is not None and r.data.max_seq_len < 2:
+        raise ConfigError(f"--max-seq-len / data.max_seq_len must be ≥ 2 (got {r.data.max_seq_len})")
+    if r.data.max_train_samples is not None and r.data.max_train_samples < 1:
+        raise ConfigError(f"--max-train-samples must be ≥ 1 (got {r.data.max_train_samples})")
+    if getattr(r.data, "max_eval_samples", None) is not None and r.data.max_eval_samples < 1:
+        raise ConfigError(f"data.max_eval_samples must be ≥ 1 (got {r.data.max_eval_samples})")
     from ..train.distributed import PARALLEL
     from ..train.optim import lr_lambda
     lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
     if getattr(r.impl, "parallel", "ddp") not in PARALLEL:
         raise ConfigError(f"impl.parallel={r.impl.parallel!r}; choose one of {', '.join(PARALLEL)}")
     return r
+
+
+def check_seq_len(max_seq_len, model_dir) -> None:
+    """Raise ConfigError when ``max_seq_len`` exceeds the positions of the checkpoint in ``model_dir``."""
+    from ..hf import read_config
+    cfg = read_config(model_dir)
+    limit = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    if max_seq_len is not None and max_seq_len > limit:
+        raise ConfigError(f"--max-seq-len {max_seq_len} exceeds the {limit} positions of {model_dir}; "
+                          f"pass --max-seq-len {limit} or less")
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
@@ -112,18 +133,35 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
             st = out.with_name(f".{out.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        st = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(st, 0o777 & ~mask)  # the run dir it becomes gets a normal dir's mode
+        return st
+    existed = out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BertforgeError(f"cannot create --out {out} ({e.strerror}); choose a writable path") from None
+    _FRESH_OUT[out.resolve()] = not existed  # new (True) or empty (False): a failed run leaves it as it was
     return out
 
 
-def check_out_free(out: Path, overwrite: bool) -> Path:
-    """For verbs that write one output dir atomically: refuse a non-empty ``out`` unless ``--overwrite``."""
+#: run dirs that :func:`prepare_out_dir` handed out new or empty → whether it created them
+_FRESH_OUT: dict = {}
+
+
+def check_out_free(out: Path, overwrite: bool, inputs: tuple = ()) -> Path:
+    """For verbs that write one output dir atomically: refuse a file, a non-empty ``out`` unless
+    ``--overwrite``, and (even with ``--overwrite``) an ``out`` that is or contains one of ``inputs``."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+    if out.exists() and not out.is_dir():
+        raise BertforgeError(f"--out {out} is a file; pass a directory path")
+    for src in inputs:
+        src = Path(src).resolve()
+        if src == out.resolve() or out.resolve() in src.parents:
+            raise BertforgeError(f"--out {out} would replace the input {src}; choose another --out")
+    if out.exists() and any(out.iterdir()) and not overwrite:
         raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
     return out
 
@@ -141,9 +179,23 @@ def finish_out_dir(work: Path, out: Path) -> None:
 
 
 def abandon_out_dir(work: Path, out: Path) -> None:
-    if Path(work).resolve() != Path(out).resolve() and int(os.environ.get("RANK", "0")) == 0:
-        import shutil
+    """After a failed run: drop the staging dir, or return a new/empty ``out`` to how it was when no
+    checkpoint was saved yet (a run that saved one stays, for ``--resume``)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    import shutil
+    work, out = Path(work), Path(out)
+    if work.resolve() != out.resolve():
         shutil.rmtree(work, ignore_errors=True)
+        return
+    created = _FRESH_OUT.pop(out.resolve(), None)
+    if created is None or any((out / "checkpoints").glob("step-*")):
+        return
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        for child in out.iterdir():
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
 
 def print_json(obj) -> None:

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
-                      prepare_out_dir, print_json, resolve_model_dir)
+from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, check_seq_len,
+                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -108,6 +108,17 @@ def run(args) -> int:
     student_spec = args.student or ds.get("student")
     if not student_spec:
         raise ConfigError("no student given; pass --student 4L-312H-12A-1200I, layers:0,2,4 or a checkpoint dir")
+    if Path(student_spec).is_file():
+        raise ConfigError(f"--student {student_spec} is a file; pass a checkpoint dir, a shape like "
+                          f"4L-312H-12A-1200I, or layers:0,2,4")
+    temperature = args.temperature if args.temperature is not None else ds.get("temperature")
+    alpha = args.alpha if args.alpha is not None else ds.get("alpha")
+    if temperature is not None and not float(temperature) > 0:
+        raise ConfigError(f"--temperature {temperature} must be > 0 (soft targets are softmax(z / T))")
+    if alpha is not None and not 0.0 <= float(alpha) <= 1.0:
+        raise ConfigError(f"--alpha {alpha} must be in [0, 1] (weight of the soft loss)")
+    if args.augment is not None and args.augment < 0:
+        raise ConfigError(f"--augment {args.augment} must be ≥ 0 (augmented copies per example)")
     if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
         if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
             raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
@@ -117,6 +128,7 @@ def run(args) -> int:
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         read_config(t)  # validates the dir before anything is written
+        check_seq_len(args.max_seq_len, t)
     _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
     set_len = args.max_seq_len is not None or any(

@@ -32,7 +32,7 @@ def run(args) -> int:
     from ..hf import load_pretrained
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite)
+    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                  fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions)

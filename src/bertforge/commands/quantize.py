@@ -40,9 +40,18 @@ def run(args) -> int:
     from ..hf import load_pretrained
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite)
+    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
+    if args.max_eval_samples is not None and args.max_eval_samples < 1:
+        raise ConfigError(f"--max-eval-samples {args.max_eval_samples} must be ≥ 1")
+    if args.max_seq_len is not None and args.max_seq_len < 2:
+        raise ConfigError(f"--max-seq-len {args.max_seq_len} must be ≥ 2")
+    eval_data = None
+    if args.eval:  # read and check the evaluation data before anything is written
+        from .evaluate import load_for_task
+        _, task, adapter, _ = load_for_task(str(model_dir), args.task, args.max_seq_len)
+        eval_data = adapter.load(args.eval, args.max_eval_samples)
     model = load_pretrained(model_dir).eval()
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
@@ -64,11 +73,8 @@ def run(args) -> int:
     got = b.logits if b.logits is not None else b.last_hidden_state
     if got.shape == ref.shape:
         rec["int8_max_abs_diff"] = round(float((got.float() - ref.float()).abs().max()), 6)
-    if args.eval:
-        from .evaluate import load_for_task
-        _, task, adapter, _ = load_for_task(str(model_dir), args.task, args.max_seq_len)
-        data = adapter.load(args.eval, args.max_eval_samples)
-        rec["eval"] = {"task": task.name, "n": len(data), "fp32": adapter.evaluate(model, data),
-                       "int8": adapter.evaluate(qmodel, data)}
+    if eval_data is not None:
+        rec["eval"] = {"task": task.name, "n": len(eval_data), "fp32": adapter.evaluate(model, eval_data),
+                       "int8": adapter.evaluate(qmodel, eval_data)}
     print_json(rec)
     return 0
