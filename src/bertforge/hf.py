@@ -201,6 +201,13 @@ def read_state_dict(path: Path) -> dict:
         except Exception as e:
             raise CheckpointError(f"{binf} cannot be read safely ({str(e).splitlines()[0]}); "
                                   "convert it to model.safetensors") from None
+    if (path / "model.onnx").is_file():
+        raise CheckpointError(f"{path} holds an ONNX graph (bertforge export/quantize), not PyTorch weights; "
+                              "time it with `bertforge bench --backend onnxruntime`, or pass the FP32 checkpoint "
+                              "it was made from (`bertforge quantize --eval` reports INT8 accuracy)")
+    if (path / "model.int8.safetensors").is_file():
+        raise CheckpointError(f"{path} holds a PyTorch INT8 model (bertforge quantize --backend torch); time it "
+                              "with `bertforge bench --backend torch`, or pass the FP32 checkpoint it was made from")
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin; "
                           "pass a checkpoint directory written by transformers or bertforge")
 
