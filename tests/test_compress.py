@@ -209,7 +209,7 @@ def test_magnitude_prune_zeroes_the_smallest_weights():
     m = tiny()
     before = {n: mod.weight.detach().clone() for n, mod in m.named_modules()
               if isinstance(mod, torch.nn.Linear)}
-    rep = P.magnitude_prune(m, 0.4)
+    rep = P.magnitude_prune(m, 0.4, modules="all")
     allw = torch.cat([w.abs().flatten() for w in before.values()])
     assert abs(rep["sparsity"] - 0.4) < 1e-3
     after = torch.cat([mod.weight.detach().flatten() for n, mod in m.named_modules() if n in before])

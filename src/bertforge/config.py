@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import json
 import re
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -204,12 +205,105 @@ def _coerce(value: str) -> Any:
     return v
 
 
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+_NONE_WORDS = ("none", "null", "~", "")
+_MISSING = object()
+
+
+def _type_parts(tp) -> tuple:
+    """``(base type, optional)`` of a resolved field annotation (``Optional[int]`` → ``(int, True)``)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is typing.Union:
+        return (args[0] if len(args) == 1 else Any), True
+    return (typing.get_origin(tp) or tp), False
+
+
+def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
+    """``value`` (of recipe key ``key``, a YAML-parsed override or recipe entry) checked and coerced against
+    the declared field type ``tp`` (``int``, ``float``, ``bool``, ``str``, ``tuple``, ``list``,
+    ``Optional[...]``, ``Any``). ``raw`` is the override's text, when there is one.
+
+    Raises:
+        ConfigError: ``"train.lr=abc: expected a number"`` (the key, the value, the expected type).
+    """
+    base, optional = _type_parts(tp)
+    shown = raw if raw is not _MISSING else value
+
+    def bad(expected: str):
+        return ConfigError(f"{key}={shown}: expected {expected}" + (" (or null)" if optional else ""))
+
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE_WORDS):
+        if optional or base is Any:
+            return None
+        value = "" if value is None else value
+    if base is Any:
+        return value
+    if base is bool:
+        if isinstance(raw, str):
+            word = raw.strip().lower()
+            if word in _BOOL_WORDS:
+                return _BOOL_WORDS[word]
+            raise bad("true/false (also yes/no, 1/0)")
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        raise bad("true/false (also yes/no, 1/0)")
+    if base is int:
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise bad("an integer")
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        return float(value)
+    if base is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(raw, str) and not isinstance(value, (list, dict)):
+            return raw  # e.g. impl.device=0 → "0"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad("a string")
+    if base in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            return base(value)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and base is list:
+            return [value]  # data.text_columns=sentence → ["sentence"]
+        raise bad("a list, e.g. [a,b]")
+    if base is dict:
+        if isinstance(value, dict):
+            return value
+        raise bad("a mapping")
+    return value
+
+
+def _section_types(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+#: numeric keys of free-form verb sections (``distill.temperature=abc`` must fail at load time)
+_EXTRA_TYPES = {"distill": {"temperature": Optional[float], "alpha": Optional[float],
+                            "mlm_probability": Optional[float]}}
+
+
 def _build_section(name: str, cls, values: dict):
     known = {f.name: f for f in fields(cls)}
     for k in values:
         if k not in known:
             raise ConfigError(f"unknown recipe key '{name}.{k}'; valid keys: {', '.join(sorted(known))}")
-    vals = dict(values)
+    types = _section_types(cls)
+    vals = {k: check_value(f"{name}.{k}", v, types[k]) for k, v in values.items()}
+    if "adam_betas" in vals:
+        betas = vals["adam_betas"]
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas):
+            raise ConfigError(f"{name}.adam_betas={list(betas)}: expected two numbers, e.g. [0.9,0.999]")
     if "adam_betas" in vals:
         vals["adam_betas"] = tuple(vals["adam_betas"])
     return cls(**vals)
@@ -254,7 +348,12 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             raise ConfigError(f"override {ov!r} must look like section.key=value (e.g. train.lr=3e-5)")
         key, value = ov.split("=", 1)
         section, sub = key.split(".", 1)
-        raw.setdefault(section, {})[sub] = _coerce(value)
+        parsed = _coerce(value)
+        types = (_section_types(_SECTIONS[section]) if section in _SECTIONS
+                 else _section_types(ModelConfig) if section == "model" else _EXTRA_TYPES.get(section, {}))
+        if sub in types:
+            parsed = check_value(key, parsed, types[sub], raw=value)
+        raw.setdefault(section, {})[sub] = parsed
     allowed = {"model", *_SECTIONS, *extra_sections}
     for k in raw:
         if k not in allowed:
@@ -263,6 +362,10 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     for name, cls in _SECTIONS.items():
         setattr(recipe, name, _build_section(name, cls, raw.get(name, {})))
     recipe.extra = {k: raw[k] for k in extra_sections if k in raw}
+    for sec, types in _EXTRA_TYPES.items():
+        for k, tp in types.items():
+            if k in recipe.extra.get(sec, {}):
+                recipe.extra[sec][k] = check_value(f"{sec}.{k}", recipe.extra[sec][k], tp)
     return recipe
 
 

@@ -7,6 +7,9 @@ Examples:
   bertforge bench --model runs/sst2 --seq-len 128 --batch-size 1
   bertforge bench --model runs/sst2-int8 --backend onnxruntime
   bertforge bench --model /path/to/hf-bert --backend transformers
+
+Bad options (--iters 0, --threads beyond 4 × cores, a batch × sequence too large for the available memory,
+--int8 on an FP32 ONNX dir) stop with one error line before anything is loaded or timed.
 """
 from __future__ import annotations
 
@@ -22,16 +25,17 @@ def add_arguments(p) -> None:
                    help="auto: onnxruntime if the dir has model.onnx, else torch")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--threads", type=int, help="intra-op threads (default: PyTorch's default)")
+    p.add_argument("--threads", type=int, help="intra-op threads, 1 … 4 × cores (default: PyTorch's default)")
     p.add_argument("--int8", action="store_true",
                    help="torch: dynamic INT8 Linear; onnxruntime on a checkpoint: export + INT8 on the fly")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--min-seconds", type=float, default=0.0, help="keep timing at least this long")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls first (≥ 0)")
+    p.add_argument("--iters", type=int, default=30, help="timed calls (≥ 1)")
+    p.add_argument("--min-seconds", type=float, default=0.0, help="keep timing at least this long (≥ 0)")
 
 
 def run(args) -> int:
-    from ..evaluate.bench import bench
+    from ..evaluate.bench import bench, check_bench_args
+    check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
                 args.warmup, args.iters, args.min_seconds, args.int8)

@@ -9,7 +9,10 @@ drift from the unpruned model) is tracked per round in prune_history.csv / .png.
 Examples:
   bertforge prune --model runs/sst2 --data dev.tsv --eval dev.tsv --fraction 0.3 --steps 3 --out runs/sst2-p30
   bertforge prune --model runs/student --data corpus.txt --fraction 0.25 --ffn-fraction 0.2 --out runs/s-p25
-  bertforge prune --model runs/sst2 --magnitude 0.5 --out runs/sst2-m50
+  bertforge prune --model runs/sst2 --magnitude 0.5 --eval dev.tsv --out runs/sst2-m50
+
+--magnitude zeroes the smallest encoder weights (attention and FFN; pooler and task head stay dense) and
+cannot be combined with --fraction / --ffn-fraction.
 """
 from __future__ import annotations
 
@@ -42,15 +45,80 @@ def add_arguments(p) -> None:
                    help="layer: L2-normalise scores within each layer before the global ranking (Michel et "
                         "al. 2019 §4.1); none: rank raw |dL/dxi| across layers")
     p.add_argument("--min-heads-per-layer", type=int, default=0,
-                   help="heads every layer keeps (0: a layer may lose every head)")
+                   help="heads every layer keeps (0: a layer may lose every head; must be below the heads "
+                        "per layer)")
     p.add_argument("--max-samples", type=int, default=512, help="examples used to score importance")
     p.add_argument("--max-eval-samples", type=int)
-    p.add_argument("--max-seq-len", type=int, default=128)
+    p.add_argument("--max-seq-len", type=int,
+                   help="tokens per example, 2 … the model's positions (default: 128, or the positions "
+                        "if fewer)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--magnitude", type=float, metavar="AMOUNT",
-                   help="unstructured L1 magnitude pruning of this fraction of Linear weights instead")
+                   help="unstructured L1 magnitude pruning of this fraction (0–1) of the encoder's Linear "
+                        "weights instead (pooler and task head stay dense); --eval reports the metric")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def check_args(args) -> None:
+    """Reject option values that would crash, hang or silently do nothing — before the model is loaded.
+
+    Raises:
+        ConfigError: naming the flag and its valid range.
+    """
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size} must be ≥ 1")
+    if args.max_samples < 1:
+        raise ConfigError(f"--max-samples {args.max_samples} must be ≥ 1 (examples used to score importance)")
+    if args.max_eval_samples is not None and args.max_eval_samples < 1:
+        raise ConfigError(f"--max-eval-samples {args.max_eval_samples} must be ≥ 1 (or leave it out for all)")
+    if args.steps < 1:
+        raise ConfigError(f"--steps {args.steps} must be ≥ 1")
+    if args.min_heads_per_layer < 0:
+        raise ConfigError(f"--min-heads-per-layer {args.min_heads_per_layer} must be ≥ 0")
+    if args.max_seq_len is not None and args.max_seq_len < 2:
+        raise ConfigError(f"--max-seq-len {args.max_seq_len} must be ≥ 2 ([CLS] and [SEP] take two tokens)")
+    for flag, v in (("--fraction", args.fraction), ("--ffn-fraction", args.ffn_fraction)):
+        if not 0 <= v < 1:
+            raise ConfigError(f"{flag} {v} must be in [0, 1) (the fraction of all "
+                              f"{'heads' if flag == '--fraction' else 'FFN units'} to remove)")
+    if args.magnitude is not None:
+        if not 0 <= args.magnitude < 1:
+            raise ConfigError(f"--magnitude {args.magnitude} must be in [0, 1) (the fraction of encoder "
+                              "weights to zero)")
+        if args.fraction > 0 or args.ffn_fraction > 0:
+            raise ConfigError("--magnitude (unstructured weight pruning) cannot be combined with --fraction / "
+                              "--ffn-fraction (head/FFN pruning); run two prune commands, one after the other")
+    elif args.fraction <= 0 and args.ffn_fraction <= 0:
+        raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
+
+
+def check_seq_len(max_seq_len, cfg: dict) -> int:
+    """The sequence length to use: ``--max-seq-len`` when given (it must fit the model's position table;
+    RoBERTa: 2 positions fewer), else 128 (or the model's positions, if fewer).
+
+    Raises:
+        ConfigError: ``--max-seq-len`` beyond the model's positions.
+    """
+    max_pos = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    if max_seq_len is None:
+        return min(128, max_pos)
+    if max_seq_len > max_pos:
+        raise ConfigError(f"--max-seq-len {max_seq_len} exceeds the model's {max_pos} positions; pass at most "
+                          f"{max_pos}")
+    return max_seq_len
+
+
+def _task_eval_fn(args, task, adapter):
+    """``(eval_fn, metric)``: the task metric of ``model`` on ``--eval`` (structured and magnitude modes)."""
+    if adapter is None:
+        raise ConfigError("--eval needs a task; pass --task NAME (or prune a fine-tuned model)")
+    eval_ds = adapter.load(args.eval, args.max_eval_samples)
+    metric = task.metrics[0]
+
+    def eval_fn(m):
+        return {metric: round(adapter.evaluate(m, eval_ds, 64)[metric], 6)}
+    return eval_fn, metric
 
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
@@ -160,21 +228,39 @@ def run(args) -> int:
     from ..io import atomic_dir, atomic_write_text
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+    check_args(args)
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite)
-    if args.magnitude is None and args.fraction <= 0 and args.ffn_fraction <= 0:
-        raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
     cfg = read_config(model_dir)
+    args.max_seq_len = check_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
     model = load_pretrained(model_dir).eval()
+    if args.magnitude is None and not args.data:
+        raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")
     torch.manual_seed(args.seed)
     result: dict = {"model": str(model_dir), "out": str(out)}
     history = []
     if args.magnitude is not None:
+        eval_fn = metric = None
+        if args.eval:
+            task, adapter = _task_and_adapter(model_dir, cfg, args.task, args.max_seq_len, tok)
+            eval_fn, metric = _task_eval_fn(args, task, adapter)
+        before = eval_fn(model) if eval_fn else None
         result["magnitude"] = P.magnitude_prune(model, args.magnitude)
+        if eval_fn:
+            after = eval_fn(model)
+            result.update(metric=metric, eval={"unpruned": before[metric], "pruned": after[metric],
+                                               "data": str(args.eval)})
     else:
-        if not args.data:
-            raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")
+        P.check_loss(model, args.loss)
+        if args.fraction > 0:
+            want, removable = P.reachable_head_fraction(model, args.fraction, args.min_heads_per_layer)
+            if want > removable:
+                import sys
+                total = sum(P.head_counts(model))
+                sys.stderr.write(f"bertforge prune: warning: --min-heads-per-layer {args.min_heads_per_layer} "
+                                 f"lets only {removable} of {total} heads go ({removable / total:.0%}), "
+                                 f"not the {want} (--fraction {args.fraction}) asked for\n")
         task, adapter = _task_and_adapter(model_dir, cfg, args.task, args.max_seq_len, tok)
         if adapter is not None and not str(args.data).endswith(".txt"):
             data = adapter.load(args.data, args.max_samples, require_labels=False)
@@ -185,14 +271,8 @@ def run(args) -> int:
         sp = special_tokens(tok)
         mask_id = tok.token_to_id(sp["mask"]) if "mask" in sp else None
         specials = [tok.token_to_id(sp[r]) for r in ("cls", "sep", "pad") if r in sp]
-        if args.eval and adapter is not None:
-            eval_ds = adapter.load(args.eval, args.max_eval_samples)
-            metric = task.metrics[0]
-
-            def eval_fn(m):
-                return {metric: round(adapter.evaluate(m, eval_ds, 64)[metric], 6)}
-        elif args.eval:
-            raise ConfigError("--eval needs a task; pass --task NAME (or prune a fine-tuned model)")
+        if args.eval:
+            eval_fn, metric = _task_eval_fn(args, task, adapter)
         else:
             n_ev = min(len(data), 256)
             eval_fn = fidelity_fn(model, data[:n_ev], collate, args.batch_size)
@@ -226,4 +306,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "np"]
+__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "check_args", "check_seq_len", "np"]

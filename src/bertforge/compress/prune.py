@@ -30,9 +30,10 @@ the output bias and the residual carries the input. ``transformers`` 5.x no long
 from ``config.json`` (and has no per-layer FFN width), so a pruned dir loads in bertforge only; a dir whose
 layers all keep the same FFN width and every head is still a plain ``transformers`` checkpoint.
 
-Magnitude pruning (:func:`magnitude_prune`; Han et al. 2015) zeroes the smallest-|w| weights of the Linear
-layers with :mod:`torch.nn.utils.prune`. It changes neither the dense file size nor the latency; the
-report says so and gives the size a sparse (CSR) encoding would take.
+Magnitude pruning (:func:`magnitude_prune`; Han et al. 2015) zeroes the smallest-|w| weights of the encoder's
+Linear layers (not the pooler or task head, see there) with :mod:`torch.nn.utils.prune`. It changes neither
+the dense file size nor the latency; the report says so and gives the size a sparse (CSR) encoding would
+take.
 """
 from __future__ import annotations
 
@@ -140,6 +141,25 @@ def _mask_for_mlm(batch: dict, mask_token_id: int, special_ids: Iterable[int], g
     return b
 
 
+def has_mlm_head(model) -> bool:
+    """Whether ``model`` predicts (B, T, vocab) masked-LM logits (heads ``mlm``, ``mlm_nsp`` …)."""
+    return str(getattr(model, "head_name", "") or "").startswith("mlm")
+
+
+def check_loss(model, loss: str) -> None:
+    """Reject an importance loss the model cannot compute.
+
+    Raises:
+        ConfigError: unknown loss; ``mlm`` on a model without a masked-LM head.
+    """
+    if loss not in LOSSES:
+        raise ConfigError(f"--loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    if loss == "mlm" and not has_mlm_head(model):
+        head = getattr(model, "head_name", None) or "base"
+        raise ConfigError(f"--loss mlm needs a model with an MLM head (this one has head {head!r}); use "
+                          f"--loss task (labelled data) or fisher")
+
+
 def resolve_loss(model, batch: dict, loss: str) -> str:
     if loss not in LOSSES:
         raise ConfigError(f"--loss {loss!r}; choose one of {', '.join(LOSSES)}")
@@ -166,8 +186,10 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
         ``{"heads": [Tensor (heads_l,)] per layer, "ffn": [Tensor (I_l,)] or None, "loss": mode,
         "examples": n}`` — unnormalised sums are in ``heads_raw`` / ``ffn_raw``.
     Raises:
-        ConfigError: unknown loss; ``task`` without labels; ``mlm`` without a [MASK] id.
+        ConfigError: unknown loss; ``task`` without labels; ``mlm`` without a [MASK] id or without an
+        MLM head.
     """
+    check_loss(model, loss)
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
@@ -329,6 +351,23 @@ def prune_ffn(model, neurons_to_prune: dict) -> None:
         cfg.layer_intermediate_sizes = sizes
 
 
+def reachable_head_fraction(model, fraction: float, min_heads_per_layer: int) -> tuple:
+    """``(heads wanted, heads removable)`` for pruning ``fraction`` of all heads while every layer keeps
+    ``min_heads_per_layer``.
+
+    Raises:
+        ConfigError: when the minimum leaves nothing to remove (it is ≥ the heads of every layer).
+    """
+    counts = head_counts(model)
+    want = round(sum(counts) * fraction)
+    removable = sum(max(0, n - min_heads_per_layer) for n in counts)
+    if want > 0 and removable == 0:
+        raise ConfigError(f"--min-heads-per-layer {min_heads_per_layer} keeps every head (the model has "
+                          f"{max(counts)} heads per layer), so --fraction {fraction} removes none; pass a "
+                          f"value below {max(counts)}")
+    return want, removable
+
+
 # ------------------------------------------------------------------------------------ iterative loop
 def iterative_prune(model, batches_fn: Callable[[], Iterable[dict]], fraction: float, steps: int = 1,
                     ffn_fraction: float = 0.0, loss: str = "auto",
@@ -345,13 +384,19 @@ def iterative_prune(model, batches_fn: Callable[[], Iterable[dict]], fraction: f
         history: one dict per step (step 0 = unpruned) with ``heads_pruned``, ``heads_fraction``,
         ``ffn_pruned``, ``heads_per_layer`` and the metrics.
     Raises:
-        ConfigError: fraction outside [0, 1), steps < 1, shared layers.
+        ConfigError: fraction outside [0, 1), steps < 1, min_heads_per_layer < 0 or ≥ the heads of
+        every layer, an importance loss the model cannot compute, shared layers.
     """
     _check_prunable(model)
     if not 0 <= fraction < 1 or not 0 <= ffn_fraction < 1:
         raise ConfigError(f"--fraction {fraction} / --ffn-fraction {ffn_fraction} must be in [0, 1)")
     if steps < 1:
         raise ConfigError(f"--steps {steps} must be ≥ 1")
+    if min_heads_per_layer < 0:
+        raise ConfigError(f"--min-heads-per-layer {min_heads_per_layer} must be ≥ 0")
+    check_loss(model, loss)
+    if fraction > 0:
+        reachable_head_fraction(model, fraction, min_heads_per_layer)
     total_h, total_f = sum(head_counts(model)), sum(ffn_sizes(model))
     h0, f0 = total_h, total_f
     history = []
@@ -387,22 +432,46 @@ def iterative_prune(model, batches_fn: Callable[[], Iterable[dict]], fraction: f
 
 
 # ------------------------------------------------------------------------------- magnitude pruning
-def magnitude_prune(model, amount: float, scope: str = "global") -> dict:
-    """Unstructured L1-magnitude pruning of every encoder/head Linear weight (Han et al. 2015, "Learning
+MAGNITUDE_MODULES = ("encoder", "all")
+
+
+def magnitude_targets(model, modules: str = "encoder") -> list:
+    """The ``(Linear, "weight")`` pairs :func:`magnitude_prune` ranks: ``encoder`` = the Linear layers of
+    the transformer blocks (attention ``qkv``/``out``, FFN ``intermediate``/``output``; a shared ALBERT
+    block counted once); ``all`` = every Linear of the model (also embedding projection, pooler, task head).
+    """
+    if modules not in MAGNITUDE_MODULES:
+        raise ConfigError(f"magnitude pruning modules {modules!r}; choose one of {', '.join(MAGNITUDE_MODULES)}")
+    root = model.encoder.layers if modules == "encoder" else model
+    return [(m, "weight") for m in root.modules() if isinstance(m, nn.Linear) and m.weight.numel() > 0]
+
+
+def magnitude_prune(model, amount: float, scope: str = "global", modules: str = "encoder") -> dict:
+    """Unstructured L1-magnitude pruning of the encoder's Linear weights (Han et al. 2015, "Learning
     both Weights and Connections"), via :func:`torch.nn.utils.prune.global_unstructured` (``scope=global``)
     or ``l1_unstructured`` per layer (``scope=layer``); the masks are then made permanent.
+
+    Which weights are ranked (``modules``, see :func:`magnitude_targets`): by default (``encoder``) only the
+    transformer blocks' attention (``qkv``, ``out``) and FFN (``intermediate``, ``output``) weights — the
+    usual practice in BERT pruning (e.g. Chen et al. 2020, "The Lottery Ticket Hypothesis for Pre-trained
+    BERT Networks", prune the encoder only). The pooler, the embedding projection and the task head are left
+    dense: they are small, their weights have a different scale than the encoder's (a fine-tuned
+    classifier's weights fall below a global threshold almost entirely, which zeroes the head and leaves
+    the model at chance). ``modules="all"`` ranks every Linear of the model instead.
 
     Returns an honest size report: ``pruned_weights``, ``sparsity`` (of the pruned Linear weights),
     ``dense_bytes`` (unchanged: zeros still take 4 bytes), ``csr_bytes`` (fp32 values + int32 column
     indices + row pointers of the pruned matrices, i.e. what a sparse format would store) and
-    ``latency_note``. Raises ConfigError for ``amount`` outside [0, 1).
+    ``latency_note``. Raises ConfigError for ``amount`` outside [0, 1) (the CLI's ``--magnitude``).
     """
     import torch.nn.utils.prune as tprune
     if not 0 <= amount < 1:
-        raise ConfigError(f"--amount {amount} must be in [0, 1)")
+        raise ConfigError(f"--magnitude {amount} must be in [0, 1) (the fraction of encoder weights to zero)")
     if scope not in ("global", "layer"):
         raise ConfigError(f"--scope {scope!r}; choose global or layer")
-    params = [(m, "weight") for m in model.modules() if isinstance(m, nn.Linear) and m.weight.numel() > 0]
+    params = magnitude_targets(model, modules)
+    if not params:
+        raise ConfigError("the model has no encoder Linear weights to prune")
     if scope == "global":
         tprune.global_unstructured(params, pruning_method=tprune.L1Unstructured, amount=amount)
     else:
@@ -416,7 +485,8 @@ def magnitude_prune(model, amount: float, scope: str = "global") -> dict:
     linear_dense = sum(m.weight.numel() * m.weight.element_size() for m, _ in params)
     csr = sum(int((m.weight != 0).sum()) * (m.weight.element_size() + 4) + (m.weight.shape[0] + 1) * 4
               for m, _ in params)
-    return {"method": f"l1_unstructured ({scope})", "amount": amount, "pruned_weights": zeros,
+    return {"method": f"l1_unstructured ({scope})", "amount": amount, "modules": modules,
+            "pruned_weights": zeros,
             "linear_weights": total, "sparsity": round(zeros / max(1, total), 4),
             "dense_bytes": dense, "linear_dense_bytes": linear_dense, "linear_csr_bytes": csr,
             "csr_vs_dense": round(csr / max(1, linear_dense), 3),
@@ -429,4 +499,5 @@ def count_parameters(model) -> int:
 
 
 __all__ = ["compute_importance", "prune_heads", "prune_ffn", "iterative_prune", "magnitude_prune",
+           "magnitude_targets", "check_loss", "has_mlm_head", "reachable_head_fraction",
            "lowest", "head_counts", "ffn_sizes", "math"]

@@ -39,6 +39,98 @@ def cpu_flags() -> list:
     return []
 
 
+def available_memory_bytes() -> Optional[int]:
+    """Memory this process can still take: ``MemAvailable`` of /proc/meminfo, capped by a cgroup v2
+    ``memory.max`` limit when one is set; ``None`` when neither can be read (the check is then skipped)."""
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        avail = None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit.isdigit() and used.isdigit():
+            room = max(0, int(limit) - int(used))
+            avail = room if avail is None else min(avail, room)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def activation_bytes(cfg: dict, batch_size: int, seq_len: int, factor: float = 4.0) -> float:
+    """Rough peak activation memory of one forward at ``batch_size`` × ``seq_len`` (fp32): the widest
+    per-token tensor of a layer — FFN (I), fused QKV (3H) or the attention scores (heads·T) — times
+    ``factor`` for the tensors alive at the same time (input, output, softmax copy …)."""
+    if cfg.get("model_type") == "distilbert":
+        h, heads, inter = cfg.get("dim", 768), cfg.get("n_heads", 12), cfg.get("hidden_dim", 3072)
+    else:
+        h, heads, inter = cfg.get("hidden_size", 768), cfg.get("num_attention_heads", 12), \
+            cfg.get("intermediate_size", 3072)
+    inter = max([inter, *(cfg.get("layer_intermediate_sizes") or [])])
+    head = str(cfg.get("bertforge_head") or "")
+    lm = head.startswith("mlm") or any(a.endswith(("MaskedLM", "ForPreTraining"))
+                                       for a in cfg.get("architectures") or [])
+    width = max(inter, 3 * h, heads * seq_len, cfg.get("vocab_size", 0) if lm else 0)  # (B, T, V) logits
+    return float(batch_size) * seq_len * width * 4 * factor
+
+
+def check_bench_args(seq_len: int, batch_size: int, threads: Optional[int], warmup: int, iters: int,
+                     min_seconds: float) -> None:
+    """Reject timing options that would crash or hang the benchmark (before any model is loaded).
+
+    Raises:
+        ConfigError: naming the flag and its valid range.
+    """
+    if seq_len < 1:
+        raise ConfigError(f"--seq-len {seq_len} must be ≥ 1")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size {batch_size} must be ≥ 1")
+    if iters < 1:
+        raise ConfigError(f"--iters {iters} must be ≥ 1 (the number of timed calls)")
+    if warmup < 0:
+        raise ConfigError(f"--warmup {warmup} must be ≥ 0")
+    if not (min_seconds >= 0) or min_seconds == float("inf"):
+        raise ConfigError(f"--min-seconds {min_seconds} must be a finite number ≥ 0")
+    check_threads(threads)
+
+
+def check_threads(threads: Optional[int]) -> None:
+    """``threads`` must be ``None`` (library default) or 1 … 4 × the machine's cores.
+
+    Raises:
+        ConfigError: e.g. ``--threads 100000: choose 1–8 (this machine has 2 cores)``.
+    """
+    if threads is None:
+        return
+    cores = os.cpu_count() or 1
+    if not 1 <= threads <= 4 * cores:
+        raise ConfigError(f"--threads {threads}: choose 1–{4 * cores} (this machine has {cores} "
+                          f"core{'s' if cores != 1 else ''}), or leave it out for the default")
+
+
+def check_memory(cfg: dict, batch_size: int, seq_len: int, available: Optional[int] = None) -> None:
+    """Refuse a batch whose forward would not fit in the available memory (it would be OOM-killed).
+
+    ``available`` defaults to :func:`available_memory_bytes`; the check is skipped when that is unknown.
+    Raises:
+        ConfigError: with the estimate, the available memory and what to lower.
+    """
+    avail = available_memory_bytes() if available is None else available
+    if not avail:
+        return
+    need = activation_bytes(cfg, batch_size, seq_len)
+    if need > avail:
+        gb = 2 ** 30
+        raise ConfigError(f"--batch-size {batch_size} × --seq-len {seq_len} needs about {need / gb:.1f} GiB "
+                          f"for one forward but only {avail / gb:.1f} GiB of memory is available; lower "
+                          f"--batch-size or --seq-len")
+
+
 def encoder_flops(cfg: dict, seq_len: int) -> float:
     """FLOPs of one sequence through the encoder (+ pooler/classifier), a multiply-add = 2 FLOPs.
 
@@ -137,6 +229,13 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     has_onnx = (model_dir / "model.onnx").is_file()
     if backend == "auto":
         backend = "onnxruntime" if has_onnx else "torch"
+    check_threads(threads)
+    if int8 and backend == "onnxruntime" and has_onnx and not _onnx_is_int8(model_dir / "model.onnx"):
+        raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
+                          f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
+                          f"`bertforge export --int8`) and bench that dir, or drop --int8")
+    if backend == "transformers":
+        _check_transformers_dir(model_dir)
     if threads:
         torch.set_num_threads(threads)
     wf = weight_file(model_dir)
@@ -163,8 +262,7 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         import onnx
         g = onnx.load(str(path), load_external_data=False).graph
         info["parameters"] = int(sum(int(np.prod(t.dims)) for t in g.initializer if len(t.dims) > 0))
-        info["precision"] = "int8" if any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul",
-                                                        "QAttention") for n in g.node) else "fp32"
+        info["precision"] = "int8" if any(n.op_type in _INT8_OPS for n in g.node) else "fp32"
         info["threads"] = threads or torch.get_num_threads()
 
         def call(x):
@@ -219,6 +317,31 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     return call, info, cfg
 
 
+_INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention")
+
+
+def _onnx_is_int8(path: Path) -> bool:
+    import onnx
+    g = onnx.load(str(path), load_external_data=False).graph
+    return any(n.op_type in _INT8_OPS for n in g.node)
+
+
+def _check_transformers_dir(model_dir: Path) -> None:
+    """``--backend transformers`` needs FP32 weights (model.safetensors / pytorch_model.bin); name what the
+    dir holds instead and the backend that runs it."""
+    if (model_dir / "model.safetensors").is_file() or (model_dir / "pytorch_model.bin").is_file():
+        return
+    if (model_dir / "model.onnx").is_file():
+        raise CheckpointError(f"{model_dir} holds an ONNX graph (model.onnx), no model.safetensors, so "
+                              f"transformers cannot load it; use --backend onnxruntime (or auto)")
+    if (model_dir / "model.int8.safetensors").is_file():
+        raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model (model.int8.safetensors), no "
+                              f"model.safetensors, so transformers cannot load it; use --backend torch "
+                              f"(or auto)")
+    raise CheckpointError(f"{model_dir} has no model.safetensors or pytorch_model.bin for transformers; "
+                          f"pass a checkpoint dir with FP32 weights")
+
+
 def _count_params_int8(model) -> int:
     from ..compress.quantize import int8_state
     return int(sum(v.numel() for k, v in int8_state(model).items()
@@ -231,14 +354,18 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     """Time ``model_dir`` (see :func:`load_runner`) at ``batch_size`` × ``seq_len``; one JSON-able dict.
 
     Raises:
-        ConfigError: ``seq_len`` beyond the model's positions, non-positive sizes.
+        ConfigError: ``seq_len`` beyond the model's positions, non-positive sizes, ``iters`` < 1,
+        ``warmup``/``min_seconds`` < 0, ``threads`` outside 1 … 4 × cores, a batch too large for the
+        available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
-    if seq_len < 1 or batch_size < 1:
-        raise ConfigError("--seq-len and --batch-size must be ≥ 1")
-    call, info, cfg = load_runner(model_dir, backend, int8, threads)
-    max_pos = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    from ..hf import read_config
+    check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
+    cfg0 = read_config(Path(model_dir))
+    max_pos = cfg0.get("max_position_embeddings", 512) - (2 if cfg0.get("model_type") == "roberta" else 0)
     if seq_len > max_pos:
         raise ConfigError(f"--seq-len {seq_len} exceeds the model's {max_pos} positions")
+    check_memory(cfg0, batch_size, seq_len)
+    call, info, cfg = load_runner(model_dir, backend, int8, threads)
     tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"
     x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)
     lat = time_calls(lambda: call(x), warmup, iters, min_seconds)
@@ -249,4 +376,6 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     return rec
 
 
-__all__ = ["bench", "load_runner", "time_calls", "encoder_flops", "cpu_flags", "summarize", "random_inputs"]
+__all__ = ["bench", "load_runner", "check_bench_args", "check_threads", "check_memory",
+           "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "cpu_flags", "summarize",
+           "random_inputs"]
