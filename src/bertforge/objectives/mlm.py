@@ -135,6 +135,11 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
     return labels != IGNORE_INDEX
 
 
+#: exp() arguments are clamped here first: torch's CPU exp takes a ~100× slower path for arguments whose
+#: result underflows (below ≈ −87.3 in FP32), and exp(−87) ≈ 1.6e-38 changes no FP32 sum it is added to
+EXP_FLOOR = -87.0
+
+
 def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
     """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) and an FP32 copy of them (safe to modify
     in place), about ``chunk_bytes`` each so a chunk stays in the L2 cache. One buffer serves every chunk
@@ -151,7 +156,7 @@ def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
-    dtype. Forward saves only the logits and the (N,) log-sum-exp; the gradient softmax − one-hot is rebuilt
+    dtype (exp arguments clamped at :data:`EXP_FLOOR`). Forward saves only the logits and the (N,) log-sum-exp; the gradient softmax − one-hot is rebuilt
     chunk by chunk in backward and written in the logits' dtype. Under bf16 this never materialises an
     (N, V) FP32 copy, its log-softmax or their gradients (the idea of fused/chunked vocabulary losses, e.g.
     Wijmans et al. 2024 "Cut your losses in large-vocabulary language models"). Also returns, without
@@ -161,12 +166,13 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, target, chunk_bytes: int):
         n = logits.shape[0]
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
-        correct = torch.empty(n, dtype=torch.bool, device=logits.device)
+        row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
         for rows, lf in fp32_row_chunks(logits, chunk_bytes):
-            m, arg = lf.max(-1)
-            correct[rows] = arg == target[rows]
-            lse[rows] = lf.sub_(m[:, None]).exp_().sum(-1).log_().add_(m)
+            m = lf.amax(-1)  # values only: torch's max-with-indices kernel is ~10× slower here
+            row_max[rows] = m
+            lse[rows] = lf.sub_(m[:, None]).clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
         target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
+        correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
         ctx.save_for_backward(logits, target, lse)
         ctx.chunk_bytes = chunk_bytes
         ctx.mark_non_differentiable(correct)
@@ -188,7 +194,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 p = torch.sub(logits[rows], lse[rows, None], out=grad[rows])
             else:
                 p.sub_(lse[rows, None])
-            p.exp_().mul_(g)
+            p.clamp_(min=EXP_FLOOR).exp_().mul_(g)
             p.scatter_add_(1, target[rows, None], -g)
             if not in_place:
                 grad[rows] = p

@@ -16,6 +16,8 @@ The discriminator is saved at the top of the run dir as ``ElectraForPreTraining`
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +28,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import ModelOutput, TaskModel, register_head
-from .mlm import fp32_row_chunks, masked_positions
+from .mlm import EXP_FLOOR, fp32_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0
 
@@ -72,19 +74,23 @@ class ReplacedTokenDetectionHead(nn.Module):
                 for n in ("dense", "dense_prediction") for p in ("weight", "bias")}
 
 
+_FLOOR_WEIGHT = math.exp(EXP_FLOOR)
+
+
 def sample_from_logits(logits: torch.Tensor, chunk_bytes: int = 1 << 21) -> torch.Tensor:
     """One exact sample per row from softmax(``logits``) (N, V) → (N,) long, by inverse-CDF sampling: the
     running sum of exp(logit − max) is searched for u·total with u ~ U[0, 1) (one uniform per row, default
     torch generator). The same distribution as ``torch.multinomial(softmax(logits), 1)``, whose CPU kernel
     draws V exponentials per row (~10× slower at V = 30,522); rows are processed ``chunk_bytes`` of FP32
-    at a time. A token with probability 0 (exp underflow) is never drawn."""
+    at a time. A token whose weight exp(logit − max) is below e⁻⁸⁷ (FP32 underflow) is never drawn."""
     n, v = logits.shape
     out = torch.empty(n, dtype=torch.long, device=logits.device)
     if n == 0:
         return out
     u = torch.rand(n, 1, device=logits.device, dtype=torch.float32)
     for rows, w in fp32_row_chunks(logits, chunk_bytes):
-        w.sub_(w.max(-1, keepdim=True).values).exp_()
+        w.sub_(w.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_()
+        w.masked_fill_(w <= _FLOOR_WEIGHT, 0.0)  # weights that underflow (clamped above for speed) stay 0
         cdf = torch.cumsum(w, -1, out=w)
         out[rows] = torch.searchsorted(cdf, u[rows] * cdf[:, -1:], right=True).squeeze(1).clamp_(max=v - 1)
     return out
