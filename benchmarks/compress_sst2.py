@@ -98,16 +98,19 @@ def main(argv=None) -> int:
     total = sum(P.head_counts(model))
     eval_fn = lambda m: {"accuracy": acc(m), "selection_accuracy": adapter.evaluate(m, sel, 64)["accuracy"]}  # noqa: E731
     hists = {}
+    step30 = round(0.3 * args.steps / args.max_fraction)  # the step closest to 30% of the heads
     for norm in ("layer", "none"):
         pm = load_for_task(args.model, "sst2")[3].eval()
 
-        def log(r, norm=norm):
+        def log(r, norm=norm, pm=pm):
             print(f"  [{norm}] step {r['step']}: {r['heads_pruned']:3d}/{total} heads pruned "
                   f"({100 * r['heads_fraction']:.1f}%), dev accuracy {100 * r['accuracy']:.2f}, selection "
                   f"{100 * r['selection_accuracy']:.2f}, heads/layer {r['heads_per_layer']}", flush=True)
+            if r["step"] == step30 and args.recover_epochs > 0:  # kept for the recovery below
+                pm.save_pretrained(work / f"pruned30-{norm}", tokenizer_dir=model_dir)
         hists[norm] = P.iterative_prune(pm, lambda: batches, args.max_fraction, args.steps, loss="task",
                                         eval_fn=eval_fn, log=log, normalize=norm == "layer")
-    at30 = {n: min(h, key=lambda r: abs(r["heads_fraction"] - 0.3)) for n, h in hists.items()}
+    at30 = {n: h[step30] for n, h in hists.items()}
     chosen = max(at30, key=lambda n: (at30[n]["selection_accuracy"], n == "layer"))
     hist = hists[chosen]
     res = Path(args.results)
@@ -138,18 +141,13 @@ def main(argv=None) -> int:
     a30 = at30[chosen]
     rec_line = None
     if args.recover_epochs > 0:
-        # recovery: prune to 30% again (same importance sample and norm, so the same heads), then distil the
-        # unpruned model into it (Hinton KD, `bertforge distill --student <pruned dir>`) on the train rows
-        # the fine-tune itself used, so no data beyond the fine-tune's is seen
+        # recovery: distil the unpruned model into the 30%-pruned one saved during the sweep (Hinton KD,
+        # `bertforge distill --student <pruned dir>`) on the train rows the fine-tune itself used, so no data
+        # beyond the fine-tune's is seen
         from bertforge.cli import main as cli
-        pm = load_for_task(args.model, "sst2")[3].eval()
-        steps30 = next(r["step"] for r in hist if r is a30)
-        P.iterative_prune(pm, lambda: batches, args.max_fraction * steps30 / args.steps, steps30, loss="task",
-                          normalize=chosen == "layer")
-        assert P.head_counts(pm) == a30["heads_per_layer"], (P.head_counts(pm), a30["heads_per_layer"])
-        pm.save_pretrained(work / "pruned30", tokenizer_dir=model_dir)
+        pruned30 = work / f"pruned30-{chosen}"
         t_rec = time.time()
-        rc = cli(["distill", "--teacher", str(model_dir), "--student", str(work / "pruned30"), "--method", "kd",
+        rc = cli(["distill", "--teacher", str(model_dir), "--student", str(pruned30), "--method", "kd",
                   "--stage", "task", "--task", "sst2", "--train", str(DATA / "train.tsv"),
                   "--max-train-samples", str(args.skip_train), "--epochs", str(args.recover_epochs),
                   "--out", str(work / "recovered"), "--no-progress"])

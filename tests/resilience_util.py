@@ -77,3 +77,37 @@ def read_metrics(run_dir: Path) -> list:
 def load_weights(path: Path) -> dict:
     from safetensors.torch import load_file
     return load_file(str(path))
+
+
+def snapshot(root: Path) -> dict:
+    """{relative path: sha1} of every file under ``root`` (to show a run dir was left untouched)."""
+    import hashlib
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def cli_error_line(argv: list, capsys, untouched: Path) -> str:
+    """Run ``bertforge argv`` in-process and assert the bad-input contract: exit 2, one ``bertforge … error:``
+    line on stderr, no traceback, ``untouched`` unchanged, and no new ``--out`` dir left behind (an empty
+    one may stay). Returns the error line."""
+    from bertforge.cli import main
+    argv = [str(a) for a in argv]
+    before = snapshot(untouched)
+    new_outs = [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--out"]
+    existed = {p: p.exists() for p in new_outs}
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2, (code, err)
+    assert "Traceback" not in err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("bertforge") and "error:" in lines[0], lines[0]
+    assert snapshot(untouched) == before, "the earlier run dir was modified"
+    for p, ex in existed.items():
+        if not ex:
+            assert not p.exists() or not any(p.iterdir()), f"{p} was left behind"
+    return lines[0]

@@ -24,3 +24,10 @@ class CheckpointError(BertforgeError):
 
 class TrainingError(BertforgeError):
     """Training cannot continue (e.g. the loss became NaN/inf)."""
+
+
+def require_at_least(flag: str, value, minimum, note: str = "") -> None:
+    """Raise :class:`ConfigError` ``"{flag} {value} must be ≥ {minimum} ({note})"`` when ``value`` is below
+    ``minimum``; ``None`` (option not given) passes."""
+    if value is not None and value < minimum:
+        raise ConfigError(f"{flag} {value} must be ≥ {minimum}" + (f" ({note})" if note else ""))

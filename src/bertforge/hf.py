@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .config import FAMILIES, ModelConfig
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 from .io import atomic_dir, atomic_write_text
 from .models.heads import HEADS, TaskModel
 
@@ -185,6 +185,17 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ loading
+def deployed_format(path: Path) -> Optional[tuple]:
+    """``(what, bench backend)`` when ``path`` holds a ``bertforge export``/``quantize`` output instead of
+    FP32 weights — ``("an ONNX graph (model.onnx)", "onnxruntime")`` or ``("a PyTorch INT8 model
+    (model.int8.safetensors)", "torch")`` — else None."""
+    if (path / "model.onnx").is_file():
+        return "an ONNX graph (model.onnx)", "onnxruntime"
+    if (path / "model.int8.safetensors").is_file():
+        return "a PyTorch INT8 model (model.int8.safetensors)", "torch"
+    return None
+
+
 def read_state_dict(path: Path) -> dict:
     """Read ``model.safetensors`` (preferred) or ``pytorch_model.bin`` (``weights_only=True``)."""
     st, binf = path / "model.safetensors", path / "pytorch_model.bin"
@@ -201,15 +212,26 @@ def read_state_dict(path: Path) -> dict:
         except Exception as e:
             raise CheckpointError(f"{binf} cannot be read safely ({str(e).splitlines()[0]}); "
                                   "convert it to model.safetensors") from None
-    if (path / "model.onnx").is_file():
-        raise CheckpointError(f"{path} holds an ONNX graph (bertforge export/quantize), not PyTorch weights; "
-                              "time it with `bertforge bench --backend onnxruntime`, or pass the FP32 checkpoint "
-                              "it was made from (`bertforge quantize --eval` reports INT8 accuracy)")
-    if (path / "model.int8.safetensors").is_file():
-        raise CheckpointError(f"{path} holds a PyTorch INT8 model (bertforge quantize --backend torch); time it "
-                              "with `bertforge bench --backend torch`, or pass the FP32 checkpoint it was made from")
+    held = deployed_format(path)
+    if held:
+        raise CheckpointError(f"{path} holds {held[0]}, no model.safetensors; time it with `bertforge bench "
+                              f"--backend {held[1]}`, or pass the FP32 checkpoint it was made from (`bertforge "
+                              f"quantize --eval` reports INT8 accuracy)")
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin; "
                           "pass a checkpoint directory written by transformers or bertforge")
+
+
+def token_positions(cfg: dict) -> int:
+    """Token positions a checkpoint's ``config.json`` dict can embed: ``max_position_embeddings`` (512 when
+    absent), minus the 2 that RoBERTa reserves for its padding offset."""
+    return cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+
+
+def check_seq_len(seq_len, cfg: dict, flag: str = "--max-seq-len") -> None:
+    """Raise :class:`ConfigError` when ``seq_len`` exceeds :func:`token_positions` of ``cfg`` (None passes)."""
+    limit = token_positions(cfg)
+    if seq_len is not None and seq_len > limit:
+        raise ConfigError(f"{flag} {seq_len} exceeds the model's {limit} positions; pass {flag} {limit} or less")
 
 
 def read_config(path: Path) -> dict:

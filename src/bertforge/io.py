@@ -14,7 +14,8 @@ from typing import Iterator
 from .errors import BertforgeError
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read without changing it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -34,7 +35,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result gets a normal file's mode
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; the result gets a normal file's mode
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -62,7 +63,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result gets a normal dir's mode
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the result gets a normal dir's mode
     except OSError as e:
         raise _explain(e, path) from None
     try:

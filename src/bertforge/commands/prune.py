@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, require_at_least
 from ._common import check_out_free, print_json, resolve_model_dir
 
 
@@ -66,18 +66,14 @@ def check_args(args) -> None:
     Raises:
         ConfigError: naming the flag and its valid range.
     """
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size {args.batch_size} must be ≥ 1")
-    if args.max_samples < 1:
-        raise ConfigError(f"--max-samples {args.max_samples} must be ≥ 1 (examples used to score importance)")
-    if args.max_eval_samples is not None and args.max_eval_samples < 1:
-        raise ConfigError(f"--max-eval-samples {args.max_eval_samples} must be ≥ 1 (or leave it out for all)")
-    if args.steps < 1:
-        raise ConfigError(f"--steps {args.steps} must be ≥ 1")
-    if args.min_heads_per_layer < 0:
-        raise ConfigError(f"--min-heads-per-layer {args.min_heads_per_layer} must be ≥ 0")
-    if args.max_seq_len is not None and args.max_seq_len < 2:
-        raise ConfigError(f"--max-seq-len {args.max_seq_len} must be ≥ 2 ([CLS] and [SEP] take two tokens)")
+    for flag, value, minimum, note in (
+            ("--batch-size", args.batch_size, 1, ""),
+            ("--max-samples", args.max_samples, 1, "examples used to score importance"),
+            ("--max-eval-samples", args.max_eval_samples, 1, "or leave it out for all"),
+            ("--steps", args.steps, 1, ""),
+            ("--min-heads-per-layer", args.min_heads_per_layer, 0, ""),
+            ("--max-seq-len", args.max_seq_len, 2, "[CLS] and [SEP] take two tokens")):
+        require_at_least(flag, value, minimum, note)
     for flag, v in (("--fraction", args.fraction), ("--ffn-fraction", args.ffn_fraction)):
         if not 0 <= v < 1:
             raise ConfigError(f"{flag} {v} must be in [0, 1) (the fraction of all "
@@ -100,12 +96,10 @@ def check_seq_len(max_seq_len, cfg: dict) -> int:
     Raises:
         ConfigError: ``--max-seq-len`` beyond the model's positions.
     """
-    max_pos = cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    from ..hf import check_seq_len as check_positions, token_positions
     if max_seq_len is None:
-        return min(128, max_pos)
-    if max_seq_len > max_pos:
-        raise ConfigError(f"--max-seq-len {max_seq_len} exceeds the model's {max_pos} positions; pass at most "
-                          f"{max_pos}")
+        return min(128, token_positions(cfg))
+    check_positions(max_seq_len, cfg)
     return max_seq_len
 
 

@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, require_at_least
 from ._common import check_out_free, print_json, resolve_model_dir
 
 
@@ -43,10 +43,8 @@ def run(args) -> int:
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
-    if args.max_eval_samples is not None and args.max_eval_samples < 1:
-        raise ConfigError(f"--max-eval-samples {args.max_eval_samples} must be ≥ 1")
-    if args.max_seq_len is not None and args.max_seq_len < 2:
-        raise ConfigError(f"--max-seq-len {args.max_seq_len} must be ≥ 2")
+    require_at_least("--max-eval-samples", args.max_eval_samples, 1)
+    require_at_least("--max-seq-len", args.max_seq_len, 2)
     eval_data = None
     if args.eval:  # read and check the evaluation data before anything is written
         from .evaluate import load_for_task

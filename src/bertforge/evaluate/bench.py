@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, require_at_least
 
 BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
 WEIGHT_FILES = ("model.onnx", "model.int8.safetensors", "model.safetensors", "pytorch_model.bin")
@@ -86,14 +86,10 @@ def check_bench_args(seq_len: int, batch_size: int, threads: Optional[int], warm
     Raises:
         ConfigError: naming the flag and its valid range.
     """
-    if seq_len < 1:
-        raise ConfigError(f"--seq-len {seq_len} must be ≥ 1")
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size {batch_size} must be ≥ 1")
-    if iters < 1:
-        raise ConfigError(f"--iters {iters} must be ≥ 1 (the number of timed calls)")
-    if warmup < 0:
-        raise ConfigError(f"--warmup {warmup} must be ≥ 0")
+    for flag, value, minimum, note in (("--seq-len", seq_len, 1, ""), ("--batch-size", batch_size, 1, ""),
+                                       ("--iters", iters, 1, "the number of timed calls"),
+                                       ("--warmup", warmup, 0, "")):
+        require_at_least(flag, value, minimum, note)
     if not (min_seconds >= 0) or min_seconds == float("inf"):
         raise ConfigError(f"--min-seconds {min_seconds} must be a finite number ≥ 0")
     check_threads(threads)
@@ -331,13 +327,11 @@ def _check_transformers_dir(model_dir: Path) -> None:
     dir holds instead and the backend that runs it."""
     if (model_dir / "model.safetensors").is_file() or (model_dir / "pytorch_model.bin").is_file():
         return
-    if (model_dir / "model.onnx").is_file():
-        raise CheckpointError(f"{model_dir} holds an ONNX graph (model.onnx), no model.safetensors, so "
-                              f"transformers cannot load it; use --backend onnxruntime (or auto)")
-    if (model_dir / "model.int8.safetensors").is_file():
-        raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model (model.int8.safetensors), no "
-                              f"model.safetensors, so transformers cannot load it; use --backend torch "
-                              f"(or auto)")
+    from ..hf import deployed_format
+    held = deployed_format(model_dir)
+    if held:
+        raise CheckpointError(f"{model_dir} holds {held[0]}, no model.safetensors, so transformers cannot load "
+                              f"it; use --backend {held[1]} (or auto)")
     raise CheckpointError(f"{model_dir} has no model.safetensors or pytorch_model.bin for transformers; "
                           f"pass a checkpoint dir with FP32 weights")
 
@@ -358,12 +352,10 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
         ``warmup``/``min_seconds`` < 0, ``threads`` outside 1 … 4 × cores, a batch too large for the
         available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
-    from ..hf import read_config
+    from ..hf import check_seq_len, read_config
     check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
     cfg0 = read_config(Path(model_dir))
-    max_pos = cfg0.get("max_position_embeddings", 512) - (2 if cfg0.get("model_type") == "roberta" else 0)
-    if seq_len > max_pos:
-        raise ConfigError(f"--seq-len {seq_len} exceeds the model's {max_pos} positions")
+    check_seq_len(seq_len, cfg0, flag="--seq-len")
     check_memory(cfg0, batch_size, seq_len)
     call, info, cfg = load_runner(model_dir, backend, int8, threads)
     tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"

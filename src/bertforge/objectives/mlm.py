@@ -47,6 +47,7 @@ class MLMPrediction(nn.Module):
         nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
         nn.init.zeros_(self.dense.bias)
         self._embedding: tuple = ()
+        self._logits_buffer = ReusedBuffer()  # scratch memory, not state: never saved
 
     def tie(self, word_embeddings: nn.Embedding) -> None:
         # a tuple keeps the embedding out of this module's state_dict: one parameter, one name
@@ -60,8 +61,6 @@ class MLMPrediction(nn.Module):
         x = self.norm(self.act(self.dense(h)))
         if x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled():
             # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
-            if not hasattr(self, "_logits_buffer"):
-                self._logits_buffer = ReusedBuffer()
             dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
             return _DecoderLinear.apply(x.to(dt), self.decoder_weight.to(dt), self.bias.to(dt),
                                         self._logits_buffer)
@@ -140,27 +139,35 @@ def masked_positions(labels: torch.Tensor) -> torch.Tensor:
 EXP_FLOOR = -87.0
 
 
+def row_slices(n_rows: int, n_cols: int, chunk_bytes: int = 1 << 21):
+    """Yield slices of ``n_rows`` rows, each about ``chunk_bytes`` of FP32 (``n_cols`` per row) so that a
+    chunk stays in the L2 cache."""
+    step = max(1, chunk_bytes // (4 * max(1, n_cols)))
+    for s in range(0, n_rows, step):
+        yield slice(s, min(s + step, n_rows))
+
+
 def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
-    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) and an FP32 copy of them (safe to modify
-    in place), about ``chunk_bytes`` each so a chunk stays in the L2 cache. One buffer serves every chunk
-    (no fresh allocation, hence no page faults, per chunk): use a chunk before asking for the next."""
-    step = max(1, chunk_bytes // (4 * max(1, x.shape[-1])))
-    buf = torch.empty((min(step, x.shape[0]),) + tuple(x.shape[1:]), dtype=torch.float32, device=x.device)
-    for s in range(0, x.shape[0], step):
-        rows = slice(s, s + step)
-        src = x[rows]
-        chunk = buf[: src.shape[0]]
-        chunk.copy_(src)
+    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) (see :func:`row_slices`) and an FP32 copy
+    of them (safe to modify in place). One buffer serves every chunk (no fresh allocation, hence no page
+    faults, per chunk): use a chunk before asking for the next."""
+    buf = None
+    for rows in row_slices(x.shape[0], x.shape[-1], chunk_bytes):
+        if buf is None:
+            buf = torch.empty((rows.stop - rows.start,) + tuple(x.shape[1:]), dtype=torch.float32, device=x.device)
+        chunk = buf[: rows.stop - rows.start]
+        chunk.copy_(x[rows])
         yield rows, chunk
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
-    dtype (exp arguments clamped at :data:`EXP_FLOOR`). Forward saves only the logits and the (N,) log-sum-exp; the gradient softmax − one-hot is rebuilt
-    chunk by chunk in backward and written in the logits' dtype. Under bf16 this never materialises an
+    dtype (exp arguments clamped at :data:`EXP_FLOOR`). Forward saves only the logits and the (N,)
+    log-sum-exp; the gradient softmax − one-hot is rebuilt chunk by chunk in backward and written in the
+    logits' dtype. Under bf16 this never materialises an
     (N, V) FP32 copy, its log-softmax or their gradients (the idea of fused/chunked vocabulary losses, e.g.
     Wijmans et al. 2024 "Cut your losses in large-vocabulary language models"). Also returns, without
-    gradient, whether each row's arg-max is its target (from the same max pass)."""
+    gradient, whether each row's target holds the row maximum (its arg-max, but for exact ties)."""
 
     @staticmethod
     def forward(ctx, logits, target, chunk_bytes: int):
@@ -182,19 +189,18 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_rows, _grad_correct):
         logits, target, lse = ctx.saved_tensors
         grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
-        in_place = logits.dtype == torch.float32  # then each chunk is computed in the gradient itself
-        if in_place:
-            step = max(1, ctx.chunk_bytes // (4 * max(1, logits.shape[-1])))
-            chunks = ((slice(s, s + step), None) for s in range(0, logits.shape[0], step))
-        else:
-            chunks = fp32_row_chunks(logits, ctx.chunk_bytes)
-        for rows, p in chunks:
-            g = grad_rows[rows].float()[:, None]
+        # FP32: each chunk is computed in the gradient itself; otherwise in an FP32 buffer, then cast
+        in_place = logits.dtype == torch.float32
+        buf = None
+        for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
             if in_place:
-                p = torch.sub(logits[rows], lse[rows, None], out=grad[rows])
+                p = grad[rows]
             else:
-                p.sub_(lse[rows, None])
-            p.clamp_(min=EXP_FLOOR).exp_().mul_(g)
+                buf = buf if buf is not None else torch.empty((rows.stop - rows.start, logits.shape[-1]),
+                                                              dtype=torch.float32, device=logits.device)
+                p = buf[: rows.stop - rows.start]
+            g = grad_rows[rows].float()[:, None]
+            torch.sub(logits[rows], lse[rows, None], out=p).clamp_(min=EXP_FLOOR).exp_().mul_(g)
             p.scatter_add_(1, target[rows, None], -g)
             if not in_place:
                 grad[rows] = p
@@ -267,5 +273,5 @@ class MaskedLMHead(nn.Module):
 
 
 __all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
-           "fp32_row_chunks", "ReusedBuffer",
+           "fp32_row_chunks", "row_slices", "ReusedBuffer",
            "IGNORE_INDEX"]
