@@ -136,7 +136,9 @@ def main(argv=None) -> int:
 
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
-    work = Path(args.work or tempfile.mkdtemp(prefix="bench_compress-"))
+    # ~1.5 GB of checkpoints and ONNX files: a temporary dir is removed on exit, even after an error
+    tmp = None if args.work else tempfile.TemporaryDirectory(prefix="bench_compress-")
+    work = Path(args.work or tmp.name)
     t0 = time.time()
     base = build(work / "bert-base", 12, 768, 12, 3072)
     tiny = build(work / "tinybert", 4, 312, 12, 1200)

@@ -16,7 +16,8 @@ from pathlib import Path
 from bertforge.cli import main
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    tmp = None if len(sys.argv) > 1 else tempfile.TemporaryDirectory(prefix="bench-demo-")  # removed on exit
+    out = Path(sys.argv[1] if tmp is None else tmp.name)
     t0 = time.perf_counter()
     rc = main(["demo", "--out", str(out / "demo"), "--no-progress"])
     wall = time.perf_counter() - t0

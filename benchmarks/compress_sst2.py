@@ -3,10 +3,10 @@
 Needs a fine-tuned checkpoint (about 5 min on an idle 2-core CPU):
   bertforge finetune --model minilm --task sst2 --train ../shared/data/glue/SST-2/train.tsv \
       --eval ../shared/data/glue/SST-2/dev.tsv --epochs 1 --max-train-samples 8000 --max-seq-len 64 \
-      --batch-size 32 --out /tmp/p5/sst2-minilm
+      --batch-size 32 --out /tmp/ft2
 
 Then:
-  python benchmarks/compress_sst2.py --model /tmp/p5/sst2-minilm
+  python benchmarks/compress_sst2.py --model /tmp/ft2
 
 Reports FP32, PyTorch dynamic INT8 and ONNX Runtime INT8 dev accuracy (872 sentences), then prunes heads
 iteratively (Michel et al. 2019 importance on 1024 SST-2 *train* sentences not used for fine-tuning,
@@ -36,7 +36,7 @@ if not DATA.is_dir():
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="/tmp/p5/sst2-minilm")
+    ap.add_argument("--model", required=True, help="fine-tuned SST-2 checkpoint dir (see the docstring)")
     ap.add_argument("--importance-samples", type=int, default=1024)
     ap.add_argument("--selection-samples", type=int, default=872,
                     help="further unseen train rows on which the importance normalisation is chosen")
@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     q = bq.quantize_dynamic(model)
     a_torch = acc(q)
     lines.append(f"PyTorch dynamic INT8 accuracy (per-channel)      {100 * a_torch:.2f}  (delta {100 * (a_torch - fp32):+.2f} points)")
-    work = Path(tempfile.mkdtemp(prefix="compress_sst2-"))
+    tmp = tempfile.TemporaryDirectory(prefix="compress_sst2-")  # removed on exit, even after an error
+    work = Path(tmp.name)
     rec = bo.deploy(model, work / "ort-int8", quantize=True)
     a_ort = acc(bo.OrtModel(work / "ort-int8"))
     lines.append(f"ONNX Runtime INT8 accuracy (per-channel)         {100 * a_ort:.2f}  (delta {100 * (a_ort - fp32):+.2f} points; "
