@@ -154,7 +154,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
 
 
 def test_reused_buffer_is_reused_only_when_nothing_shares_it():
-    from bertforge.objectives.mlm import ReusedBuffer
+    from bertforge.models.scratch import ReusedBuffer
     for make_alias in (lambda t: t.detach(), lambda t: t[1:3], lambda t: t.t(), lambda t: t.view(-1)):
         buf = ReusedBuffer()
         a = buf.empty((4, 5), torch.float32, "cpu")
@@ -216,3 +216,87 @@ def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow
     assert torch.equal(correct, x.detach().argmax(-1) == t)
     draws = torch.stack([sample_from_logits(x.detach()) for _ in range(200)])
     assert bool((draws >= v // 2).all())
+
+
+def _plain_torch(mp):
+    """Route every CPU training kernel back to plain PyTorch ops (the independent reference)."""
+    from bertforge.models import attention, embeddings, encoder
+    from bertforge.objectives import mlm
+    mp.setattr(attention, "fused_self_attention", lambda *a, **k: None)
+    mp.setattr(encoder, "_GELU_APPROXIMATE", {})
+    mp.setattr(embeddings, "token_embedding", lambda emb, ids: emb(ids))
+    mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf: F.linear(x, w, b)))
+
+
+@pytest.mark.parametrize("objective,padded,set_to_none", [("mlm", False, True), ("mlm", True, False),
+                                                          ("electra", False, True)])
+def test_training_kernels_equal_plain_torch_over_steps(monkeypatch, objective, padded, set_to_none):
+    """Fused self-attention from the QKV projection, GELU and token-embedding gradients in reused memory and
+    the tied decoder's weight gradient in reused memory: over three steps (memory reused between them, or
+    gradients accumulated without zeroing) loss and every parameter gradient equal plain PyTorch's with the
+    same dropout masks (same seeds), with and without padding, for MLM (tied decoder) and ELECTRA (generator
+    and discriminator share the token embeddings)."""
+    import copy
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    from bertforge.objectives.rtd import ElectraPretrainModel
+    torch.manual_seed(0)
+    kind = "electra" if objective == "electra" else "bert"
+    cfg = ModelConfig(model_type=kind, vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=24, add_pooling_layer=False,
+                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2,
+                      **({"embedding_size": 16} if kind == "electra" else {}))
+    ours = ElectraPretrainModel(cfg) if objective == "electra" else TaskModel(cfg, head="mlm")
+    ref = copy.deepcopy(ours)
+    batches = []
+    for i in range(3):
+        ids = torch.randint(5, 120, (4, 16))
+        am = torch.ones_like(ids)
+        if padded:
+            am[1, 11:] = 0
+            ids[1, 11:] = 0
+        ids[2, 3] = ids[3, 7] = cfg.pad_token_id  # the padding id at attended positions: its row gets no gradient
+        labels = torch.full_like(ids, -100)
+        sel = (torch.rand(ids.shape) < 0.3) & (am == 1)
+        labels[sel] = ids[sel]
+        batches.append({"input_ids": ids, "attention_mask": am, "labels": labels})
+
+    def run(model):
+        model.train()
+        if padded:
+            model.encoder.unpad = False  # the padded (B, T) path with an additive bias
+        losses, grads = [], []
+        for i, batch in enumerate(batches):
+            torch.manual_seed(100 + i)
+            out = model(**batch)
+            out.loss.backward()
+            losses.append(float(out.loss))
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+            if set_to_none:
+                model.zero_grad(set_to_none=True)
+        return losses, grads
+
+    if padded:
+        assert hasattr(ours, "encoder")
+    got = run(ours)
+    with monkeypatch.context() as mp:
+        _plain_torch(mp)
+        want = run(ref)
+    assert got[0] == pytest.approx(want[0], rel=1e-5)
+    for g, w in zip(got[1], want[1]):
+        assert g.keys() == w.keys() and len(g) > 10
+        for name in g:  # relative to the gradient's scale (a tanh-GELU derivative would be ~1e-3 off)
+            err = float((g[name] - w[name]).abs().max() / w[name].abs().max().clamp_min(1e-30))
+            assert err < 2e-5, (name, err)
+
+
+def test_fused_self_attention_applies_only_to_cpu_fp32_training_with_dropout():
+    from bertforge.models.attention import fused_self_attention
+    qkv = torch.randn(2, 5, 24, requires_grad=True)
+    assert fused_self_attention(qkv, 2, None, 0.1) is not None
+    assert fused_self_attention(qkv, 2, None, 0.0) is None  # no dropout: SDPA's fused kernel is faster
+    with torch.no_grad():
+        assert fused_self_attention(qkv, 2, None, 0.1) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_self_attention(qkv, 2, None, 0.1) is None
+    assert fused_self_attention(qkv.double(), 2, None, 0.1) is None

@@ -106,6 +106,78 @@ def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: O
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal)
 
 
+class _SelfAttentionTrainCPU(torch.autograd.Function):
+    """``dropout(softmax(QKᵀ/√d_k + bias))·V`` straight from the fused projection, for CPU training.
+
+    qkv (B, T, 3·heads·d_k) laid out ``[Q; K; V]`` → context (B, T, heads·d_k). Same numbers as
+    :func:`attention_product` (tests), computed head by head with batched GEMMs on strided views of ``qkv``:
+    no head-layout copies of Q/K/V or of the context, 1/√d_k folded into the GEMM, and the Q/K/V gradients
+    written into one (B, T, 3·heads·d_k) tensor instead of being concatenated. Saves ``qkv``, the
+    probabilities (heads, B, T, T) and the 1-byte keep-mask.
+    """
+
+    @staticmethod
+    def forward(ctx, qkv, bias, heads: int, p: float):
+        b, t, width = qkv.shape
+        d = width // (3 * heads)
+        x = qkv.view(b, t, 3, heads, d)
+        alpha = 1.0 / math.sqrt(d)
+        scores = qkv.new_empty(heads, b, t, t)
+        full_bias = None if bias is None else bias.expand(b, heads, t, t)
+        for j in range(heads):
+            out = scores[j]
+            torch.baddbmm(out if full_bias is None else full_bias[:, j], x[:, :, 0, j],
+                          x[:, :, 1, j].transpose(1, 2), beta=0.0 if full_bias is None else 1.0, alpha=alpha,
+                          out=out)
+        probs = torch.softmax(scores, dim=-1)
+        del scores
+        keep, scale = keep_mask((b, heads, t, t), p, qkv.device)  # drawn as attention_product draws it
+        keep = keep.view(torch.uint8).transpose(0, 1)  # (heads, B, T, T) view
+        context = qkv.new_empty(b, t, heads, d)
+        for j in range(heads):
+            torch.baddbmm(context[:, :, j], apply_mask(probs[j], keep[j]), x[:, :, 2, j], beta=0.0, alpha=scale,
+                          out=context[:, :, j])
+        ctx.save_for_backward(qkv, probs, keep)
+        ctx.heads, ctx.alpha, ctx.scale = heads, alpha, scale
+        return context.view(b, t, heads * d)
+
+    @staticmethod
+    def backward(ctx, grad):
+        qkv, probs, keep = ctx.saved_tensors
+        heads, alpha, scale = ctx.heads, ctx.alpha, ctx.scale
+        b, t, width = qkv.shape
+        d = width // (3 * heads)
+        x = qkv.view(b, t, 3, heads, d)
+        g = grad.reshape(b, t, heads, d)
+        gx = qkv.new_empty(b, t, 3, heads, d)
+        gp = torch.empty_like(probs)
+        for j in range(heads):
+            gv = gx[:, :, 2, j]  # ∂/∂V = scale · dropped(P)ᵀ · G
+            torch.baddbmm(gv, apply_mask(probs[j], keep[j]).transpose(1, 2), g[:, :, j], beta=0.0, alpha=scale,
+                          out=gv)
+            torch.baddbmm(gp[j], g[:, :, j], x[:, :, 2, j].transpose(1, 2), beta=0.0, alpha=scale, out=gp[j])
+        gp.mul_(keep)  # ∂/∂P (dropout backward)
+        gs = torch._softmax_backward_data(gp, probs, -1, probs.dtype)  # ∂/∂scores
+        del gp
+        for j in range(heads):
+            gq, gk = gx[:, :, 0, j], gx[:, :, 1, j]
+            torch.baddbmm(gq, gs[j], x[:, :, 1, j], beta=0.0, alpha=alpha, out=gq)
+            torch.baddbmm(gk, gs[j].transpose(1, 2), x[:, :, 0, j], beta=0.0, alpha=alpha, out=gk)
+        return gx.view(b, t, width), None, None, None
+
+
+def fused_self_attention(qkv: torch.Tensor, heads: int, bias: Optional[torch.Tensor], dropout_p: float
+                         ) -> Optional[torch.Tensor]:
+    """Self-attention context (B, T, heads·d_k) from the fused projection ``qkv`` (B, T, 3·heads·d_k), or
+    ``None`` when the fused CPU training kernel does not apply (not CPU FP32, no dropout, or autocast on);
+    the caller then takes :func:`attention_product`. ``bias`` broadcastable to (B, heads, T, T), additive."""
+    if (dropout_p <= 0.0 or qkv.device.type != "cpu" or qkv.dtype != torch.float32 or qkv.dim() != 3
+            or torch.is_autocast_enabled("cpu") or not torch.is_grad_enabled()
+            or (bias is not None and bias.dtype != qkv.dtype)):
+        return None
+    return _SelfAttentionTrainCPU.apply(qkv, bias, heads, dropout_p)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with output projection.
 
@@ -148,7 +220,12 @@ class MultiHeadAttention(nn.Module):
             k, v = self.kv(key_value_states).split(inner, dim=-1)
             k, v = self._split(k), self._split(v)
         else:
-            q, k, v = self.qkv(hidden_states).split(inner, dim=-1)
+            qkv = self.qkv(hidden_states)
+            if not (explicit or head_gates is not None or is_causal) and self.training:
+                ctx = fused_self_attention(qkv, self.num_heads, bias, self.dropout.p)
+                if ctx is not None:  # values (B, heads, T, d_k) as a view, for callers that read them
+                    return self.out(ctx), None, None, self._split(qkv[..., 2 * inner:])
+            q, k, v = qkv.split(inner, dim=-1)
             q, k, v = self._split(q), self._split(k), self._split(v)
         p_drop = self.dropout.p if self.training else 0.0
         probs = scores = None

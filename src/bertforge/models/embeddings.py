@@ -16,6 +16,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .dropout import Dropout
+from .scratch import ReusedBuffer
 
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
@@ -30,6 +31,38 @@ def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : dim // 2])
     return pe.float()
+
+
+_EMBEDDING_GRAD = ReusedBuffer()  # the token-embedding gradient of the previous step, once freed
+
+
+class _TokenLookup(torch.autograd.Function):
+    """``F.embedding(ids, weight, padding_idx)`` whose (V, E) weight gradient is built in reused memory
+    (zeroed, then ``index_add_`` of the (B·T, E) output gradient; the padding row stays 0) — the same values
+    as ``embedding_dense_backward``, without page-faulting a fresh V×E block every step."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx):
+        ctx.save_for_backward(ids)
+        ctx.shape, ctx.padding_idx = weight.shape, padding_idx
+        return torch.nn.functional.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        gw = _EMBEDDING_GRAD.empty(ctx.shape, grad.dtype, grad.device).zero_()
+        gw.index_add_(0, ids.reshape(-1), grad.reshape(-1, ctx.shape[1]))
+        if ctx.padding_idx is not None:
+            gw[ctx.padding_idx] = 0
+        return None, gw, None
+
+
+def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    """``emb(ids)`` (B, T) → (B, T, E); when training on CPU the weight gradient uses :class:`_TokenLookup`."""
+    if (torch.is_grad_enabled() and emb.weight.requires_grad and emb.weight.device.type == "cpu"
+            and not emb.sparse and emb.max_norm is None and not emb.scale_grad_by_freq):
+        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx)
+    return emb(ids)
 
 
 class Embeddings(nn.Module):
@@ -68,7 +101,7 @@ class Embeddings(nn.Module):
                 inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
-        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = token_embedding(self.word_embeddings, input_ids) if inputs_embeds is None else inputs_embeds
         x = x + self.position_embeddings(position_ids)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:

@@ -17,9 +17,10 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention, attention_product, get_activation, padding_mask_bias
+from .attention import MultiHeadAttention, _gelu_new, attention_product, get_activation, padding_mask_bias
 from .dropout import Dropout
 from .embeddings import Embeddings, init_weights
+from .scratch import ReusedBuffer
 
 
 @dataclass
@@ -82,11 +83,32 @@ class FeedForward(nn.Module):
         if not torch.is_grad_enabled() and self.act in _IN_PLACE and not torch.jit.is_tracing() \
                 and not torch.onnx.is_in_onnx_export():  # eager inference: no graph to keep, so the
             return self.output(_IN_PLACE[self.act](h))  # activation reuses h (no fresh T×I buffer)
+        if torch.is_grad_enabled() and h.device.type == "cpu" and self.act in _GELU_APPROXIMATE:
+            return self.output(_GELUTrainCPU.apply(h, _GELU_APPROXIMATE[self.act]))
         return self.output(self.act(h))
 
 
 #: in-place forms of activations, used when no autograd graph is recorded (same values)
 _IN_PLACE = {F.gelu: torch.ops.aten.gelu_, F.relu: torch.relu_}
+_GELU_APPROXIMATE = {F.gelu: "none", _gelu_new: "tanh"}
+_GELU_GRAD = ReusedBuffer()  # the (B, T, I) GELU input gradient; free again once the W₁ backward used it
+
+
+class _GELUTrainCPU(torch.autograd.Function):
+    """GELU (exact erf, or the tanh form) whose input gradient is written into reused memory: same values as
+    ``F.gelu``'s backward (``gelu_backward``), without page-faulting a fresh (B, T, I) block per layer."""
+
+    @staticmethod
+    def forward(ctx, x, approximate: str):
+        ctx.save_for_backward(x)
+        ctx.approximate = approximate
+        return F.gelu(x, approximate=approximate)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        out = _GELU_GRAD.empty(x.shape, grad.dtype, grad.device)
+        return torch.ops.aten.gelu_backward.grad_input(grad, x, approximate=ctx.approximate, grad_input=out), None
 
 
 class EncoderLayer(nn.Module):

@@ -15,7 +15,6 @@ Weight names per family (so saved dirs load in ``transformers``): bert ``cls.pre
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import register_head
+from ..models.scratch import ReusedBuffer
 from ..train.distributed import target_normalizer
 
 IGNORE_INDEX = -100
@@ -67,32 +67,6 @@ class MLMPrediction(nn.Module):
         return F.linear(x, self.decoder_weight, self.bias)
 
 
-def _storage_unshared(t: torch.Tensor) -> bool:
-    use_count = getattr(torch._C, "_storage_Use_Count", None)  # absent in some builds: then never reuse
-    # 2 = ``t`` itself + the temporary storage object of this call
-    return use_count is not None and use_count(t.untyped_storage()._cdata) <= 2
-
-
-class ReusedBuffer:
-    """Scratch memory handed out again once nothing — no tensor, view, detached alias or autograd saved
-    tensor — still shares it (checked with the storage's reference count); otherwise a fresh tensor.
-
-    Why: a fresh large CPU tensor is page-faulted in on first touch. This VM charges ~1 µs per 4 KB page,
-    20–30 ms for the (617, 30522) FP32 logits of one MLM step — more than the arithmetic that fills them.
-    ``empty(shape, dtype, device)`` → uninitialised tensor of ``shape``."""
-
-    def __init__(self):
-        self._buf: Optional[torch.Tensor] = None
-
-    def empty(self, shape, dtype, device) -> torch.Tensor:
-        n = math.prod(shape)
-        b = self._buf
-        if (b is None or b.numel() < n or b.dtype != dtype or b.device != torch.device(device)
-                or not _storage_unshared(b)):
-            b = self._buf = torch.empty(n, dtype=dtype, device=device)
-        return b[:n].view(shape)
-
-
 class _DecoderLinear(torch.autograd.Function):
     """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) → (N, V)) written into a :class:`ReusedBuffer`;
     gradients as ``F.linear``'s."""
@@ -108,7 +82,9 @@ class _DecoderLinear(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
         gx = grad @ weight if ctx.needs_input_grad[0] else None
-        gw = grad.t() @ x if ctx.needs_input_grad[1] else None
+        gw = None
+        if ctx.needs_input_grad[1]:  # (V, E): becomes (or is added to) weight.grad; reused once that is freed
+            gw = torch.mm(grad.t(), x, out=_DECODER_GRAD_BUFFER.empty(weight.shape, grad.dtype, grad.device))
         gb = grad.sum(0) if ctx.needs_input_grad[2] else None
         return gx, gw, gb, None
 
@@ -207,6 +183,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return grad, None, None
 
 
+_DECODER_GRAD_BUFFER = ReusedBuffer()  # the tied decoder's weight gradient of the previous step, once freed
 _CE_GRAD_BUFFER = ReusedBuffer()  # the (N, V) logits gradient of the previous step, once freed
 
 
