@@ -56,6 +56,26 @@ def test_dropout_expectation_gradient_eval_and_seed():
         keep_mask((3,), 1.2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_float_mask_and_byte_mask_paths_agree_bit_for_bit(dtype):
+    """FP32/FP64 dropout multiplies by a 0-or-scale float mask, bf16 by the 1-byte mask then the scale; the
+    float mask is the byte mask times the scale (same seed), and each path's output is exactly
+    x·keep·scale with the keep drawn by keep_mask."""
+    from bertforge.models.dropout import scaled_keep_mask
+    torch.manual_seed(3)
+    keep, scale = keep_mask((64, 33), 0.2)
+    torch.manual_seed(3)
+    m = scaled_keep_mask((64, 33), 0.2, torch.float64)
+    assert torch.equal(m, keep.double() * scale)
+    x = torch.randn(64, 33).to(dtype).requires_grad_()
+    torch.manual_seed(3)
+    y = dropout(x, 0.2)
+    want = (x.detach() * keep.to(dtype)) * scale
+    assert y.dtype == dtype and torch.equal(y.detach(), want)
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad, (keep.to(dtype) * scale).to(dtype))
+
+
 def test_attention_product_with_dropout_equals_hand_computation_with_the_same_mask():
     torch.manual_seed(2)
     q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .dropout import Dropout, apply_mask, dropout, keep_mask
+from .dropout import Dropout, apply_mask, dropout, keep_mask, scaled_keep_mask
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +113,7 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
     :func:`attention_product` (tests), computed head by head with batched GEMMs on strided views of ``qkv``:
     no head-layout copies of Q/K/V or of the context, 1/√d_k folded into the GEMM, and the Q/K/V gradients
     written into one (B, T, 3·heads·d_k) tensor instead of being concatenated. Saves ``qkv``, the
-    probabilities (heads, B, T, T) and the 1-byte keep-mask.
+    probabilities (heads, B, T, T) and the float dropout mask (0 or 1/(1−p), see ``scaled_keep_mask``).
     """
 
     @staticmethod
@@ -131,20 +131,19 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
                           out=out)
         probs = torch.softmax(scores, dim=-1)
         del scores
-        keep, scale = keep_mask((b, heads, t, t), p, qkv.device)  # drawn as attention_product draws it
-        keep = keep.view(torch.uint8).transpose(0, 1)  # (heads, B, T, T) view
+        # 0 / (1 − p)⁻¹ per element, drawn as attention_product draws its mask; (heads, B, T, T) view
+        mask = scaled_keep_mask((b, heads, t, t), p, qkv.dtype).transpose(0, 1)
         context = qkv.new_empty(b, t, heads, d)
         for j in range(heads):
-            torch.baddbmm(context[:, :, j], apply_mask(probs[j], keep[j]), x[:, :, 2, j], beta=0.0, alpha=scale,
-                          out=context[:, :, j])
-        ctx.save_for_backward(qkv, probs, keep)
-        ctx.heads, ctx.alpha, ctx.scale = heads, alpha, scale
+            torch.bmm(probs[j] * mask[j], x[:, :, 2, j], out=context[:, :, j])
+        ctx.save_for_backward(qkv, probs, mask)
+        ctx.heads, ctx.alpha = heads, alpha
         return context.view(b, t, heads * d)
 
     @staticmethod
     def backward(ctx, grad):
-        qkv, probs, keep = ctx.saved_tensors
-        heads, alpha, scale = ctx.heads, ctx.alpha, ctx.scale
+        qkv, probs, mask = ctx.saved_tensors
+        heads, alpha = ctx.heads, ctx.alpha
         b, t, width = qkv.shape
         d = width // (3 * heads)
         x = qkv.view(b, t, 3, heads, d)
@@ -152,11 +151,9 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
         gx = qkv.new_empty(b, t, 3, heads, d)
         gp = torch.empty_like(probs)
         for j in range(heads):
-            gv = gx[:, :, 2, j]  # ∂/∂V = scale · dropped(P)ᵀ · G
-            torch.baddbmm(gv, apply_mask(probs[j], keep[j]).transpose(1, 2), g[:, :, j], beta=0.0, alpha=scale,
-                          out=gv)
-            torch.baddbmm(gp[j], g[:, :, j], x[:, :, 2, j].transpose(1, 2), beta=0.0, alpha=scale, out=gp[j])
-        gp.mul_(keep)  # ∂/∂P (dropout backward)
+            torch.bmm((probs[j] * mask[j]).transpose(1, 2), g[:, :, j], out=gx[:, :, 2, j])  # ∂/∂V = dropped(P)ᵀG
+            torch.bmm(g[:, :, j], x[:, :, 2, j].transpose(1, 2), out=gp[j])
+        gp.mul_(mask)  # ∂/∂P (dropout backward)
         gs = torch._softmax_backward_data(gp, probs, -1, probs.dtype)  # ∂/∂scores
         del gp
         for j in range(heads):

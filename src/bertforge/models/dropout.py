@@ -51,10 +51,39 @@ def keep_mask(shape, p: float, device=None) -> tuple:
     return _uniform_int16(shape, device) >= t - (1 << 15), MASK_LEVELS / (MASK_LEVELS - t)
 
 
+def scaled_keep_mask(shape, p: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The keep-mask of :func:`keep_mask` (same draws from the same seed) as a CPU float tensor of ``dtype``
+    holding 0 or the scale 1 / (1 − p′): dropout is then one multiply, forward and backward. torch's CPU
+    ``float × uint8`` first casts the mask to float in a separate pass, so 4 bytes per element buy ~3× less
+    time than 1; use it for FP32/FP64 (in bf16/fp16 the scale would be rounded).
+
+    Raises:
+        ValueError: p outside [0, 1).
+    """
+    t = _threshold(p)
+    mask = torch.empty(torch.Size(shape), dtype=dtype)
+    torch.ge(_uniform_int16(shape), t - (1 << 15), out=mask)
+    return mask.mul_(MASK_LEVELS / (MASK_LEVELS - t))
+
+
 def apply_mask(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """x · keep for a bool ``keep``, multiplied as uint8 (torch's CPU kernel for float × uint8 is vectorised
     and ~2× faster than float × bool or ``torch.where``; the values are identical)."""
     return torch.mul(x, keep.view(torch.uint8) if keep.dtype == torch.bool else keep)
+
+
+class _ScaledMask(torch.autograd.Function):
+    """y = x · m for a float mask m of 0 / scale values; ∂y/∂x = m (FP32 / FP64 inputs)."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
 
 
 class _MaskedScale(torch.autograd.Function):
@@ -78,6 +107,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if p >= 1.0 or x.device.type != "cpu":
         return F.dropout(x, p, training)
+    if x.dtype in (torch.float32, torch.float64):
+        return _ScaledMask.apply(x, scaled_keep_mask(x.shape, p, x.dtype))
     keep, scale = keep_mask(x.shape, p, x.device)
     return _MaskedScale.apply(x, keep, scale)
 
@@ -89,4 +120,4 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-__all__ = ["MASK_LEVELS", "Dropout", "apply_mask", "dropout", "keep_mask"]
+__all__ = ["MASK_LEVELS", "Dropout", "apply_mask", "dropout", "keep_mask", "scaled_keep_mask"]
