@@ -106,6 +106,13 @@ def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: O
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal)
 
 
+def _bmm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tmp: torch.Tensor, alpha: float = 1.0):
+    """out = alpha · a @ b for a strided ``out`` (B, M, N): computed in the contiguous ``tmp`` and copied (with
+    a non-contiguous result torch's CPU batched GEMM falls back to one small GEMM per batch entry)."""
+    torch.baddbmm(tmp, a, b, beta=0.0, alpha=alpha, out=tmp)
+    out.copy_(tmp)
+
+
 class _SelfAttentionTrainCPU(torch.autograd.Function):
     """``dropout(softmax(QKᵀ/√d_k + bias))·V`` straight from the fused projection, for CPU training.
 
@@ -134,8 +141,9 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
         # 0 / (1 − p)⁻¹ per element, drawn as attention_product draws its mask; (heads, B, T, T) view
         mask = scaled_keep_mask((b, heads, t, t), p, qkv.dtype).transpose(0, 1)
         context = qkv.new_empty(b, t, heads, d)
+        tmp = qkv.new_empty(b, t, d)
         for j in range(heads):
-            torch.bmm(probs[j] * mask[j], x[:, :, 2, j], out=context[:, :, j])
+            _bmm_into(context[:, :, j], probs[j] * mask[j], x[:, :, 2, j], tmp)
         ctx.save_for_backward(qkv, probs, mask)
         ctx.heads, ctx.alpha = heads, alpha
         return context.view(b, t, heads * d)
@@ -150,16 +158,16 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
         g = grad.reshape(b, t, heads, d)
         gx = qkv.new_empty(b, t, 3, heads, d)
         gp = torch.empty_like(probs)
+        tmp = qkv.new_empty(b, t, d)
         for j in range(heads):
-            torch.bmm((probs[j] * mask[j]).transpose(1, 2), g[:, :, j], out=gx[:, :, 2, j])  # ∂/∂V = dropped(P)ᵀG
+            _bmm_into(gx[:, :, 2, j], (probs[j] * mask[j]).transpose(1, 2), g[:, :, j], tmp)  # ∂/∂V = dropped(P)ᵀG
             torch.bmm(g[:, :, j], x[:, :, 2, j].transpose(1, 2), out=gp[j])
         gp.mul_(mask)  # ∂/∂P (dropout backward)
         gs = torch._softmax_backward_data(gp, probs, -1, probs.dtype)  # ∂/∂scores
         del gp
         for j in range(heads):
-            gq, gk = gx[:, :, 0, j], gx[:, :, 1, j]
-            torch.baddbmm(gq, gs[j], x[:, :, 1, j], beta=0.0, alpha=alpha, out=gq)
-            torch.baddbmm(gk, gs[j].transpose(1, 2), x[:, :, 0, j], beta=0.0, alpha=alpha, out=gk)
+            _bmm_into(gx[:, :, 0, j], gs[j], x[:, :, 1, j], tmp, alpha)  # ∂/∂Q
+            _bmm_into(gx[:, :, 1, j], gs[j].transpose(1, 2), x[:, :, 0, j], tmp, alpha)  # ∂/∂K
         return gx.view(b, t, width), None, None, None
 
 
