@@ -356,6 +356,15 @@ def test_cli_label_free_prune_export_quantize_bench(tiny_dir, tmp_path, capsys):
                   "gflops_per_seq", "achieved_gflop_per_s", "threads", "cpu_flags"):
             assert k in r, k
         assert r["precision"] == ("fp32" if args[1].endswith("o") else "int8")
+    # a checkpoint benched on onnxruntime is exported on the fly; the temporary export is not left behind
+    import glob
+    import tempfile
+    before = set(glob.glob(f"{tempfile.gettempdir()}/bertforge-bench-*"))
+    assert main(["bench", "--model", str(tmp_path / "p"), "--backend", "onnxruntime", "--seq-len", "32",
+                 "--iters", "3", "--warmup", "1"]) == 0
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["exported_on_the_fly"] and r["precision"] == "fp32"
+    assert set(glob.glob(f"{tempfile.gettempdir()}/bertforge-bench-*")) == before
 
 
 def test_cli_errors_are_one_line(tiny_dir, tmp_path, capsys):

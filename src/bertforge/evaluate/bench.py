@@ -260,6 +260,9 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         info["parameters"] = int(sum(int(np.prod(t.dims)) for t in g.initializer if len(t.dims) > 0))
         info["precision"] = "int8" if any(n.op_type in _INT8_OPS for n in g.node) else "fp32"
         info["threads"] = threads or torch.get_num_threads()
+        if tmpdir is not None:  # the session holds the graph in memory: the on-the-fly export is not kept
+            import shutil
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
         def call(x):
             return sess.run(None, {n: x[n].numpy() for n in names})
