@@ -320,3 +320,4 @@ def test_fused_self_attention_applies_only_to_cpu_fp32_training_with_dropout():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert fused_self_attention(qkv, 2, None, 0.1) is None
     assert fused_self_attention(qkv.double(), 2, None, 0.1) is None
+    assert fused_self_attention(qkv.transpose(0, 1), 2, None, 0.1) is None

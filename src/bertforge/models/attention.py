@@ -174,10 +174,10 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
 def fused_self_attention(qkv: torch.Tensor, heads: int, bias: Optional[torch.Tensor], dropout_p: float
                          ) -> Optional[torch.Tensor]:
     """Self-attention context (B, T, heads·d_k) from the fused projection ``qkv`` (B, T, 3·heads·d_k), or
-    ``None`` when the fused CPU training kernel does not apply (not CPU FP32, no dropout, or autocast on);
-    the caller then takes :func:`attention_product`. ``bias`` broadcastable to (B, heads, T, T), additive."""
+    ``None`` when the fused CPU training kernel does not apply (not a contiguous CPU FP32 tensor, no dropout,
+    no autograd, or autocast on); the caller then takes :func:`attention_product`. ``bias`` broadcastable to (B, heads, T, T), additive."""
     if (dropout_p <= 0.0 or qkv.device.type != "cpu" or qkv.dtype != torch.float32 or qkv.dim() != 3
-            or torch.is_autocast_enabled("cpu") or not torch.is_grad_enabled()
+            or not qkv.is_contiguous() or torch.is_autocast_enabled("cpu") or not torch.is_grad_enabled()
             or (bias is not None and bias.dtype != qkv.dtype)):
         return None
     return _SelfAttentionTrainCPU.apply(qkv, bias, heads, dropout_p)
