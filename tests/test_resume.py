@@ -232,3 +232,19 @@ def test_ddp_resume_restores_every_ranks_rng(setup):
     assert r.returncode == 0, r.stderr[-3000:]
     again = load_weights(out / "model.safetensors")
     assert all(torch.equal(final[k], again[k]) for k in final)
+
+
+def test_resume_with_more_steps_says_the_schedule_is_recomputed(setup, tmp_path):
+    """Resuming with a larger --max-steps continues from the checkpoint, and says once that the learning-rate
+    schedule now spans the new total (the rate jumps), so it is not one longer run."""
+    d, ckpt, train, ref = setup
+    out = tmp_path / "more"
+    shutil.copytree(ref, out)
+    r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", STEPS + 3))
+    assert r.returncode == 0, r.stderr
+    notes = [x for x in r.stderr.splitlines() if "schedule is recomputed" in x]
+    assert len(notes) == 1 and f"planned for {STEPS} steps as one of {STEPS + 3}" in notes[0]
+    steps = [m["step"] for m in read_metrics(out) if "loss" in m]
+    assert steps == sorted(set(steps)) and steps[-1] == STEPS + 3
+    r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", STEPS + 3))
+    assert r.returncode == 0 and "schedule is recomputed" not in r.stderr  # same plan: no note

@@ -39,6 +39,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -279,6 +280,7 @@ class Trainer:
                 "global_micro_batch": self.global_micro,
                 "n_examples": self.n_examples, "batch_size": self.cfg.batch_size,
                 "grad_accum_steps": self.cfg.grad_accum_steps, "steps_per_epoch": self.steps_per_epoch,
+                "total_steps": self.total_steps,
                 "running": {k: [float(s), int(c)] for k, (s, c) in
                             _reduce(self._running, self.ctx).items()}}
 
@@ -403,6 +405,12 @@ class Trainer:
         else:  # single-state format of earlier checkpoints
             _set_rng_state_portable(rng)
         self.step, self.best, self.best_step = state["step"], state["best"], state["best_step"]
+        planned = state.get("total_steps")
+        if planned is not None and planned != self.total_steps and self.is_main:
+            print(f"bertforge: resuming at step {self.step} a run planned for {planned} steps as one of "
+                  f"{self.total_steps}: the learning-rate schedule is recomputed over {self.total_steps} steps "
+                  f"(the rate jumps), so this is not the same as one run of {self.total_steps} steps",
+                  file=sys.stderr)
         run = state.get("running") or {}
         # rank 0 carries the reduced sums of the interrupted log window; the others start at zero
         self._running = {k: ((s, c) if self.is_main else (0.0, 0)) for k, (s, c) in run.items()}
