@@ -65,6 +65,10 @@ def torchrun_cmd(nproc: int, *args) -> list:
 
 
 def run(cmd: list, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    if "torch.distributed.run" in cmd and "TMPDIR" not in env:  # torchrun's torchelastic_* dirs go away after
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="bertforge-torchrun-") as tmp:
+            return run(cmd, timeout, TMPDIR=tmp, **env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=cli_env(**env),
                           cwd=str(REPO))
 
