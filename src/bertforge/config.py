@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import re
 import typing
@@ -239,17 +240,13 @@ def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
     if base is Any:
         return value
     if base is bool:
-        if isinstance(raw, str):
-            word = raw.strip().lower()
-            if word in _BOOL_WORDS:
-                return _BOOL_WORDS[word]
-            raise bad("true/false (also yes/no, 1/0)")
-        if isinstance(value, bool):
+        text = raw if isinstance(raw, str) else value if isinstance(value, str) else None
+        if text is not None and text.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[text.strip().lower()]
+        if text is None and isinstance(value, bool):
             return value
-        if isinstance(value, int) and value in (0, 1):
+        if text is None and isinstance(value, int) and value in (0, 1):
             return bool(value)
-        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
-            return _BOOL_WORDS[value.strip().lower()]
         raise bad("true/false (also yes/no, 1/0)")
     if base is int:
         if isinstance(value, bool):
@@ -284,7 +281,9 @@ def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=None)
 def _section_types(cls) -> dict:
+    """Resolved field annotations of a recipe section's dataclass (computed once per class)."""
     return typing.get_type_hints(cls)
 
 
@@ -301,11 +300,10 @@ def _build_section(name: str, cls, values: dict):
     types = _section_types(cls)
     vals = {k: check_value(f"{name}.{k}", v, types[k]) for k, v in values.items()}
     if "adam_betas" in vals:
-        betas = vals["adam_betas"]
+        betas = tuple(vals["adam_betas"])
         if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas):
             raise ConfigError(f"{name}.adam_betas={list(betas)}: expected two numbers, e.g. [0.9,0.999]")
-    if "adam_betas" in vals:
-        vals["adam_betas"] = tuple(vals["adam_betas"])
+        vals["adam_betas"] = betas
     return cls(**vals)
 
 

@@ -89,17 +89,17 @@ def check_args(args) -> None:
         raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
 
 
-def check_seq_len(max_seq_len, cfg: dict) -> int:
+def resolve_seq_len(max_seq_len, cfg: dict) -> int:
     """The sequence length to use: ``--max-seq-len`` when given (it must fit the model's position table;
     RoBERTa: 2 positions fewer), else 128 (or the model's positions, if fewer).
 
     Raises:
         ConfigError: ``--max-seq-len`` beyond the model's positions.
     """
-    from ..hf import check_seq_len as check_positions, token_positions
+    from ..hf import check_seq_len, token_positions
     if max_seq_len is None:
         return min(128, token_positions(cfg))
-    check_positions(max_seq_len, cfg)
+    check_seq_len(max_seq_len, cfg)
     return max_seq_len
 
 
@@ -226,7 +226,7 @@ def run(args) -> int:
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite)
     cfg = read_config(model_dir)
-    args.max_seq_len = check_seq_len(args.max_seq_len, cfg)
+    args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
     model = load_pretrained(model_dir).eval()
     if args.magnitude is None and not args.data:
@@ -300,4 +300,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "check_args", "check_seq_len", "np"]
+__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "check_args", "resolve_seq_len", "np"]

@@ -141,8 +141,9 @@ def _mask_for_mlm(batch: dict, mask_token_id: int, special_ids: Iterable[int], g
     return b
 
 
-def has_mlm_head(model) -> bool:
-    """Whether ``model`` predicts (B, T, vocab) masked-LM logits (heads ``mlm``, ``mlm_nsp`` …)."""
+def _has_mlm_loss(model) -> bool:
+    """Whether ``model``'s head computes a masked-LM loss (``mlm``, ``mlm_nsp``, ``mlm_sop``, ``mlm_sbo``) —
+    wider than :func:`bertforge.distill.distiller.has_mlm_head`, which asks for a ``ForMaskedLM`` head."""
     return str(getattr(model, "head_name", "") or "").startswith("mlm")
 
 
@@ -154,15 +155,14 @@ def check_loss(model, loss: str) -> None:
     """
     if loss not in LOSSES:
         raise ConfigError(f"--loss {loss!r}; choose one of {', '.join(LOSSES)}")
-    if loss == "mlm" and not has_mlm_head(model):
+    if loss == "mlm" and not _has_mlm_loss(model):
         head = getattr(model, "head_name", None) or "base"
         raise ConfigError(f"--loss mlm needs a model with an MLM head (this one has head {head!r}); use "
                           f"--loss task (labelled data) or fisher")
 
 
 def resolve_loss(model, batch: dict, loss: str) -> str:
-    if loss not in LOSSES:
-        raise ConfigError(f"--loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    """The loss ``auto`` stands for on ``batch`` (``loss`` already passed :func:`check_loss`)."""
     if loss != "auto":
         return loss
     return "task" if ("labels" in batch and model.head is not None) else "fisher"
@@ -499,5 +499,5 @@ def count_parameters(model) -> int:
 
 
 __all__ = ["compute_importance", "prune_heads", "prune_ffn", "iterative_prune", "magnitude_prune",
-           "magnitude_targets", "check_loss", "has_mlm_head", "reachable_head_fraction",
+           "magnitude_targets", "check_loss", "reachable_head_fraction",
            "lowest", "head_counts", "ffn_sizes", "math"]

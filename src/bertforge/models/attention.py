@@ -160,7 +160,8 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
         gp = torch.empty_like(probs)
         tmp = qkv.new_empty(b, t, d)
         for j in range(heads):
-            _bmm_into(gx[:, :, 2, j], (probs[j] * mask[j]).transpose(1, 2), g[:, :, j], tmp)  # ∂/∂V = dropped(P)ᵀG
+            # ∂/∂V = dropped(P)ᵀ G
+            _bmm_into(gx[:, :, 2, j], (probs[j] * mask[j]).transpose(1, 2), g[:, :, j], tmp)
             torch.bmm(g[:, :, j], x[:, :, 2, j].transpose(1, 2), out=gp[j])
         gp.mul_(mask)  # ∂/∂P (dropout backward)
         gs = torch._softmax_backward_data(gp, probs, -1, probs.dtype)  # ∂/∂scores
@@ -175,7 +176,8 @@ def fused_self_attention(qkv: torch.Tensor, heads: int, bias: Optional[torch.Ten
                          ) -> Optional[torch.Tensor]:
     """Self-attention context (B, T, heads·d_k) from the fused projection ``qkv`` (B, T, 3·heads·d_k), or
     ``None`` when the fused CPU training kernel does not apply (not a contiguous CPU FP32 tensor, no dropout,
-    no autograd, or autocast on); the caller then takes :func:`attention_product`. ``bias`` broadcastable to (B, heads, T, T), additive."""
+    no autograd, or autocast on); the caller then takes :func:`attention_product`. ``bias``: additive,
+    broadcastable to (B, heads, T, T)."""
     if (dropout_p <= 0.0 or qkv.device.type != "cpu" or qkv.dtype != torch.float32 or qkv.dim() != 3
             or not qkv.is_contiguous() or torch.is_autocast_enabled("cpu") or not torch.is_grad_enabled()
             or (bias is not None and bias.dtype != qkv.dtype)):

@@ -68,37 +68,27 @@ def scaled_keep_mask(shape, p: float, dtype: torch.dtype = torch.float32) -> tor
 
 def apply_mask(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """x · keep for a bool ``keep``, multiplied as uint8 (torch's CPU kernel for float × uint8 is vectorised
-    and ~2× faster than float × bool or ``torch.where``; the values are identical)."""
+    and ~2× faster than float × bool or ``torch.where``; the values are identical); a uint8 or float mask
+    is multiplied as it is."""
     return torch.mul(x, keep.view(torch.uint8) if keep.dtype == torch.bool else keep)
 
 
-class _ScaledMask(torch.autograd.Function):
-    """y = x · m for a float mask m of 0 / scale values; ∂y/∂x = m (FP32 / FP64 inputs)."""
+class _MaskedScale(torch.autograd.Function):
+    """y = x · mask · scale; ∂y/∂x = mask · scale. ``mask`` is either the 1-byte keep-mask of :func:`keep_mask`
+    with its ``scale``, or the float 0-or-scale mask of :func:`scaled_keep_mask` with ``scale`` = 1."""
 
     @staticmethod
-    def forward(ctx, x, mask):
+    def forward(ctx, x, mask, scale: float):
         ctx.save_for_backward(mask)
-        return x * mask
+        ctx.scale = scale
+        y = apply_mask(x, mask)
+        return y if scale == 1.0 else y.mul_(scale)
 
     @staticmethod
     def backward(ctx, grad):
         (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
-class _MaskedScale(torch.autograd.Function):
-    """y = x · keep · scale; ∂y/∂x = keep · scale (the mask is saved as 1 byte per element)."""
-
-    @staticmethod
-    def forward(ctx, x, keep, scale: float):
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return apply_mask(x, keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return apply_mask(grad, keep).mul_(ctx.scale), None, None
+        g = apply_mask(grad, mask)
+        return (g if ctx.scale == 1.0 else g.mul_(ctx.scale)), None, None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -108,7 +98,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if p >= 1.0 or x.device.type != "cpu":
         return F.dropout(x, p, training)
     if x.dtype in (torch.float32, torch.float64):
-        return _ScaledMask.apply(x, scaled_keep_mask(x.shape, p, x.dtype))
+        return _MaskedScale.apply(x, scaled_keep_mask(x.shape, p, x.dtype), 1.0)
     keep, scale = keep_mask(x.shape, p, x.device)
     return _MaskedScale.apply(x, keep, scale)
 

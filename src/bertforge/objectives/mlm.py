@@ -123,17 +123,26 @@ def row_slices(n_rows: int, n_cols: int, chunk_bytes: int = 1 << 21):
         yield slice(s, min(s + step, n_rows))
 
 
-def fp32_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
-    """Yield ``(rows, chunk)``: a slice of the rows of ``x`` (N, V) (see :func:`row_slices`) and an FP32 copy
-    of them (safe to modify in place). One buffer serves every chunk (no fresh allocation, hence no page
-    faults, per chunk): use a chunk before asking for the next."""
+def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
+    """Yield ``(rows, chunk, m)``: a slice of the rows of ``x`` (N, V) (see :func:`row_slices`), the FP32
+    chunk ``x[rows] − m`` (safe to modify in place) and ``m`` (r,) FP32, the row maxima. One buffer serves
+    every chunk (no fresh allocation, hence no page faults, per chunk): use a chunk before asking for the
+    next. FP32 ``x`` is subtracted straight into the buffer; other dtypes are copied to FP32 first (torch's
+    ``amax`` is ~1.7× slower on bf16 rows than on FP32 ones). Maxima are taken without indices (torch's
+    max-with-indices kernel is ~10× slower here)."""
     buf = None
     for rows in row_slices(x.shape[0], x.shape[-1], chunk_bytes):
+        part = x[rows]
         if buf is None:
-            buf = torch.empty((rows.stop - rows.start,) + tuple(x.shape[1:]), dtype=torch.float32, device=x.device)
-        chunk = buf[: rows.stop - rows.start]
-        chunk.copy_(x[rows])
-        yield rows, chunk
+            buf = torch.empty(part.shape, dtype=torch.float32, device=x.device)
+        chunk = buf[: part.shape[0]]
+        if x.dtype == torch.float32:
+            m = part.amax(-1)
+            torch.sub(part, m[:, None], out=chunk)
+        else:
+            m = chunk.copy_(part).amax(-1)
+            chunk.sub_(m[:, None])
+        yield rows, chunk, m
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -150,20 +159,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         n = logits.shape[0]
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-        if logits.dtype == torch.float32:  # x − max straight into one reused FP32 buffer (no copy pass)
-            buf = None
-            for rows in row_slices(n, logits.shape[-1], chunk_bytes):
-                x = logits[rows]
-                m = x.amax(-1)  # values only: torch's max-with-indices kernel is ~10× slower here
-                row_max[rows] = m
-                buf = buf if buf is not None else torch.empty(x.shape, dtype=torch.float32, device=logits.device)
-                lse[rows] = torch.sub(x, m[:, None], out=buf[: x.shape[0]]).clamp_(min=EXP_FLOOR).exp_() \
-                    .sum(-1).log_().add_(m)
-        else:  # bf16/fp16: an FP32 copy first (torch's amax is ~1.7× slower on bf16 rows than on FP32 ones)
-            for rows, lf in fp32_row_chunks(logits, chunk_bytes):
-                m = lf.amax(-1)
-                row_max[rows] = m
-                lse[rows] = lf.sub_(m[:, None]).clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
+        for rows, centered, m in centered_row_chunks(logits, chunk_bytes):
+            row_max[rows] = m
+            lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
         target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
         correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
         ctx.save_for_backward(logits, target, lse)
@@ -260,5 +258,5 @@ class MaskedLMHead(nn.Module):
 
 
 __all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
-           "fp32_row_chunks", "row_slices", "ReusedBuffer",
+           "centered_row_chunks", "row_slices",
            "IGNORE_INDEX"]

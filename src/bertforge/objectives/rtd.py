@@ -28,7 +28,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import ModelOutput, TaskModel, register_head
-from .mlm import EXP_FLOOR, fp32_row_chunks, masked_positions
+from .mlm import EXP_FLOOR, centered_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0
 
@@ -88,8 +88,8 @@ def sample_from_logits(logits: torch.Tensor, chunk_bytes: int = 1 << 21) -> torc
     if n == 0:
         return out
     u = torch.rand(n, 1, device=logits.device, dtype=torch.float32)
-    for rows, w in fp32_row_chunks(logits, chunk_bytes):
-        w.sub_(w.amax(-1, keepdim=True)).clamp_(min=EXP_FLOOR).exp_()
+    for rows, w, _ in centered_row_chunks(logits, chunk_bytes):
+        w.clamp_(min=EXP_FLOOR).exp_()
         w.masked_fill_(w <= _FLOOR_WEIGHT, 0.0)  # weights that underflow (clamped above for speed) stay 0
         cdf = torch.cumsum(w, -1, out=w)
         out[rows] = torch.searchsorted(cdf, u[rows] * cdf[:, -1:], right=True).squeeze(1).clamp_(max=v - 1)
