@@ -20,7 +20,10 @@ The last line is a lower bound for any FP32 path: the best-of-20 time of each pr
 fraction of transformers.
 
 The runners are timed in interleaved rounds (each round times every runner), so load from other processes
-hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base.
+hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base. In each
+round every runner first warms up, untimed, for at least --warmup-ms (default 50 ms) and one call, so
+that a few-ms model is not timed while the previous runner's thread pool still spins or its weights are
+still out of cache (with a one-call warm-up the first timed calls of the 3 ms INT8 model took 7–9 ms).
 
   python benchmarks/bench_compress.py [--rounds 5] [--threads N] [--result benchmarks/results/bench_compress.txt]
 """
@@ -121,8 +124,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--threads", type=int, default=None, help="default: all cores")
-    ap.add_argument("--big-calls", type=int, default=3, help="calls per round for BERT-base runners")
+    ap.add_argument("--big-calls", type=int, default=5, help="calls per round for BERT-base runners")
     ap.add_argument("--small-calls", type=int, default=25, help="calls per round for TinyBERT runners")
+    ap.add_argument("--warmup-ms", type=float, default=50.0,
+                    help="untimed calls of each runner per round, for at least this long (and at least one call)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--result", default=None)
     args = ap.parse_args(argv)
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
             call(x)
     for r in range(args.rounds):
         for i, (_, _, calls, call) in enumerate(rows):
-            lat[i] += bb.time_calls(lambda: call(x), warmup=1, iters=calls)
+            lat[i] += bb.time_calls(lambda: call(x), warmup=1, iters=calls, warmup_seconds=args.warmup_ms / 1e3)
     flops = {"bert-base": bb.encoder_flops(json.loads((base / "config.json").read_text()), args.seq_len),
              "tinybert": bb.encoder_flops(json.loads((tiny / "config.json").read_text()), args.seq_len)}
     ref = float(np.percentile(lat[0], 50))

@@ -235,6 +235,23 @@ def test_flop_formula_matches_torch_flop_counter():
     assert abs(got - want) / want < 0.02, (got, want)
 
 
+def test_time_calls_warms_up_for_count_and_duration_then_times_iters():
+    import time
+    from bertforge.evaluate.bench import time_calls
+    calls = []
+
+    def fn():  # ~2 ms a call
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+    lat = time_calls(fn, warmup=1, iters=3, warmup_seconds=0.03)
+    assert len(lat) == 3 and all(ms >= 2.0 for ms in lat)
+    warm = len(calls) - 3  # untimed calls: at least one, and for at least 30 ms
+    assert warm >= 2 and calls[warm] - calls[0] >= 0.0299  # the first timed call starts ≥ 30 ms in
+    calls.clear()
+    time_calls(fn, warmup=2, iters=1)  # count-only warm-up: exactly 2 untimed calls
+    assert len(calls) == 3
+
+
 # ------------------------------------------------------------------------------------ INT8 / ONNX
 @pytest.mark.parametrize("per_channel", [True, False])
 def test_torch_int8_roundtrip_and_closeness(tmp_path, per_channel):
