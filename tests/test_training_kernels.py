@@ -245,7 +245,7 @@ def _plain_torch(mp):
     mp.setattr(attention, "fused_self_attention", lambda *a, **k: None)
     mp.setattr(encoder, "_GELU_APPROXIMATE", {})
     mp.setattr(embeddings, "token_embedding", lambda emb, ids: emb(ids))
-    mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf: F.linear(x, w, b)))
+    mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
 
 
 @pytest.mark.parametrize("objective,padded,set_to_none", [("mlm", False, True), ("mlm", True, False),
@@ -308,6 +308,58 @@ def test_training_kernels_equal_plain_torch_over_steps(monkeypatch, objective, p
         for name in g:  # relative to the gradient's scale (a tanh-GELU derivative would be ~1e-3 off)
             err = float((g[name] - w[name]).abs().max() / w[name].abs().max().clamp_min(1e-30))
             assert err < 2e-5, (name, err)
+
+
+def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_passes(monkeypatch):
+    """The tied token-embedding/decoder weight gets one gradient tensor per backward pass (the decoder's and
+    the lookup's parts added in place, no out-of-place sum: the same memory every step). Interleaved graphs —
+    an MLM forward, an encoder-only forward, the encoder-only backward, then the MLM backward, then
+    ``autograd.grad`` through the encoder alone — give plain PyTorch's gradients: no part is added into a
+    gradient that another backward pass already consumed."""
+    import copy
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    torch.manual_seed(3)
+    cfg = ModelConfig(vocab_size=90, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=16, add_pooling_layer=False,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ours = TaskModel(cfg, head="mlm").train()
+    ref = copy.deepcopy(ours)
+    ids = torch.randint(5, 90, (3, 12))
+    ids[0, 4] = cfg.pad_token_id
+    labels = torch.full_like(ids, -100)
+    labels[:, ::3] = ids[:, ::3]
+
+    def run(model):
+        w = model.encoder.embeddings.word_embeddings.weight
+        ptrs, grads = [], []
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=labels).loss.backward()
+            ptrs.append(w.grad.data_ptr())
+            grads.append(w.grad.clone())
+        model.zero_grad(set_to_none=True)
+        mlm = model(input_ids=ids, labels=labels).loss
+        enc = model.encoder(input_ids=ids).last_hidden_state
+        (enc ** 2).sum().backward()
+        grads.append(w.grad.clone())
+        mlm.backward()
+        grads.append(w.grad.clone())
+        h = model.encoder.embeddings(ids)
+        grads.append(torch.autograd.grad(model.encoder(input_ids=ids).last_hidden_state.sum(), w)[0])
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=labels).loss.backward()
+        grads.append(w.grad.clone())
+        del h
+        return ptrs, grads
+
+    got_ptrs, got = run(ours)
+    with monkeypatch.context() as mp:
+        _plain_torch(mp)
+        _, want = run(ref)
+    assert got_ptrs[0] == got_ptrs[1]  # one V×E gradient, in the same memory every step
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert torch.allclose(g, w, atol=1e-6, rtol=1e-5), (i, float((g - w).abs().max()))
 
 
 def test_fused_self_attention_applies_only_to_cpu_fp32_training_with_dropout():

@@ -39,29 +39,45 @@ _EMBEDDING_GRAD = ReusedBuffer()  # the token-embedding gradient of the previous
 class _TokenLookup(torch.autograd.Function):
     """``F.embedding(ids, weight, padding_idx)`` whose (V, E) weight gradient is built in reused memory
     (zeroed, then ``index_add_`` of the (B·T, E) output gradient; the padding row stays 0) — the same values
-    as ``embedding_dense_backward``, without page-faulting a fresh V×E block every step."""
+    as ``embedding_dense_backward``, without page-faulting a fresh V×E block every step. With ``tied`` (a
+    decoder shares the weight, :class:`~.scratch.TiedGradient`) the rows go into the weight gradient
+    already offered in this backward pass, if any, and no second gradient is returned."""
 
     @staticmethod
-    def forward(ctx, ids, weight, padding_idx):
+    def forward(ctx, ids, weight, padding_idx, tied):
         ctx.save_for_backward(ids)
-        ctx.shape, ctx.padding_idx = weight.shape, padding_idx
+        ctx.shape, ctx.padding_idx, ctx.tied = weight.shape, padding_idx, tied
         return torch.nn.functional.embedding(ids, weight, padding_idx)
 
     @staticmethod
     def backward(ctx, grad):
         (ids,) = ctx.saved_tensors
+        rows = grad.reshape(-1, ctx.shape[1])
+        shared = ctx.tied.take(ctx.shape, grad.dtype) if ctx.tied is not None else None
+        if shared is not None:  # add into this pass's gradient; its padding row gets nothing from here
+            pad = shared[ctx.padding_idx].clone() if ctx.padding_idx is not None else None
+            shared.index_add_(0, ids.reshape(-1), rows)
+            if pad is not None:
+                shared[ctx.padding_idx] = pad
+            return None, None, None, None
         gw = _EMBEDDING_GRAD.empty(ctx.shape, grad.dtype, grad.device).zero_()
-        gw.index_add_(0, ids.reshape(-1), grad.reshape(-1, ctx.shape[1]))
+        gw.index_add_(0, ids.reshape(-1), rows)
         if ctx.padding_idx is not None:
             gw[ctx.padding_idx] = 0
-        return None, gw, None
+        if ctx.tied is not None:
+            ctx.tied.offer(gw)
+        return None, gw, None, None
 
 
 def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    """``emb(ids)`` (B, T) → (B, T, E); when training on CPU the weight gradient uses :class:`_TokenLookup`."""
+    """``emb(ids)`` (B, T) → (B, T, E); when training on CPU the weight gradient uses :class:`_TokenLookup`
+    (and, when a decoder is tied to ``emb``, its :class:`~.scratch.TiedGradient`)."""
     if (torch.is_grad_enabled() and emb.weight.requires_grad and emb.weight.device.type == "cpu"
             and not emb.sparse and emb.max_norm is None and not emb.scale_grad_by_freq):
-        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx)
+        tied = getattr(emb, "_tied_gradient", None)
+        if tied is not None and not tied.watch(emb.weight):
+            tied = None
+        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx, tied)
     return emb(ids)
 
 

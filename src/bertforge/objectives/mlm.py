@@ -24,7 +24,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import register_head
-from ..models.scratch import ReusedBuffer
+from ..models.scratch import ReusedBuffer, TiedGradient
 from ..train.distributed import target_normalizer
 
 IGNORE_INDEX = -100
@@ -52,6 +52,8 @@ class MLMPrediction(nn.Module):
     def tie(self, word_embeddings: nn.Embedding) -> None:
         # a tuple keeps the embedding out of this module's state_dict: one parameter, one name
         self._embedding = (word_embeddings,)
+        if getattr(word_embeddings, "_tied_gradient", None) is None:  # one per embedding, shared by its decoders
+            word_embeddings._tied_gradient = TiedGradient()
 
     @property
     def decoder_weight(self) -> torch.Tensor:
@@ -62,18 +64,24 @@ class MLMPrediction(nn.Module):
         if x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled():
             # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
             dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-            return _DecoderLinear.apply(x.to(dt), self.decoder_weight.to(dt), self.bias.to(dt),
-                                        self._logits_buffer)
+            w = self.decoder_weight
+            tied = getattr(self._embedding[0], "_tied_gradient", None) if w.dtype == dt else None
+            if tied is not None and not tied.watch(w):
+                tied = None
+            return _DecoderLinear.apply(x.to(dt), w.to(dt), self.bias.to(dt), self._logits_buffer, tied)
         return F.linear(x, self.decoder_weight, self.bias)
 
 
 class _DecoderLinear(torch.autograd.Function):
     """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) → (N, V)) written into a :class:`ReusedBuffer`;
-    gradients as ``F.linear``'s."""
+    gradients as ``F.linear``'s. With ``tied`` (the word embedding's :class:`TiedGradient`), the weight
+    gradient is added into the one already offered in this backward pass (by an embedding lookup), if any,
+    else offered: one V×E gradient per step, never a sum of two."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, buffer: ReusedBuffer):
+    def forward(ctx, x, weight, bias, buffer: ReusedBuffer, tied: Optional[TiedGradient] = None):
         ctx.save_for_backward(x, weight)
+        ctx.tied = tied
         out = buffer.empty((x.shape[0], weight.shape[0]), x.dtype, x.device)
         with torch.autocast("cpu", enabled=False):
             return torch.addmm(bias, x, weight.t(), out=out)
@@ -84,9 +92,15 @@ class _DecoderLinear(torch.autograd.Function):
         gx = grad @ weight if ctx.needs_input_grad[0] else None
         gw = None
         if ctx.needs_input_grad[1]:  # (V, E): becomes (or is added to) weight.grad; reused once that is freed
-            gw = torch.mm(grad.t(), x, out=_DECODER_GRAD_BUFFER.empty(weight.shape, grad.dtype, grad.device))
+            shared = ctx.tied.take(weight.shape, grad.dtype) if ctx.tied is not None else None
+            if shared is not None:
+                shared.addmm_(grad.t(), x)
+            else:
+                gw = torch.mm(grad.t(), x, out=_DECODER_GRAD_BUFFER.empty(weight.shape, grad.dtype, grad.device))
+                if ctx.tied is not None:
+                    ctx.tied.offer(gw)
         gb = grad.sum(0) if ctx.needs_input_grad[2] else None
-        return gx, gw, gb, None
+        return gx, gw, gb, None, None
 
 
 def mlm_hf_keys(config: ModelConfig, prefix: str = "mlm.") -> dict:
