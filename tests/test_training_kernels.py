@@ -120,6 +120,8 @@ def test_vocab_cross_entropy_equals_torch_loss_gradient_and_argmax(dtype):
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     assert torch.allclose(ours.float(), x.grad.float(), atol=tol)
     assert torch.equal(correct, x.detach().float().argmax(-1) == t) and bool(correct[:4].all())
+    with torch.no_grad():  # no gradient wanted: the forward-only path, same values
+        assert torch.equal(vocab_cross_entropy(x.detach(), t, chunk_bytes=4 * v * 5)[0], rows.detach())
 
 
 def test_sample_from_logits_matches_softmax_frequencies():

@@ -137,19 +137,23 @@ def row_slices(n_rows: int, n_cols: int, chunk_bytes: int = 1 << 21):
         yield slice(s, min(s + step, n_rows))
 
 
-def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
+def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21, out: Optional[torch.Tensor] = None):
     """Yield ``(rows, chunk, m)``: a slice of the rows of ``x`` (N, V) (see :func:`row_slices`), the FP32
     chunk ``x[rows] − m`` (safe to modify in place) and ``m`` (r,) FP32, the row maxima. One buffer serves
     every chunk (no fresh allocation, hence no page faults, per chunk): use a chunk before asking for the
-    next. FP32 ``x`` is subtracted straight into the buffer; other dtypes are copied to FP32 first (torch's
-    ``amax`` is ~1.7× slower on bf16 rows than on FP32 ones). Maxima are taken without indices (torch's
-    max-with-indices kernel is ~10× slower here)."""
+    next. With ``out`` (N, V) FP32, each chunk is ``out[rows]`` instead (kept after the loop). FP32 ``x`` is
+    subtracted straight into the chunk; other dtypes are copied to FP32 first (torch's ``amax`` is ~1.7×
+    slower on bf16 rows than on FP32 ones). Maxima are taken without indices (torch's max-with-indices
+    kernel is ~10× slower here)."""
     buf = None
     for rows in row_slices(x.shape[0], x.shape[-1], chunk_bytes):
         part = x[rows]
-        if buf is None:
-            buf = torch.empty(part.shape, dtype=torch.float32, device=x.device)
-        chunk = buf[: part.shape[0]]
+        if out is not None:
+            chunk = out[rows]
+        else:
+            if buf is None:
+                buf = torch.empty(part.shape, dtype=torch.float32, device=x.device)
+            chunk = buf[: part.shape[0]]
         if x.dtype == torch.float32:
             m = part.amax(-1)
             torch.sub(part, m[:, None], out=chunk)
@@ -161,47 +165,63 @@ def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21):
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
-    dtype (exp arguments clamped at :data:`EXP_FLOOR`). Forward saves only the logits and the (N,)
-    log-sum-exp; the gradient softmax − one-hot is rebuilt chunk by chunk in backward and written in the
-    logits' dtype. Under bf16 this never materialises an
-    (N, V) FP32 copy, its log-softmax or their gradients (the idea of fused/chunked vocabulary losses, e.g.
-    Wijmans et al. 2024 "Cut your losses in large-vocabulary language models"). Also returns, without
-    gradient, whether each row's target holds the row maximum (its arg-max, but for exact ties)."""
+    dtype (exp arguments clamped at :data:`EXP_FLOOR`). The gradient softmax − one-hot is written in the
+    logits' dtype, never as an (N, V) FP32 copy under bf16 (the idea of fused/chunked vocabulary losses,
+    e.g. Wijmans et al. 2024 "Cut your losses in large-vocabulary language models"):
+
+    * FP32 logits that need a gradient: forward writes exp(x − max) of each chunk straight into the
+      gradient's memory (a :class:`ReusedBuffer`), so backward only scales each row by g / Σexp and
+      subtracts g at the target — no second pass of exp;
+    * otherwise forward keeps only the (N,) log-sum-exp, and backward rebuilds exp(x − lse) chunk by chunk.
+
+    Also returns, without gradient, whether each row's target holds the row maximum (its arg-max, but for
+    exact ties)."""
 
     @staticmethod
     def forward(ctx, logits, target, chunk_bytes: int):
         n = logits.shape[0]
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-        for rows, centered, m in centered_row_chunks(logits, chunk_bytes):
+        keep = logits.dtype == torch.float32 and ctx.needs_input_grad[0]
+        probs = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
+        for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=probs):
             row_max[rows] = m
             lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
         target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
         correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
-        ctx.save_for_backward(logits, target, lse)
+        if keep:  # exp(x − max) rows, and Σexp = exp(lse − max)
+            ctx.probs, ctx.sum_exp = probs, (lse - row_max).exp_()
+            ctx.save_for_backward(target)
+        else:
+            ctx.probs = None
+            ctx.save_for_backward(target, logits, lse)
         ctx.chunk_bytes = chunk_bytes
         ctx.mark_non_differentiable(correct)
         return lse - target_logit, correct
 
     @staticmethod
     def backward(ctx, grad_rows, _grad_correct):
-        logits, target, lse = ctx.saved_tensors
-        grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
-        # FP32: each chunk is computed in the gradient itself; otherwise in an FP32 buffer, then cast
-        in_place = logits.dtype == torch.float32
-        buf = None
-        for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
-            if in_place:
+        if ctx.probs is not None:
+            (target,) = ctx.saved_tensors
+            grad, ctx.probs = ctx.probs, None
+            scale = grad_rows.float() / ctx.sum_exp
+            for rows in row_slices(grad.shape[0], grad.shape[-1], ctx.chunk_bytes):
                 p = grad[rows]
-            else:
-                buf = buf if buf is not None else torch.empty((rows.stop - rows.start, logits.shape[-1]),
-                                                              dtype=torch.float32, device=logits.device)
-                p = buf[: rows.stop - rows.start]
+                p.mul_(scale[rows, None])
+                p.scatter_add_(1, target[rows, None], -grad_rows[rows].float()[:, None])
+            return grad, None, None
+        target, logits, lse = ctx.saved_tensors
+        grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
+        buf = None  # each chunk in FP32, then cast into the gradient
+        for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
+            if buf is None:
+                buf = torch.empty((rows.stop - rows.start, logits.shape[-1]), dtype=torch.float32,
+                                  device=logits.device)
+            p = buf[: rows.stop - rows.start]
             g = grad_rows[rows].float()[:, None]
             torch.sub(logits[rows], lse[rows, None], out=p).clamp_(min=EXP_FLOOR).exp_().mul_(g)
             p.scatter_add_(1, target[rows, None], -g)
-            if not in_place:
-                grad[rows] = p
+            grad[rows] = p
         return grad, None, None
 
 
