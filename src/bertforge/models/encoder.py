@@ -182,8 +182,13 @@ class EncoderLayer(nn.Module):
         if att.num_heads == 0:
             return att.out.bias.expand(int(counts.sum()), att.hidden_size).to(x.dtype)
         inner = att.num_heads * att.head_dim
-        q_sel, k, v = att.qkv(x).split(inner, dim=-1)
-        q_sel = q_sel[rows]  # (N, inner)
+        if type(att.qkv) is nn.Linear:  # queries only at the N rows; keys and values at all B·T
+            w, bq = att.qkv.weight, att.qkv.bias
+            q_sel = F.linear(x[rows], w[:inner], None if bq is None else bq[:inner])  # (N, inner)
+            k, v = F.linear(x, w[inner:], None if bq is None else bq[inner:]).split(inner, dim=-1)
+        else:  # a quantized or packed projection: one call on every row
+            q_sel, k, v = att.qkv(x).split(inner, dim=-1)
+            q_sel = q_sel[rows]  # (N, inner)
         m = max(1, int(counts.max()))
         valid = torch.arange(m, device=x.device)[None, :] < counts[:, None]  # (B, M)
         slot = valid.reshape(-1).nonzero(as_tuple=True)[0]  # row-major (b, m) slots = row-major selections
