@@ -317,7 +317,8 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
     the lookup's parts added in place, no out-of-place sum: the same memory every step). Interleaved graphs —
     an MLM forward, an encoder-only forward, the encoder-only backward, then the MLM backward, then
     ``autograd.grad`` through the encoder alone — give plain PyTorch's gradients: no part is added into a
-    gradient that another backward pass already consumed."""
+    gradient that another backward pass already consumed. So do losses that use the weight elsewhere too
+    (a penalty on it, a second decoder like SpanBERT's SBO), which autograd sums with the tied pair's."""
     import copy
     from bertforge.config import ModelConfig
     from bertforge.models.heads import TaskModel
@@ -352,6 +353,12 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
         model.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=labels).loss.backward()
         grads.append(w.grad.clone())
+        for other_use in (lambda o: (w ** 2).sum() * 1e-2,  # uses of the weight outside the tied pair,
+                          lambda o: F.linear(o.last_hidden_state, w).logsumexp(-1).mean()):  # as SBO's
+            model.zero_grad(set_to_none=True)
+            out = model(input_ids=ids, labels=labels)
+            (out.loss + other_use(out)).backward()
+            grads.append(w.grad.clone())
         del h
         return ptrs, grads
 

@@ -40,8 +40,8 @@ class _TokenLookup(torch.autograd.Function):
     """``F.embedding(ids, weight, padding_idx)`` whose (V, E) weight gradient is built in reused memory
     (zeroed, then ``index_add_`` of the (B·T, E) output gradient; the padding row stays 0) — the same values
     as ``embedding_dense_backward``, without page-faulting a fresh V×E block every step. With ``tied`` (a
-    decoder shares the weight, :class:`~.scratch.TiedGradient`) the rows go into the weight gradient
-    already offered in this backward pass, if any, and no second gradient is returned."""
+    decoder shares the weight, :class:`~.scratch.TiedGradient`) and a dense gradient already offered in
+    this backward pass, the rows are deferred into that gradient and no second gradient is returned."""
 
     @staticmethod
     def forward(ctx, ids, weight, padding_idx, tied):
@@ -52,21 +52,25 @@ class _TokenLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (ids,) = ctx.saved_tensors
-        rows = grad.reshape(-1, ctx.shape[1])
-        shared = ctx.tied.take(ctx.shape, grad.dtype) if ctx.tied is not None else None
-        if shared is not None:  # add into this pass's gradient; its padding row gets nothing from here
-            pad = shared[ctx.padding_idx].clone() if ctx.padding_idx is not None else None
-            shared.index_add_(0, ids.reshape(-1), rows)
-            if pad is not None:
-                shared[ctx.padding_idx] = pad
+        ids, rows, pad = ids.reshape(-1), grad.reshape(-1, ctx.shape[1]), ctx.padding_idx
+        if ctx.tied is not None and ctx.tied.offered():  # a dense gradient exists: add these rows into it
+            ctx.tied.defer(lambda g: _add_rows(g, ids, rows, pad))
             return None, None, None, None
         gw = _EMBEDDING_GRAD.empty(ctx.shape, grad.dtype, grad.device).zero_()
-        gw.index_add_(0, ids.reshape(-1), rows)
-        if ctx.padding_idx is not None:
-            gw[ctx.padding_idx] = 0
+        gw.index_add_(0, ids, rows)
+        if pad is not None:
+            gw[pad] = 0
         if ctx.tied is not None:
             ctx.tied.offer(gw)
         return None, gw, None, None
+
+
+def _add_rows(g: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor, padding_idx) -> None:
+    """``g[ids] += rows`` (repeated ids summed), leaving the padding row as it was."""
+    keep = g[padding_idx].clone() if padding_idx is not None else None
+    g.index_add_(0, ids, rows)
+    if keep is not None:
+        g[padding_idx] = keep
 
 
 def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:

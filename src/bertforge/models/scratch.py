@@ -48,50 +48,68 @@ def _graph_task() -> int:
 
 class TiedGradient:
     """One (V, E) weight gradient for a token embedding and the output decoder(s) tied to it (Press & Wolf
-    2017; BERT's MLM decoder), accumulated in place instead of summed by autograd.
+    2017; BERT's MLM decoder), completed in place instead of summed by autograd.
 
     Autograd gives the tied weight one gradient per use — the decoder's dense ``dlogitsᵀ·x`` and each
     embedding lookup's scatter of its (B·T, E) output gradient — and adds them out of place: a fresh V×E
-    tensor (31 MB for BERT's vocabulary) every step. Here, within one backward pass, the first of these
-    backward functions to run :meth:`offer`\ s its gradient and returns it to autograd; every later one adds
-    its part into that tensor (:meth:`take`) and returns no gradient. Autograd accumulates the weight's
-    gradient only after all of them have run, so it receives the complete sum, as a single tensor.
+    tensor (31 MB for BERT's vocabulary) every step, plus a zeroed, mostly-empty V×E block for the lookup.
+    Here, within one backward pass, the first of these backward functions to run :meth:`offer`\ s and returns
+    its dense gradient; every later one :meth:`defer`\ s its part (e.g. "add these rows") and returns none.
+    A hook on the weight then receives the gradient autograd has summed from everything returned — the
+    offered tensor alone, or its sum with uses of the weight that know nothing of this class — and applies
+    the deferred parts to it: in place when it is the offered tensor, else to a copy. The result is always
+    the full sum, whatever else uses the weight.
 
-    An offer is taken only inside the backward pass that made it (autograd's graph-task id) and is
-    withdrawn once the weight's gradient has been accumulated (a post-accumulate-grad hook), so nothing
-    is ever added into a gradient already consumed, and the scratch memory behind it can be reused.
-    Where torch exposes no graph-task id, nothing is shared (autograd sums, as without this class).
+    Parts are applied only in the backward pass that deferred them (autograd's graph-task id), and the
+    state is dropped once the weight's gradient has been accumulated (a post-accumulate-grad hook). Where
+    torch exposes no graph-task id, nothing is offered or deferred (autograd sums, as without this class).
     """
 
     def __init__(self):
-        self._grad: Optional[torch.Tensor] = None
         self._task = -1
-        self._hooked = None  # the Parameter the withdraw hook is registered on
+        self._offered: Optional[torch.Tensor] = None
+        self._deferred: list = []
+        self._hooked = None  # the Parameter the hooks are registered on
 
     def watch(self, weight: torch.Tensor) -> bool:
-        """Register the withdraw hook on ``weight`` (once per Parameter object). False — do not share —
-        when ``weight`` is not a Parameter."""
+        """Register the hooks on ``weight`` (once per Parameter object). False — do not share — when
+        ``weight`` is not a Parameter."""
         if self._hooked is not weight:
             if not isinstance(weight, nn.Parameter):
                 return False
-            weight.register_post_accumulate_grad_hook(self._withdraw)
-            self._hooked, self._grad = weight, None
+            weight.register_hook(self._complete)
+            weight.register_post_accumulate_grad_hook(self._drop)
+            self._hooked = weight
+            self._drop(None)
         return True
 
-    def take(self, shape, dtype) -> Optional[torch.Tensor]:
-        """The gradient offered earlier in this backward pass (add into it in place), else None."""
-        task, g = _graph_task(), self._grad
-        if g is None or task < 0 or task != self._task or tuple(g.shape) != tuple(shape) or g.dtype != dtype:
-            return None
-        return g
+    def offered(self) -> bool:
+        """Whether a dense gradient has been offered in the backward pass running now."""
+        task = _graph_task()
+        return task >= 0 and task == self._task and self._offered is not None
 
     def offer(self, grad: torch.Tensor) -> None:
-        """``grad`` is returned to autograd as this pass's gradient of the weight; later parts go into it."""
+        """``grad`` is returned to autograd as this pass's dense gradient of the weight."""
         # an alias, not ``grad`` itself: autograd may then adopt ``grad`` as ``weight.grad`` without a copy
-        self._grad, self._task = grad.detach(), _graph_task()
+        self._task, self._offered, self._deferred = _graph_task(), grad.detach(), []
 
-    def _withdraw(self, _param) -> None:
-        self._grad = None
+    def defer(self, add_into) -> None:
+        """``add_into(g)`` adds this use's part into the weight's gradient ``g`` in place, once autograd has
+        summed what the backward functions returned. Call only when :meth:`offered`."""
+        self._deferred.append(add_into)
+
+    def _complete(self, grad: torch.Tensor) -> Optional[torch.Tensor]:
+        if not self._deferred or _graph_task() != self._task:
+            return None
+        parts, self._deferred = self._deferred, []
+        own = self._offered is not None and grad.data_ptr() == self._offered.data_ptr()
+        g = grad if own else grad.clone()  # never write into a tensor some other use handed to autograd
+        for add_into in parts:
+            add_into(g)
+        return None if own else g
+
+    def _drop(self, _param) -> None:
+        self._offered, self._deferred = None, []
 
 
 __all__ = ["ReusedBuffer", "TiedGradient"]

@@ -75,8 +75,8 @@ class MLMPrediction(nn.Module):
 class _DecoderLinear(torch.autograd.Function):
     """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) → (N, V)) written into a :class:`ReusedBuffer`;
     gradients as ``F.linear``'s. With ``tied`` (the word embedding's :class:`TiedGradient`), the weight
-    gradient is added into the one already offered in this backward pass (by an embedding lookup), if any,
-    else offered: one V×E gradient per step, never a sum of two."""
+    gradient is offered as the pass's dense gradient, or, when one was offered already (by an embedding
+    lookup), deferred into it: one V×E gradient per step instead of a sum of two."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, buffer: ReusedBuffer, tied: Optional[TiedGradient] = None):
@@ -92,9 +92,8 @@ class _DecoderLinear(torch.autograd.Function):
         gx = grad @ weight if ctx.needs_input_grad[0] else None
         gw = None
         if ctx.needs_input_grad[1]:  # (V, E): becomes (or is added to) weight.grad; reused once that is freed
-            shared = ctx.tied.take(weight.shape, grad.dtype) if ctx.tied is not None else None
-            if shared is not None:
-                shared.addmm_(grad.t(), x)
+            if ctx.tied is not None and ctx.tied.offered():  # add gradᵀ·x into the dense gradient offered
+                ctx.tied.defer(lambda g: g.addmm_(grad.t(), x))
             else:
                 gw = torch.mm(grad.t(), x, out=_DECODER_GRAD_BUFFER.empty(weight.shape, grad.dtype, grad.device))
                 if ctx.tied is not None:
