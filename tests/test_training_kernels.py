@@ -218,6 +218,45 @@ def test_sparse_decoder_equals_linear_in_values_and_gradients_and_survives_two_f
     assert l2.data_ptr() != l1.data_ptr()
 
 
+@pytest.mark.parametrize("logits_used", [False, True])
+def test_decoder_bias_inside_the_loss_equals_linear_then_cross_entropy(logits_used):
+    """MLMPrediction.logits_and_cross_entropy (FP32 training: decoder GEMM without bias, bias added in the CE's
+    row chunks, its gradient summed there) = F.linear + F.cross_entropy in logits, loss, arg-max and every
+    gradient — also when the logits feed another loss (e.g. distillation) — and under no_grad."""
+    from bertforge.config import ModelConfig
+    from bertforge.objectives.mlm import MLMPrediction
+    torch.manual_seed(8)
+    cfg = ModelConfig(vocab_size=700, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32)
+    head = MLMPrediction(cfg)
+    emb = torch.nn.Embedding(700, 16)
+    head.tie(emb)
+    with torch.no_grad():
+        head.bias.normal_()
+    h = torch.randn(23, 16, requires_grad=True)
+    t = torch.randint(0, 700, (23,))
+    g_rows, g_logits = torch.randn(23), torch.randn(23, 700)
+
+    def total(logits, rows):
+        return (rows * g_rows).sum() + ((logits * g_logits).sum() if logits_used else 0.0)
+
+    logits, rows, correct = head.logits_and_cross_entropy(h, t, chunk_bytes=4 * 700 * 5)
+    total(logits, rows).backward()
+    ours = [x.grad.clone() for x in (h, emb.weight, head.bias)]
+    for x in (h, emb.weight, head.bias):
+        x.grad = None
+    ref_logits = F.linear(head.norm(head.act(head.dense(h))), emb.weight, head.bias)
+    ref_rows = F.cross_entropy(ref_logits, t, reduction="none")
+    total(ref_logits, ref_rows).backward()
+    assert torch.allclose(logits, ref_logits, atol=1e-5) and torch.allclose(rows, ref_rows, atol=1e-5)
+    assert torch.equal(correct, ref_logits.argmax(-1) == t)
+    for a, b in zip(ours, (h.grad, emb.weight.grad, head.bias.grad)):
+        assert torch.allclose(a, b, atol=1e-5), float((a - b).abs().max())
+    with torch.no_grad():
+        l2, r2, _ = head.logits_and_cross_entropy(h, t)
+    assert torch.allclose(l2, ref_logits, atol=1e-5) and torch.allclose(r2, ref_rows, atol=1e-5)
+
+
 def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow():
     """Rows whose logits span > 87 (exp underflows in FP32): the clamped kernels still equal torch's loss and
     gradient, and the sampler never draws a token whose weight underflows."""
@@ -248,6 +287,8 @@ def _plain_torch(mp):
     mp.setattr(encoder, "_GELU_APPROXIMATE", {})
     mp.setattr(embeddings, "token_embedding", lambda emb, ids: emb(ids))
     mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
+    mp.setattr(mlm._BiasedCrossEntropy, "apply", staticmethod(
+        lambda logits, b, t, cb: (lambda z: (*vocab_cross_entropy(z, t, cb), z))(logits + b)))
 
 
 @pytest.mark.parametrize("objective,padded,set_to_none", [("mlm", False, True), ("mlm", True, False),

@@ -37,7 +37,9 @@ class ReusedBuffer:
         if (b is None or b.numel() < n or b.dtype != dtype or b.device != torch.device(device)
                 or not _storage_unshared(b)):
             b = self._buf = torch.empty(n, dtype=dtype, device=device)
-        return b[:n].view(shape)
+        # a tensor on the same storage that is not an autograd view of the buffer (in-place autograd
+        # Functions with several outputs, like the biased CE, refuse views)
+        return torch.empty(0, dtype=dtype, device=device).set_(b.untyped_storage(), 0, tuple(shape))
 
 
 def _graph_task() -> int:

@@ -60,20 +60,38 @@ class MLMPrediction(nn.Module):
         return self._embedding[0].weight
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        x = self.norm(self.act(self.dense(h)))
+        return self._decode(self.norm(self.act(self.dense(h))))
+
+    def _tied(self, w: torch.Tensor) -> Optional[TiedGradient]:
+        tied = getattr(self._embedding[0], "_tied_gradient", None)
+        return tied if tied is not None and tied.watch(w) else None
+
+    def _decode(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled():
             # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
             dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
             w = self.decoder_weight
-            tied = getattr(self._embedding[0], "_tied_gradient", None) if w.dtype == dt else None
-            if tied is not None and not tied.watch(w):
-                tied = None
+            tied = self._tied(w) if w.dtype == dt else None
             return _DecoderLinear.apply(x.to(dt), w.to(dt), self.bias.to(dt), self._logits_buffer, tied)
         return F.linear(x, self.decoder_weight, self.bias)
 
+    def logits_and_cross_entropy(self, h: torch.Tensor, target: torch.Tensor, chunk_bytes: int = 1 << 21):
+        """``h`` (N, H) at the N predicted positions, ``target`` (N,) → ``(logits (N, V), loss per row (N,)
+        FP32, correct (N,) bool)``, as ``self(h)`` then :func:`vocab_cross_entropy`. In FP32 CPU training
+        the decoder bias is added inside the loss's row chunks (:class:`_BiasedCrossEntropy`)."""
+        x = self.norm(self.act(self.dense(h)))
+        fused = (x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled() and x.dtype == torch.float32
+                 and not torch.is_autocast_enabled("cpu") and self.decoder_weight.dtype == torch.float32)
+        if not fused:
+            logits = self._decode(x)
+            return (logits, *vocab_cross_entropy(logits, target, chunk_bytes))
+        logits = _DecoderLinear.apply(x, self.decoder_weight, None, self._logits_buffer, self._tied(self.decoder_weight))
+        rows, correct, logits = _BiasedCrossEntropy.apply(logits, self.bias, target, chunk_bytes)
+        return logits, rows, correct
+
 
 class _DecoderLinear(torch.autograd.Function):
-    """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) → (N, V)) written into a :class:`ReusedBuffer`;
+    """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) or None → (N, V)) written into a :class:`ReusedBuffer`;
     gradients as ``F.linear``'s. With ``tied`` (the word embedding's :class:`TiedGradient`), the weight
     gradient is offered as the pass's dense gradient, or, when one was offered already (by an embedding
     lookup), deferred into it: one V×E gradient per step instead of a sum of two."""
@@ -84,6 +102,8 @@ class _DecoderLinear(torch.autograd.Function):
         ctx.tied = tied
         out = buffer.empty((x.shape[0], weight.shape[0]), x.dtype, x.device)
         with torch.autocast("cpu", enabled=False):
+            if bias is None:
+                return torch.mm(x, weight.t(), out=out)
             return torch.addmm(bias, x, weight.t(), out=out)
 
     @staticmethod
@@ -136,17 +156,21 @@ def row_slices(n_rows: int, n_cols: int, chunk_bytes: int = 1 << 21):
         yield slice(s, min(s + step, n_rows))
 
 
-def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21, out: Optional[torch.Tensor] = None):
+def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21, out: Optional[torch.Tensor] = None,
+                        bias: Optional[torch.Tensor] = None):
     """Yield ``(rows, chunk, m)``: a slice of the rows of ``x`` (N, V) (see :func:`row_slices`), the FP32
     chunk ``x[rows] − m`` (safe to modify in place) and ``m`` (r,) FP32, the row maxima. One buffer serves
     every chunk (no fresh allocation, hence no page faults, per chunk): use a chunk before asking for the
     next. With ``out`` (N, V) FP32, each chunk is ``out[rows]`` instead (kept after the loop). FP32 ``x`` is
     subtracted straight into the chunk; other dtypes are copied to FP32 first (torch's ``amax`` is ~1.7×
     slower on bf16 rows than on FP32 ones). Maxima are taken without indices (torch's max-with-indices
-    kernel is ~10× slower here)."""
+    kernel is ~10× slower here). With ``bias`` (V,), each row chunk of ``x`` first gets ``bias`` added in
+    place (while the chunk is in cache), so ``x`` ends as ``x + bias``."""
     buf = None
     for rows in row_slices(x.shape[0], x.shape[-1], chunk_bytes):
         part = x[rows]
+        if bias is not None:
+            part.add_(bias)
         if out is not None:
             chunk = out[rows]
         else:
@@ -160,6 +184,65 @@ def centered_row_chunks(x: torch.Tensor, chunk_bytes: int = 1 << 21, out: Option
             m = chunk.copy_(part).amax(-1)
             chunk.sub_(m[:, None])
         yield rows, chunk, m
+
+
+def _ce_forward(ctx, logits, target, chunk_bytes: int, bias=None):
+    n = logits.shape[0]
+    lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+    row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
+    keep = logits.dtype == torch.float32 and ctx.needs_input_grad[0]
+    probs = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
+    for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=probs, bias=bias):
+        row_max[rows] = m
+        lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
+    target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
+    correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
+    if keep:  # exp(x − max) rows, and Σexp = exp(lse − max)
+        ctx.probs, ctx.sum_exp = probs, (lse - row_max).exp_()
+        ctx.save_for_backward(target)
+    else:
+        ctx.probs = None
+        ctx.save_for_backward(target, logits, lse)
+    ctx.chunk_bytes = chunk_bytes
+    ctx.mark_non_differentiable(correct)
+    return lse - target_logit, correct
+
+
+def _ce_backward(ctx, grad_rows, grad_logits=None, bias_grad: bool = False):
+    """(N, V) gradient of the logits (plus ``grad_logits`` from other uses of them) and, with ``bias_grad``,
+    its column sums (V,) FP32 — the gradient of a bias added to every row."""
+    gb = None
+    if ctx.probs is not None:
+        (target,) = ctx.saved_tensors
+        grad, ctx.probs = ctx.probs, None
+        scale = grad_rows.float() / ctx.sum_exp
+        if bias_grad:
+            gb = torch.zeros(grad.shape[-1], dtype=torch.float32, device=grad.device)
+        for rows in row_slices(grad.shape[0], grad.shape[-1], ctx.chunk_bytes):
+            p = grad[rows]
+            p.mul_(scale[rows, None])
+            p.scatter_add_(1, target[rows, None], -grad_rows[rows].float()[:, None])
+            if grad_logits is not None:
+                p.add_(grad_logits[rows])
+            if gb is not None:
+                gb.add_(p.sum(0))
+        return grad, gb
+    target, logits, lse = ctx.saved_tensors
+    grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
+    buf = None  # each chunk in FP32, then cast into the gradient
+    for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
+        if buf is None:
+            buf = torch.empty((rows.stop - rows.start, logits.shape[-1]), dtype=torch.float32, device=logits.device)
+        p = buf[: rows.stop - rows.start]
+        g = grad_rows[rows].float()[:, None]
+        torch.sub(logits[rows], lse[rows, None], out=p).clamp_(min=EXP_FLOOR).exp_().mul_(g)
+        p.scatter_add_(1, target[rows, None], -g)
+        if grad_logits is not None:
+            p.add_(grad_logits[rows])
+        grad[rows] = p
+    if bias_grad:
+        gb = grad.float().sum(0)
+    return grad, gb
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -178,50 +261,33 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, chunk_bytes: int):
-        n = logits.shape[0]
-        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
-        row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-        keep = logits.dtype == torch.float32 and ctx.needs_input_grad[0]
-        probs = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
-        for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=probs):
-            row_max[rows] = m
-            lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
-        target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
-        correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
-        if keep:  # exp(x − max) rows, and Σexp = exp(lse − max)
-            ctx.probs, ctx.sum_exp = probs, (lse - row_max).exp_()
-            ctx.save_for_backward(target)
-        else:
-            ctx.probs = None
-            ctx.save_for_backward(target, logits, lse)
-        ctx.chunk_bytes = chunk_bytes
-        ctx.mark_non_differentiable(correct)
-        return lse - target_logit, correct
+        return _ce_forward(ctx, logits, target, chunk_bytes)
 
     @staticmethod
     def backward(ctx, grad_rows, _grad_correct):
-        if ctx.probs is not None:
-            (target,) = ctx.saved_tensors
-            grad, ctx.probs = ctx.probs, None
-            scale = grad_rows.float() / ctx.sum_exp
-            for rows in row_slices(grad.shape[0], grad.shape[-1], ctx.chunk_bytes):
-                p = grad[rows]
-                p.mul_(scale[rows, None])
-                p.scatter_add_(1, target[rows, None], -grad_rows[rows].float()[:, None])
-            return grad, None, None
-        target, logits, lse = ctx.saved_tensors
-        grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
-        buf = None  # each chunk in FP32, then cast into the gradient
-        for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
-            if buf is None:
-                buf = torch.empty((rows.stop - rows.start, logits.shape[-1]), dtype=torch.float32,
-                                  device=logits.device)
-            p = buf[: rows.stop - rows.start]
-            g = grad_rows[rows].float()[:, None]
-            torch.sub(logits[rows], lse[rows, None], out=p).clamp_(min=EXP_FLOOR).exp_().mul_(g)
-            p.scatter_add_(1, target[rows, None], -g)
-            grad[rows] = p
-        return grad, None, None
+        return _ce_backward(ctx, grad_rows)[0], None, None
+
+
+class _BiasedCrossEntropy(torch.autograd.Function):
+    """:class:`_ChunkedCrossEntropy` of ``logits + bias``, the bias added in place into ``logits`` (N, V)
+    chunk by chunk as the loss reads them (returned as the third output, for other uses), and its gradient
+    summed from the same chunks: the decoder's GEMM then runs without its bias — no (N, V) bias broadcast
+    before it and no separate column-sum pass after it."""
+
+    @staticmethod
+    def forward(ctx, logits, bias, target, chunk_bytes: int):
+        ctx.set_materialize_grads(False)  # logits often have no other use: no (N, V) zero gradient for them
+        rows, correct = _ce_forward(ctx, logits, target, chunk_bytes, bias=bias)
+        ctx.mark_dirty(logits)
+        return rows, correct, logits
+
+    @staticmethod
+    def backward(ctx, grad_rows, _grad_correct, grad_logits):
+        if grad_rows is None:
+            grad_rows = torch.zeros(ctx.sum_exp.shape if ctx.probs is not None else ctx.saved_tensors[2].shape,
+                                    dtype=torch.float32)
+        grad, gb = _ce_backward(ctx, grad_rows, grad_logits, bias_grad=ctx.needs_input_grad[1])
+        return grad, gb, None, None
 
 
 _DECODER_GRAD_BUFFER = ReusedBuffer()  # the tied decoder's weight gradient of the previous step, once freed
@@ -249,12 +315,13 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
     sel = masked_positions(labels)
     target = labels[sel]
     # (N, H): the encoder already returned only the masked rows (``output_rows``), in the same order
-    logits = head(hidden if hidden.dim() == 2 else hidden[sel])
+    h = hidden if hidden.dim() == 2 else hidden[sel]
     if target.numel() == 0:
+        logits = head(h)
         loss = logits.sum() * 0.0
         acc = torch.zeros((), device=hidden.device)
     else:
-        rows, correct = vocab_cross_entropy(logits, target)
+        logits, rows, correct = head.logits_and_cross_entropy(h, target)
         norm = target_normalizer("labels", target.numel())  # under DDP: global mean over shards
         loss = rows.sum() / norm
         acc = correct.float().mean()
