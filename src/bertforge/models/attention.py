@@ -120,7 +120,9 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
     :func:`attention_product` (tests), computed head by head with batched GEMMs on strided views of ``qkv``:
     no head-layout copies of Q/K/V or of the context, 1/√d_k folded into the GEMM, and the Q/K/V gradients
     written into one (B, T, 3·heads·d_k) tensor instead of being concatenated. Saves ``qkv``, the
-    probabilities (heads, B, T, T) and the float dropout mask (0 or 1/(1−p), see ``scaled_keep_mask``).
+    probabilities P (heads, B, T, T) and the dropped ones D = P ⊙ M (M the float dropout mask, 0 or
+    1/(1−p), see ``scaled_keep_mask``): the softmax-and-dropout backward is then D ⊙ ∂D − P·Σ(D ⊙ ∂D),
+    computed in place in the ∂D buffer, with no mask or second product needed.
     """
 
     @staticmethod
@@ -140,32 +142,33 @@ class _SelfAttentionTrainCPU(torch.autograd.Function):
         del scores
         # 0 / (1 − p)⁻¹ per element, drawn as attention_product draws its mask; (heads, B, T, T) view
         mask = scaled_keep_mask((b, heads, t, t), p, qkv.dtype).transpose(0, 1)
+        dropped = probs * mask  # D = P ⊙ M
+        del mask
         context = qkv.new_empty(b, t, heads, d)
         tmp = qkv.new_empty(b, t, d)
         for j in range(heads):
-            _bmm_into(context[:, :, j], probs[j] * mask[j], x[:, :, 2, j], tmp)
-        ctx.save_for_backward(qkv, probs, mask)
+            _bmm_into(context[:, :, j], dropped[j], x[:, :, 2, j], tmp)
+        ctx.save_for_backward(qkv, probs, dropped)
         ctx.heads, ctx.alpha = heads, alpha
         return context.view(b, t, heads * d)
 
     @staticmethod
     def backward(ctx, grad):
-        qkv, probs, mask = ctx.saved_tensors
+        qkv, probs, dropped = ctx.saved_tensors
         heads, alpha = ctx.heads, ctx.alpha
         b, t, width = qkv.shape
         d = width // (3 * heads)
         x = qkv.view(b, t, 3, heads, d)
         g = grad.reshape(b, t, heads, d)
         gx = qkv.new_empty(b, t, 3, heads, d)
-        gp = torch.empty_like(probs)
+        gs = torch.empty_like(probs)
         tmp = qkv.new_empty(b, t, d)
         for j in range(heads):
-            # ∂/∂V = dropped(P)ᵀ G
-            _bmm_into(gx[:, :, 2, j], (probs[j] * mask[j]).transpose(1, 2), g[:, :, j], tmp)
-            torch.bmm(g[:, :, j], x[:, :, 2, j].transpose(1, 2), out=gp[j])
-        gp.mul_(mask)  # ∂/∂P (dropout backward)
-        gs = torch._softmax_backward_data(gp, probs, -1, probs.dtype)  # ∂/∂scores
-        del gp
+            _bmm_into(gx[:, :, 2, j], dropped[j].transpose(1, 2), g[:, :, j], tmp)  # ∂/∂V = Dᵀ G
+            torch.bmm(g[:, :, j], x[:, :, 2, j].transpose(1, 2), out=gs[j])  # ∂/∂D = G Vᵀ
+        # ∂/∂S = P ⊙ (∂P − Σ_row ∂P ⊙ P) with ∂P = ∂D ⊙ M, and P ⊙ M = D:  = D ⊙ ∂D − P · Σ_row (D ⊙ ∂D)
+        gs.mul_(dropped)
+        gs.addcmul_(probs, gs.sum(-1, keepdim=True), value=-1.0)
         for j in range(heads):
             _bmm_into(gx[:, :, 0, j], gs[j], x[:, :, 1, j], tmp, alpha)  # ∂/∂Q
             _bmm_into(gx[:, :, 1, j], gs[j].transpose(1, 2), x[:, :, 0, j], tmp, alpha)  # ∂/∂K
