@@ -184,8 +184,9 @@ class EncoderLayer(nn.Module):
         inner = att.num_heads * att.head_dim
         if type(att.qkv) is nn.Linear:  # queries only at the N rows; keys and values at all B·T
             w, bq = att.qkv.weight, att.qkv.bias
-            q_sel = F.linear(x[rows], w[:inner], None if bq is None else bq[:inner])  # (N, inner)
-            k, v = F.linear(x, w[inner:], None if bq is None else bq[inner:]).split(inner, dim=-1)
+            parts = [slice(i * inner, (i + 1) * inner) for i in range(3)]  # Q, K, V rows of the fused weight
+            q_sel, k, v = (F.linear(inp, w[part], None if bq is None else bq[part])
+                           for inp, part in zip((x[rows], x, x), parts))  # (N, inner), (B, T, inner) × 2
         else:  # a quantized or packed projection: one call on every row
             q_sel, k, v = att.qkv(x).split(inner, dim=-1)
             q_sel = q_sel[rows]  # (N, inner)
