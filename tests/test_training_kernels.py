@@ -403,12 +403,15 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
         del h
         return ptrs, grads
 
+    ref_copy = copy.deepcopy(ref)
     got_ptrs, got = run(ours)
+    _, got_copy = run(copy.deepcopy(ours))  # a copy of a trained model: new Parameters, no hooks carried over
     with monkeypatch.context() as mp:
         _plain_torch(mp)
         _, want = run(ref)
+        _, want_copy = run(ref_copy)
     assert got_ptrs[0] == got_ptrs[1]  # one V×E gradient, in the same memory every step
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got + got_copy, want + want_copy)):
         assert torch.allclose(g, w, atol=1e-6, rtol=1e-5), (i, float((g - w).abs().max()))
 
 

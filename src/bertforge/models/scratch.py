@@ -55,8 +55,9 @@ class TiedGradient:
     Autograd gives the tied weight one gradient per use — the decoder's dense ``dlogitsᵀ·x`` and each
     embedding lookup's scatter of its (B·T, E) output gradient — and adds them out of place: a fresh V×E
     tensor (31 MB for BERT's vocabulary) every step, plus a zeroed, mostly-empty V×E block for the lookup.
-    Here, within one backward pass, the first of these backward functions to run :meth:`offer`\ s and returns
-    its dense gradient; every later one :meth:`defer`\ s its part (e.g. "add these rows") and returns none.
+    Here, within one backward pass, the first of these backward functions to run offers (:meth:`offer`) and
+    returns its dense gradient; every later one defers (:meth:`defer`) its part (e.g. "add these rows") and
+    returns none.
     A hook on the weight then receives the gradient autograd has summed from everything returned — the
     offered tensor alone, or its sum with uses of the weight that know nothing of this class — and applies
     the deferred parts to it: in place when it is the offered tensor, else to a copy. The result is always
@@ -71,15 +72,26 @@ class TiedGradient:
         self._task = -1
         self._offered: Optional[torch.Tensor] = None
         self._deferred: list = []
-        self._hooked = None  # the Parameter the hooks are registered on
+        self._hooked = None  # the Parameter the hooks are registered on, and the hook's handle
+        self._handle = None
+
+    def __deepcopy__(self, memo):  # a copied model's weight is a new Parameter without our hooks: start afresh
+        return type(self)()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
 
     def watch(self, weight: torch.Tensor) -> bool:
-        """Register the hooks on ``weight`` (once per Parameter object). False — do not share — when
-        ``weight`` is not a Parameter."""
-        if self._hooked is not weight:
+        """Register the hooks on ``weight`` (once per Parameter object, again if it has lost them). False —
+        do not share — when ``weight`` is not a Parameter."""
+        hooks = getattr(weight, "_backward_hooks", None) or {}
+        if self._hooked is not weight or self._handle is None or self._handle.id not in hooks:
             if not isinstance(weight, nn.Parameter):
                 return False
-            weight.register_hook(self._complete)
+            self._handle = weight.register_hook(self._complete)
             weight.register_post_accumulate_grad_hook(self._drop)
             self._hooked = weight
             self._drop(None)
