@@ -191,17 +191,23 @@ def test_reused_buffer_is_reused_only_when_nothing_shares_it():
         assert c.data_ptr() == second and c.shape == (2, 3)  # released: reused, also for a smaller request
 
 
-def test_sparse_decoder_equals_linear_in_values_and_gradients_and_survives_two_forwards():
+def _tied_head(vocab: int, seed: int):
+    """An MLM prediction head (hidden 16) tied to a fresh (vocab, 16) embedding, with a non-zero bias."""
     from bertforge.config import ModelConfig
     from bertforge.objectives.mlm import MLMPrediction
-    torch.manual_seed(4)
-    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32)
     head = MLMPrediction(cfg)
-    emb = torch.nn.Embedding(50, 16)
+    emb = torch.nn.Embedding(vocab, 16)
     head.tie(emb)
     with torch.no_grad():
         head.bias.normal_()
+    return head, emb
+
+
+def test_sparse_decoder_equals_linear_in_values_and_gradients_and_survives_two_forwards():
+    head, emb = _tied_head(50, seed=4)
     h1, h2 = torch.randn(7, 16, requires_grad=True), torch.randn(7, 16, requires_grad=True)
     l1, l2 = head(h1), head(h2)  # two graphs alive at once: the second must not overwrite the first
     x1 = head.norm(head.act(head.dense(h1.detach())))
@@ -223,16 +229,7 @@ def test_decoder_bias_inside_the_loss_equals_linear_then_cross_entropy(logits_us
     """MLMPrediction.logits_and_cross_entropy (FP32 training: decoder GEMM without bias, bias added in the CE's
     row chunks, its gradient summed there) = F.linear + F.cross_entropy in logits, loss, arg-max and every
     gradient — also when the logits feed another loss (e.g. distillation) — and under no_grad."""
-    from bertforge.config import ModelConfig
-    from bertforge.objectives.mlm import MLMPrediction
-    torch.manual_seed(8)
-    cfg = ModelConfig(vocab_size=700, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      intermediate_size=32)
-    head = MLMPrediction(cfg)
-    emb = torch.nn.Embedding(700, 16)
-    head.tie(emb)
-    with torch.no_grad():
-        head.bias.normal_()
+    head, emb = _tied_head(700, seed=8)
     h = torch.randn(23, 16, requires_grad=True)
     t = torch.randint(0, 700, (23,))
     g_rows, g_logits = torch.randn(23), torch.randn(23, 700)
