@@ -85,7 +85,8 @@ class MLMPrediction(nn.Module):
         if not fused:
             logits = self._decode(x)
             return (logits, *vocab_cross_entropy(logits, target, chunk_bytes))
-        logits = _DecoderLinear.apply(x, self.decoder_weight, None, self._logits_buffer, self._tied(self.decoder_weight))
+        w = self.decoder_weight
+        logits = _DecoderLinear.apply(x, w, None, self._logits_buffer, self._tied(w))  # no bias: added in the CE
         rows, correct, logits = _BiasedCrossEntropy.apply(logits, self.bias, target, chunk_bytes)
         return logits, rows, correct
 
