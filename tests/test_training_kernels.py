@@ -254,6 +254,26 @@ def test_decoder_bias_inside_the_loss_equals_linear_then_cross_entropy(logits_us
     assert torch.allclose(l2, ref_logits, atol=1e-5) and torch.allclose(r2, ref_rows, atol=1e-5)
 
 
+def test_cross_entropy_backward_twice_with_retain_graph_doubles_the_gradient():
+    """The FP32 path hands its kept exp values to the first backward as the gradient's memory; a second
+    backward (retain_graph=True) rebuilds them: twice the gradient, as plain PyTorch gives."""
+    head, emb = _tied_head(300, seed=12)
+    h = torch.randn(9, 16, requires_grad=True)
+    t = torch.randint(0, 300, (9,))
+    x = torch.randn(9, 300, requires_grad=True)
+    for loss_of in (lambda: vocab_cross_entropy(x, t)[0].sum(), lambda: head.logits_and_cross_entropy(h, t)[1].sum()):
+        for v in (x, h, emb.weight, head.bias):
+            v.grad = None
+        loss = loss_of()
+        loss.backward(retain_graph=True)
+        once = [v.grad.clone() for v in (x, h, emb.weight, head.bias) if v.grad is not None]
+        loss.backward()
+        twice = [v.grad for v in (x, h, emb.weight, head.bias) if v.grad is not None]
+        assert len(once) == len(twice) > 0
+        for a, b in zip(once, twice):
+            assert torch.allclose(2 * a, b, atol=1e-6)
+
+
 def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow():
     """Rows whose logits span > 87 (exp underflows in FP32): the clamped kernels still equal torch's loss and
     gradient, and the sampler never draws a token whose weight underflows."""

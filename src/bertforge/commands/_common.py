@@ -72,6 +72,12 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
         r.impl.dtype = "bfloat16"
     if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
         r.impl.progress = False
+    return check_recipe(r)
+
+
+def check_recipe(r: Recipe) -> Recipe:
+    """The checks every training command makes on its final recipe (one-line ConfigError each): dtype, batch
+    size, gradient accumulation, learning rate, epochs, step and length limits, schedule, parallel mode."""
     if r.impl.dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose float32 or bfloat16")
     for k in ("batch_size", "grad_accum_steps"):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 
 from ..config import load_recipe
-from ..errors import BertforgeError, ConfigError, DataError
-from ._common import (abandon_out_dir, add_train_args, finish_out_dir, prepare_out_dir, print_json,
+from ..errors import BertforgeError, DataError
+from ._common import (abandon_out_dir, add_train_args, check_recipe, finish_out_dir, prepare_out_dir, print_json,
                       resolve_model_dir)
 
 
@@ -73,9 +73,7 @@ def build_pretrain_recipe(args):
         sec["whole_word"] = True
     sec["objective"] = args.objective
     r.data.corpus = [str(c) for c in args.corpus]
-    if r.train.batch_size < 1 or r.train.lr <= 0:
-        raise ConfigError("train.batch_size must be ≥ 1 and train.lr > 0")
-    return r
+    return check_recipe(r)
 
 
 def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_dir: Path):

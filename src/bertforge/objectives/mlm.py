@@ -198,12 +198,10 @@ def _ce_forward(ctx, logits, target, chunk_bytes: int, bias=None):
         lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
     target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
     correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
-    if keep:  # exp(x − max) rows, and Σexp = exp(lse − max)
-        ctx.probs, ctx.sum_exp = probs, (lse - row_max).exp_()
-        ctx.save_for_backward(target)
-    else:
-        ctx.probs = None
-        ctx.save_for_backward(target, logits, lse)
+    # kept: exp(x − max) rows and Σexp = exp(lse − max), consumed by the first backward; logits and lse
+    # rebuild the gradient for any further one (backward with retain_graph=True)
+    ctx.probs, ctx.sum_exp = (probs, (lse - row_max).exp_()) if keep else (None, None)
+    ctx.save_for_backward(target, logits, lse)
     ctx.chunk_bytes = chunk_bytes
     ctx.mark_non_differentiable(correct)
     return lse - target_logit, correct
@@ -213,8 +211,8 @@ def _ce_backward(ctx, grad_rows, grad_logits=None, bias_grad: bool = False):
     """(N, V) gradient of the logits (plus ``grad_logits`` from other uses of them) and, with ``bias_grad``,
     its column sums (V,) FP32 — the gradient of a bias added to every row."""
     gb = None
+    target, logits, lse = ctx.saved_tensors
     if ctx.probs is not None:
-        (target,) = ctx.saved_tensors
         grad, ctx.probs = ctx.probs, None
         scale = grad_rows.float() / ctx.sum_exp
         if bias_grad:
@@ -228,7 +226,6 @@ def _ce_backward(ctx, grad_rows, grad_logits=None, bias_grad: bool = False):
             if gb is not None:
                 gb.add_(p.sum(0))
         return grad, gb
-    target, logits, lse = ctx.saved_tensors
     grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
     buf = None  # each chunk in FP32, then cast into the gradient
     for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
@@ -285,8 +282,7 @@ class _BiasedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rows, _grad_correct, grad_logits):
         if grad_rows is None:
-            grad_rows = torch.zeros(ctx.sum_exp.shape if ctx.probs is not None else ctx.saved_tensors[2].shape,
-                                    dtype=torch.float32)
+            grad_rows = torch.zeros(ctx.saved_tensors[2].shape, dtype=torch.float32)
         grad, gb = _ce_backward(ctx, grad_rows, grad_logits, bias_grad=ctx.needs_input_grad[1])
         return grad, gb, None, None
 
