@@ -16,7 +16,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .dropout import Dropout
-from .scratch import ReusedBuffer
+from .scratch import ReusedBuffer, tied_gradient
 
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
@@ -78,10 +78,7 @@ def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
     (and, when a decoder is tied to ``emb``, its :class:`~.scratch.TiedGradient`)."""
     if (torch.is_grad_enabled() and emb.weight.requires_grad and emb.weight.device.type == "cpu"
             and not emb.sparse and emb.max_norm is None and not emb.scale_grad_by_freq):
-        tied = getattr(emb, "_tied_gradient", None)
-        if tied is not None and not tied.watch(emb.weight):
-            tied = None
-        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx, tied)
+        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx, tied_gradient(emb))
     return emb(ids)
 
 

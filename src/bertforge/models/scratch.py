@@ -72,12 +72,10 @@ class TiedGradient:
         self._task = -1
         self._offered: Optional[torch.Tensor] = None
         self._deferred: list = []
-        self._hooked = None  # the Parameter the hooks are registered on, and the hook's handle
-        self._handle = None
+        self._handle = None  # of the hook on the watched Parameter (hook ids are unique across tensors)
 
-    def __deepcopy__(self, memo):  # a copied model's weight is a new Parameter without our hooks: start afresh
-        return type(self)()
-
+    # copies and pickles (deepcopy goes through these too) start afresh: a copied model's weight is a new
+    # Parameter without our hooks, and offered tensors or deferred closures must not travel
     def __getstate__(self):
         return {}
 
@@ -85,15 +83,13 @@ class TiedGradient:
         self.__init__()
 
     def watch(self, weight: torch.Tensor) -> bool:
-        """Register the hooks on ``weight`` (once per Parameter object, again if it has lost them). False —
-        do not share — when ``weight`` is not a Parameter."""
-        hooks = getattr(weight, "_backward_hooks", None) or {}
-        if self._hooked is not weight or self._handle is None or self._handle.id not in hooks:
+        """Register the hooks on ``weight`` unless it already carries them (once per Parameter object, again
+        if it has lost them). False — do not share — when ``weight`` is not a Parameter."""
+        if self._handle is None or self._handle.id not in (getattr(weight, "_backward_hooks", None) or {}):
             if not isinstance(weight, nn.Parameter):
                 return False
             self._handle = weight.register_hook(self._complete)
             weight.register_post_accumulate_grad_hook(self._drop)
-            self._hooked = weight
             self._drop(None)
         return True
 
@@ -126,4 +122,17 @@ class TiedGradient:
         self._offered, self._deferred = None, []
 
 
-__all__ = ["ReusedBuffer", "TiedGradient"]
+def share_tied_gradient(embedding: nn.Module) -> None:
+    """Give ``embedding`` (an ``nn.Embedding`` a decoder is tied to) its :class:`TiedGradient`, once."""
+    if getattr(embedding, "_tied_gradient", None) is None:
+        embedding._tied_gradient = TiedGradient()
+
+
+def tied_gradient(embedding: nn.Module) -> Optional[TiedGradient]:
+    """The :class:`TiedGradient` of ``embedding``, watching its weight; None when it has none (no tied
+    decoder) or the weight is not a Parameter."""
+    tied = getattr(embedding, "_tied_gradient", None)
+    return tied if tied is not None and tied.watch(embedding.weight) else None
+
+
+__all__ = ["ReusedBuffer", "TiedGradient", "share_tied_gradient", "tied_gradient"]

@@ -24,7 +24,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.heads import register_head
-from ..models.scratch import ReusedBuffer, TiedGradient
+from ..models.scratch import ReusedBuffer, TiedGradient, share_tied_gradient, tied_gradient
 from ..train.distributed import target_normalizer
 
 IGNORE_INDEX = -100
@@ -52,43 +52,47 @@ class MLMPrediction(nn.Module):
     def tie(self, word_embeddings: nn.Embedding) -> None:
         # a tuple keeps the embedding out of this module's state_dict: one parameter, one name
         self._embedding = (word_embeddings,)
-        if getattr(word_embeddings, "_tied_gradient", None) is None:  # one per embedding, shared by its decoders
-            word_embeddings._tied_gradient = TiedGradient()
+        share_tied_gradient(word_embeddings)
 
     @property
     def decoder_weight(self) -> torch.Tensor:
         return self._embedding[0].weight
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self._decode(self.norm(self.act(self.dense(h))))
+        return self._decode(self._transform(h))
 
-    def _tied(self, w: torch.Tensor) -> Optional[TiedGradient]:
-        tied = getattr(self._embedding[0], "_tied_gradient", None)
-        return tied if tied is not None and tied.watch(w) else None
+    def _transform(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(h)))
 
-    def _decode(self, x: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _sparse_training_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
+        """The compute dtype (autocast's, else ``x``'s) of the sparse CPU training path for (N, E) ``x``;
+        None when that path does not apply."""
         if x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled():
-            # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
-            dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-            w = self.decoder_weight
-            tied = self._tied(w) if w.dtype == dt else None
-            return _DecoderLinear.apply(x.to(dt), w.to(dt), self.bias.to(dt), self._logits_buffer, tied)
-        return F.linear(x, self.decoder_weight, self.bias)
+            return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+        return None
+
+    def _decode(self, x: torch.Tensor, bias: bool = True) -> torch.Tensor:
+        dt = self._sparse_training_dtype(x)
+        if dt is None:
+            return F.linear(x, self.decoder_weight, self.bias)
+        # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
+        w = self.decoder_weight
+        tied = tied_gradient(self._embedding[0]) if w.dtype == dt else None
+        return _DecoderLinear.apply(x.to(dt), w.to(dt), self.bias.to(dt) if bias else None, self._logits_buffer,
+                                    tied)
 
     def logits_and_cross_entropy(self, h: torch.Tensor, target: torch.Tensor, chunk_bytes: int = 1 << 21):
         """``h`` (N, H) at the N predicted positions, ``target`` (N,) → ``(logits (N, V), loss per row (N,)
         FP32, correct (N,) bool)``, as ``self(h)`` then :func:`vocab_cross_entropy`. In FP32 CPU training
         the decoder bias is added inside the loss's row chunks (:class:`_BiasedCrossEntropy`)."""
-        x = self.norm(self.act(self.dense(h)))
-        fused = (x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled() and x.dtype == torch.float32
-                 and not torch.is_autocast_enabled("cpu") and self.decoder_weight.dtype == torch.float32)
-        if not fused:
-            logits = self._decode(x)
-            return (logits, *vocab_cross_entropy(logits, target, chunk_bytes))
-        w = self.decoder_weight
-        logits = _DecoderLinear.apply(x, w, None, self._logits_buffer, self._tied(w))  # no bias: added in the CE
-        rows, correct, logits = _BiasedCrossEntropy.apply(logits, self.bias, target, chunk_bytes)
-        return logits, rows, correct
+        x = self._transform(h)
+        if self._sparse_training_dtype(x) == torch.float32 and self.decoder_weight.dtype == torch.float32:
+            rows, correct, logits = _BiasedCrossEntropy.apply(self._decode(x, bias=False), self.bias, target,
+                                                              chunk_bytes)
+            return logits, rows, correct
+        logits = self._decode(x)
+        return (logits, *vocab_cross_entropy(logits, target, chunk_bytes))
 
 
 class _DecoderLinear(torch.autograd.Function):
@@ -192,15 +196,15 @@ def _ce_forward(ctx, logits, target, chunk_bytes: int, bias=None):
     lse = torch.empty(n, dtype=torch.float32, device=logits.device)
     row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
     keep = logits.dtype == torch.float32 and ctx.needs_input_grad[0]
-    probs = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
-    for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=probs, bias=bias):
+    exps = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
+    for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=exps, bias=bias):
         row_max[rows] = m
         lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
     target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
     correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
     # kept: exp(x − max) rows and Σexp = exp(lse − max), consumed by the first backward; logits and lse
     # rebuild the gradient for any further one (backward with retain_graph=True)
-    ctx.probs, ctx.sum_exp = (probs, (lse - row_max).exp_()) if keep else (None, None)
+    ctx.exps, ctx.sum_exp = (exps, (lse - row_max).exp_()) if keep else (None, None)
     ctx.save_for_backward(target, logits, lse)
     ctx.chunk_bytes = chunk_bytes
     ctx.mark_non_differentiable(correct)
@@ -212,8 +216,8 @@ def _ce_backward(ctx, grad_rows, grad_logits=None, bias_grad: bool = False):
     its column sums (V,) FP32 — the gradient of a bias added to every row."""
     gb = None
     target, logits, lse = ctx.saved_tensors
-    if ctx.probs is not None:
-        grad, ctx.probs = ctx.probs, None
+    if ctx.exps is not None:
+        grad, ctx.exps = ctx.exps, None
         scale = grad_rows.float() / ctx.sum_exp
         if bias_grad:
             gb = torch.zeros(grad.shape[-1], dtype=torch.float32, device=grad.device)
@@ -282,7 +286,7 @@ class _BiasedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rows, _grad_correct, grad_logits):
         if grad_rows is None:
-            grad_rows = torch.zeros(ctx.saved_tensors[2].shape, dtype=torch.float32)
+            grad_rows = torch.zeros_like(ctx.saved_tensors[2])  # the loss itself unused: its gradient is 0
         grad, gb = _ce_backward(ctx, grad_rows, grad_logits, bias_grad=ctx.needs_input_grad[1])
         return grad, gb, None, None
 
