@@ -58,6 +58,29 @@ def w(tmp_path_factory):
     ns.lines2.write_text("ein kleines haus\nder hund rennt\n")
     ns.afile = d / "afile"
     ns.afile.write_text("x")
+    ns.listcfg = d / "listcfg"
+    ns.listcfg.mkdir()
+    (ns.listcfg / "config.json").write_text("[1, 2]")
+    ns.badonnx = d / "badonnx"
+    ns.badonnx.mkdir()
+    shutil.copyfile(ns.tiny / "config.json", ns.badonnx / "config.json")
+    (ns.badonnx / "model.onnx").write_bytes(bytes(range(256)) * 4)
+    ns.squadlist = d / "list.json"
+    ns.squadlist.write_text("[1, 2]")
+    ns.csv_as_tsv = d / "commas.tsv"
+    ns.csv_as_tsv.write_text("sentence,label\ngood film,1\n")
+    ns.ner_str = d / "ner_str.jsonl"
+    ns.ner_str.write_text(json.dumps({"tokens": "a b", "tags": ["O", "O"]}) + "\n")
+    ns.ner_badtag = d / "ner_badtag.jsonl"
+    ns.ner_badtag.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "PER"]}) + "\n")
+    ns.notarun = d / "notarun"
+    ns.notarun.mkdir()
+    (ns.notarun / "notes.txt").write_text("mine")
+    ctx = "the cat sat on the mat near the door of the house"
+    ns.squad = d / "squad.json"
+    ns.squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": ctx, "qas": [
+        {"id": "q1", "question": "where did the cat sit", "answers": [{"text": "on the mat",
+                                                                       "answer_start": ctx.index("on the mat")}]}]}]}]}))
     return ns
 
 
@@ -91,7 +114,7 @@ CASES = [
     ("ft-unknown-recipe-key", lambda w: _ft(w, "train.lrr=1e-3"), ["unknown recipe key 'train.lrr'"]),
     ("ft-unknown-recipe-section", lambda w: _ft(w, "optim.lr=1e-3"), ["unknown recipe section 'optim'"]),
     ("ft-malformed-override", lambda w: _ft(w, "train.lr"), ["section.key=value"]),
-    ("ft-negative-lr", lambda w: _ft(w, "train.lr=-1"), ["train.lr must be > 0"]),
+    ("ft-negative-lr", lambda w: _ft(w, "train.lr=-1"), ["train.lr must be a finite number > 0"]),
     ("ft-bad-dtype", lambda w: _ft(w, "impl.dtype=float16"), ["impl.dtype='float16'"]),
     ("ft-bad-parallel", lambda w: _ft(w, "impl.parallel=zero3"), ["impl.parallel='zero3'"]),
     ("ft-bad-schedule", lambda w: _ft(w, "train.schedule=triangle"), ["train.schedule='triangle'"]),
@@ -119,6 +142,52 @@ CASES = [
                                          w.d / "p.jsonl"], ["not UTF-8"]),
     ("predict-out-unwritable", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out",
                                           "/sys/preds.jsonl"], ["permission denied", "/sys/preds.jsonl"]),
+    ("predict-out-inside-model", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out",
+                                            w.run / "config.json", "--overwrite"], ["inside the model directory"]),
+    ("predict-out-exists", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out", w.afile],
+     ["--out", "exists", "--overwrite"]),
+    ("predict-out-is-input", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out", w.train,
+                                        "--overwrite"], ["is the input --data file"]),
+    ("eval-seq-len-negative", lambda w: ["evaluate", "--model", w.run, "--data", w.train, "--max-seq-len", -5],
+     ["--max-seq-len -5 must be ≥ 2"]),
+    ("eval-seq-len-one", lambda w: ["evaluate", "--model", w.run, "--data", w.train, "--max-seq-len", 1],
+     ["--max-seq-len 1 must be ≥ 2"]),
+    ("eval-seq-len-beyond-positions", lambda w: ["evaluate", "--model", w.run, "--data", w.train,
+                                                 "--max-seq-len", 100000], ["--max-seq-len 100000 exceeds"]),
+    ("eval-batch-zero", lambda w: ["evaluate", "--model", w.run, "--data", w.train, "--batch-size", 0],
+     ["--batch-size 0 must be ≥ 1"]),
+    ("predict-batch-negative", lambda w: ["predict", "--model", w.run, "--data", w.train, "--batch-size", -2,
+                                          "--out", w.d / "p.jsonl"], ["--batch-size -2 must be ≥ 1"]),
+    ("quantize-eval-seq-len-beyond-positions", lambda w: ["quantize", "--model", w.run, "--out", w.d / "q9",
+                                                          "--eval", w.train, "--max-seq-len", 100000],
+     ["exceeds"]),
+    ("ft-lr-nan", lambda w: _ft(w, "--lr", "nan"), ["train.lr must be a finite number > 0"]),
+    ("config-json-is-a-list", lambda w: ["evaluate", "--model", w.listcfg, "--data", w.train],
+     ["holds a JSON list"]),
+    ("bench-corrupt-onnx", lambda w: ["bench", "--model", w.badonnx, "--seq-len", 16],
+     ["ONNX Runtime cannot load", "model.onnx"]),
+    ("squad-train-is-a-list", lambda w: ["finetune", "--model", w.tiny, "--task", "squad", "--train", w.squadlist,
+                                         "--out", w.d / "qa", "--max-steps", 1, "--max-seq-len", 64],
+     ["item 1 is a JSON int", "SQuAD"]),
+    ("ft-csv-named-tsv", lambda w: _ft(w, train=w.csv_as_tsv), ["no column 'sentence'", "comma-separated",
+                                                                 ".csv"]),
+    ("ner-tokens-not-a-list", lambda w: ["finetune", "--model", w.tiny, "--task", "conll2003", "--train",
+                                         w.ner_str, "--out", w.d / "ner", "--max-seq-len", 32],
+     ["ner_str.jsonl:1 field 'tokens' is a str, not a list"]),
+    ("ner-bad-tag-names-the-file-once", lambda w: ["finetune", "--model", w.tiny, "--task", "conll2003", "--train",
+                                                   w.ner_badtag, "--out", w.d / "ner", "--max-seq-len", 32],
+     ["error: ner_badtag.jsonl:1 tag 'PER' is not IOB"]),
+    ("ft-out-nonempty-not-a-run", lambda w: _ft(w, out=w.notarun), ["holds no run"]),
+    ("qa-seq-len-too-short", lambda w: ["finetune", "--model", w.tiny, "--task", "squad", "--train", w.squad,
+                                        "--out", w.d / "qa", "--max-seq-len", 3],
+     ["max_seq_len=3", "raise --max-seq-len"]),
+    ("overrides-after-options-apply", lambda w: ["finetune", "--model", w.tiny, "--task", "sst2",
+                                                 "train.lr=3e-5", "--train", w.train, "--out", w.d / "ov",
+                                                 "impl.dtype=float16"],
+     ["impl.dtype='float16'"]),
+    ("distill-teacher-without-task-head", lambda w: ["distill", "--teacher", w.tiny, "--student", "1L-16H-2A-32I",
+                                                     "--task", "sst2", "--train", w.train, "--out", w.d / "dst"],
+     ["has no task head", "needs sequence_classification", "fine-tune the teacher"]),
     # ---- pretrain
     ("pretrain-corpus-missing", lambda w: ["pretrain", "--objective", "bert", "--corpus", w.d / "nope.txt",
                                            "--out", w.d / "pt", "--no-progress"], ["nope.txt does not exist"]),
@@ -179,6 +248,13 @@ CASES = [
     ("translate-misaligned", lambda w: _tr(w, tgt=w.lines2), ["has 3 lines but", "has 2", "aligned"]),
     ("translate-src-missing", lambda w: _tr(w, src=w.d / "nope.txt"), ["nope.txt does not exist"]),
     ("translate-unknown-key", lambda w: _tr(w, "translate.beem=4"), ["translate.beem"]),
+    ("translate-lr-negative", lambda w: _tr(w, "--lr", -1), ["train.lr must be a finite number > 0"]),
+    ("translate-d-model-zero", lambda w: _tr(w, "model.d_model=0"), ["model.d_model=0 must be a whole number"]),
+    ("translate-d-model-text", lambda w: _tr(w, "model.d_model=abc"), ["model.d_model='abc'"]),
+    ("translate-dropout-above-one", lambda w: _tr(w, "model.dropout=1.5"), ["model.dropout=1.5", "[0, 1)"]),
+    ("translate-max-steps-negative", lambda w: _tr(w, "--max-steps", -1), ["train.max_steps -1", "≥ 1"]),
+    ("translate-max-minutes-negative", lambda w: _tr(w, "--max-minutes", -1), ["--max-minutes", "> 0"]),
+    ("translate-vocab-zero", lambda w: _tr(w, "translate.vocab_size=0"), ["translate.vocab_size=0", "≥ 5"]),
     ("translate-decode-bert-dir", lambda w: ["translate", "decode", "--model", w.run, "--input", w.lines3],
      ["model_type 'bert'", "translate train"]),
     ("qa-split-not-json", lambda w: ["qa-split", "--data", w.train, "--out-dir", w.d / "qa"], ["not valid JSON"]),

@@ -78,8 +78,12 @@ def test_rank_shards_reassemble_the_single_process_batches(monkeypatch, tmp_path
     assert not torch.equal(e0, e1)  # a fresh shuffle each epoch
 
 
-def test_dataset_smaller_than_global_batch_still_trains(monkeypatch, tmp_path):
-    t = _trainer(monkeypatch, tmp_path, 0, 1, n=5, batch=8, accum=1)
+def test_dataset_smaller_than_global_batch_is_a_config_error(monkeypatch, tmp_path):
+    """Every row of such a batch would repeat examples (a mistake in --batch-size); equal sizes train."""
+    from bertforge.errors import ConfigError
+    with pytest.raises(ConfigError, match="train.batch_size 8 exceeds the 5 training examples"):
+        _trainer(monkeypatch, tmp_path, 0, 1, n=5, batch=8, accum=1)
+    t = _trainer(monkeypatch, tmp_path, 0, 1, n=8, batch=8, accum=1)
     batches = list(t._batches(0, 0))
     assert t.steps_per_epoch == 1 and len(batches) == 1 and batches[0]["input_ids"].shape[0] == 8
 

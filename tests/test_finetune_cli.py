@@ -58,6 +58,15 @@ def test_sst2_finetune_evaluate_predict(tmp_path, capsys, minilm_dir, data_dir):
     assert rc == 0, err
     preds = [json.loads(line) for line in pred_file.read_text().splitlines()]
     assert len(preds) == 1821 and {p["label"] for p in preds} <= {"0", "1"}
+    # an existing --out is replaced only with --overwrite (here by the predictions on the first 20 rows)
+    few = tmp_path / "few.tsv"
+    few.write_text("".join((sst / "test.tsv").read_text().splitlines(keepends=True)[:21]))
+    argv = ["predict", "--model", str(out), "--data", str(few), "--out", str(pred_file)]
+    rc, _, err = _run(capsys, argv)
+    assert rc == 2 and "--overwrite" in err and len(pred_file.read_text().splitlines()) == 1821
+    rc, _, err = _run(capsys, argv + ["--overwrite"])
+    assert rc == 0, err
+    assert [json.loads(x)["label"] for x in pred_file.read_text().splitlines()] == [p["label"] for p in preds[:20]]
 
 
 def test_stsb_regression_reports_pearson_spearman(tmp_path, capsys, minilm_dir, data_dir):

@@ -213,6 +213,17 @@ def test_real_squad_answers_roundtrip_through_token_offsets(minilm_dir, data_dir
     assert ok / len(wins) > 0.97
 
 
+@pytest.mark.parametrize("max_seq_len", [2, 3, 5, 8])
+def test_a_window_too_short_for_the_question_is_a_data_error(minilm_dir, data_dir, max_seq_len):
+    """At 2–3 tokens the tokenizer keeps each pair whole (~80-token windows) instead of failing; both that
+    and its truncation error become one DataError, and no window ever exceeds max_seq_len."""
+    tok = load_tokenizer(minilm_dir)
+    ex = read_squad(data_dir / "squad" / "dev-v1.1.json", max_samples=20)
+    with pytest.raises(DataError, match=f"max_seq_len={max_seq_len}.*raise --max-seq-len"):
+        encode_qa_windows(tok, ex, max_seq_len, min(128, max_seq_len // 3))
+    assert max(len(w["input_ids"]) for w in encode_qa_windows(tok, ex, 64, 16)) <= 64
+
+
 def test_context_longer_than_window_still_finds_its_answer(minilm_dir):
     tok = load_tokenizer(minilm_dir)
     filler = " ".join(f"Sentence number {i} talks about nothing in particular." for i in range(60))

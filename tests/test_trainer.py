@@ -66,3 +66,27 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path):
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len([ln for ln in lines if '"loss"' in ln]) == 3
+
+
+def test_result_names_the_saved_step_and_the_last_evaluation(tmp_path):
+    """An evaluation that peaks at step 2 of 4: the best checkpoint is written at the top, the result says
+    so (model_step 2), and the last evaluation's metric is reported with its own step (eval_step 4); the
+    saved weights are the step-2 checkpoint's, byte for byte."""
+    from safetensors.torch import load_file
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    model = TaskModel(cfg, head="sequence_classification")
+    recipe = load_recipe(None, ["train.batch_size=8", "train.max_steps=4", "train.eval_every=1",
+                                "train.save_every=1", "train.metric_for_best=score", "impl.progress=false",
+                                "train.keep_checkpoints=4"])
+    scores = iter([0.1, 0.9, 0.5, 0.3])
+    t = Trainer(model, _data(), PadCollator(0), recipe, tmp_path / "run",
+                eval_fn=lambda m: {"score": next(scores)})
+    res = t.fit()
+    assert (res["best_step"], res["model_step"], res["eval_step"], res["score"]) == (2, 2, 4, 0.3)
+    top = load_file(str(tmp_path / "run" / "model.safetensors"))
+    ck = load_file(str(tmp_path / "run" / "checkpoints" / "step-2" / "model.safetensors"))
+    assert top.keys() == ck.keys() and all(torch.equal(top[k], ck[k]) for k in top)
+    with pytest.raises(ConfigError, match="train.batch_size 64 exceeds the 32 training examples"):
+        Trainer(model, _data(), PadCollator(0), load_recipe(None, ["train.batch_size=64"]), tmp_path / "big")

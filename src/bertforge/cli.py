@@ -46,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    # KEY=VALUE overrides may sit on either side of options (argparse collects only the first run)
+    if rest and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in a and not a.startswith("-") for a in rest):
+        args.overrides += rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

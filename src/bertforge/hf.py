@@ -246,9 +246,13 @@ def read_config(path: Path) -> dict:
         raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
                               "transformers or bertforge")
     try:
-        return json.loads(cfg.read_text(encoding="utf-8"))
+        data = json.loads(cfg.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{cfg} holds a JSON {type(data).__name__}, not an object of model settings; "
+                              f"restore or re-save it")
+    return data
 
 
 def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:
@@ -264,6 +268,12 @@ def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:
         else:
             head[k] = v
     return base, head
+
+
+def saved_head_name(cfg: dict) -> Optional[str]:
+    """The task head a checkpoint's config records (bertforge's ``bertforge_head``, else transformers'
+    ``architectures``), or None for an encoder without one."""
+    return cfg.get("bertforge_head") or _head_from_arch(cfg)
 
 
 def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
@@ -286,7 +296,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     base, head_state = split_prefix(state, config.model_type)
     if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert"):
         config.add_pooling_layer = any(k.startswith("pooler") for k in base)
-    saved_head = d.get("bertforge_head") or _head_from_arch(d)
+    saved_head = saved_head_name(d)
     head = head or saved_head or "base"
     if head != saved_head:
         # a different head: don't carry the old label space over

@@ -24,9 +24,9 @@ def current_umask() -> int:
 def _explain(e: OSError, path: Path) -> BertforgeError:
     import errno
     if e.errno == errno.ENOSPC:
-        return BertforgeError(f"disk full while writing {path}; free space or choose another --out")
+        return BertforgeError(f"disk full while writing {path}; free space or write to another disk")
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return BertforgeError(f"permission denied writing {path}; choose a writable --out")
+        return BertforgeError(f"permission denied writing {path}; choose a writable output location")
     return BertforgeError(f"cannot write {path} ({e.strerror}); check the path")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -83,10 +84,10 @@ def check_recipe(r: Recipe) -> Recipe:
     for k in ("batch_size", "grad_accum_steps"):
         if getattr(r.train, k) < 1:
             raise ConfigError(f"train.{k} must be ≥ 1 (got {getattr(r.train, k)})")
-    if r.train.lr <= 0:
-        raise ConfigError(f"train.lr must be > 0 (got {r.train.lr})")
-    if r.train.epochs is not None and r.train.epochs <= 0:
-        raise ConfigError(f"--epochs / train.epochs must be > 0 (got {r.train.epochs})")
+    if not 0 < r.train.lr < math.inf:  # also refuses nan
+        raise ConfigError(f"train.lr must be a finite number > 0 (got {r.train.lr})")
+    if r.train.epochs is not None and not 0 < r.train.epochs < math.inf:
+        raise ConfigError(f"--epochs / train.epochs must be a finite number > 0 (got {r.train.epochs})")
     for flag, value, minimum, note in (
             ("--max-steps / train.max_steps", r.train.max_steps, 1, "omit it to train for --epochs"),
             ("--max-seq-len / data.max_seq_len", r.data.max_seq_len, 2, ""),
@@ -118,6 +119,9 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
             raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
         return out
     if busy and not overwrite:
+        if not any((out / f).exists() for f in ("recipe.yaml", "config.json", "checkpoints")):
+            raise BertforgeError(f"--out {out} is a non-empty directory that holds no run; pass an empty or "
+                                 f"new --out (or --overwrite to replace its contents)")
         raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
                              f"to replace it, or another --out")
     if busy:

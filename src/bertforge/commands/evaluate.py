@@ -9,8 +9,8 @@ import time
 
 from ..adapters import adapter_for
 from ..data.tasks import get_task
-from ..errors import ConfigError
-from ..hf import load_pretrained, read_config
+from ..errors import ConfigError, require_at_least
+from ..hf import check_seq_len, load_pretrained, read_config, saved_head_name
 from ..tokenizer import load_tokenizer
 from ._common import print_json, resolve_model_dir
 
@@ -24,16 +24,30 @@ def add_arguments(p) -> None:
     p.add_argument("--max-samples", type=int)
 
 
+def check_batch_size(batch_size) -> None:
+    """One-line ConfigError for an inference ``--batch-size`` below 1."""
+    require_at_least("--batch-size", batch_size, 1)
+
+
 def load_for_task(model_arg, task_name, max_seq_len=None):
+    """(model dir, task, adapter, model) for a fine-tuned checkpoint. ``max_seq_len`` None → the length the
+    model was fine-tuned with. Raises ConfigError for a length outside [2, the model's positions], an
+    unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
+    require_at_least("--max-seq-len", max_seq_len, 2)
     model_dir = resolve_model_dir(model_arg)
     cfg = read_config(model_dir)
+    check_seq_len(max_seq_len, cfg)
     meta = cfg.get("bertforge") or {}
     name = task_name or meta.get("task")
     if not name:
         raise ConfigError(f"{model_dir} does not record its task; pass --task NAME")
     task = get_task(name, **meta.get("task_spec", {}))
     tok = load_tokenizer(model_dir)
-    adapter = adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+    adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
+    saved = saved_head_name(cfg)
+    if adapter.head != "base" and saved != adapter.head:  # its head would be random weights
+        raise ConfigError(f"{model_dir} has {'a ' + saved if saved not in (None, 'base') else 'no task'} head "
+                          f"but task {task.name} needs {adapter.head}; pass the task it was fine-tuned on")
     model = load_pretrained(model_dir, head=adapter.head)
     if adapter.head != "base" and model.head is not None and hasattr(model.head, "num_labels") \
             and task.num_labels and model.head.num_labels != task.num_labels:
@@ -45,10 +59,13 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
 
 
 def run(args) -> int:
+    check_batch_size(args.batch_size)
+    require_at_least("--max-samples", args.max_samples, 1)
     model_dir, task, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
     data = adapter.load(args.data, args.max_samples)
     t0 = time.perf_counter()
     metrics = adapter.evaluate(model, data, args.batch_size)
-    print_json({"task": task.name, "n": len(data), **metrics,
+    # token tasks batch windows; n counts the source sentences / questions
+    print_json({"task": task.name, "n": len(getattr(data, "examples", data)), **metrics,
                 "eval_seconds": round(time.perf_counter() - t0, 3)})
     return 0

@@ -72,7 +72,8 @@ def run(args) -> int:
     if got.shape == ref.shape:
         rec["int8_max_abs_diff"] = round(float((got.float() - ref.float()).abs().max()), 6)
     if eval_data is not None:
-        rec["eval"] = {"task": task.name, "n": len(eval_data), "fp32": adapter.evaluate(model, eval_data),
+        n = len(getattr(eval_data, "examples", eval_data))  # token tasks: sentences, not windows
+        rec["eval"] = {"task": task.name, "n": n, "fp32": adapter.evaluate(model, eval_data),
                        "int8": adapter.evaluate(qmodel, eval_data)}
     print_json(rec)
     return 0

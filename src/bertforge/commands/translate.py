@@ -116,10 +116,30 @@ def build_translate_recipe(args):
     if sec.get("noam_factor"):  # lr = factor · d_model^-0.5 · warmup^-0.5 (Vaswani et al. eq. 3)
         d = int(r.model.get("d_model", 512))
         r.train.lr = float(sec["noam_factor"]) * d ** -0.5 * max(1, r.train.warmup_steps or 1) ** -0.5
+    _check_translate_recipe(r, sec)
     r.data.train, r.data.eval = args.src, args.valid_src
     sec.update(src=str(args.src), tgt=str(args.tgt), valid_src=str(args.valid_src),
                valid_tgt=str(args.valid_tgt))
     return r
+
+
+def _check_translate_recipe(r, sec: dict) -> None:
+    """One-line ConfigErrors, before anything is written: the shared training checks, the architecture
+    (``TransformerConfig`` on a stand-in vocabulary) and the ``translate`` section's numbers."""
+    import math
+
+    from ..models.seq2seq import TransformerConfig
+    from ._common import check_recipe
+    check_recipe(r)
+    if r.train.max_minutes is not None and not 0 < r.train.max_minutes < math.inf:
+        raise ConfigError(f"--max-minutes / train.max_minutes must be > 0 (got {r.train.max_minutes})")
+    TransformerConfig.from_dict({**r.model, "vocab_size": 8})
+    for key, low in (("vocab_size", 5), ("max_tokens", 1), ("max_len", 2), ("eval_bleu_sentences", 0),
+                     ("eval_beam", 1), ("beam", 1)):
+        v = sec.get(key)
+        if type(v) is not int or v < low:
+            raise ConfigError(f"translate.{key}={v!r} must be a whole number ≥ {low}"
+                              + (" (4 ids are the special tokens)" if key == "vocab_size" else ""))
 
 
 def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, dtype: str):

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import BertforgeError
+from ..errors import BertforgeError, CheckpointError
 
 OPSET = 17
 MASK_FILTER = -10000.0
@@ -282,14 +282,22 @@ def quantize_onnx(src, dst, per_channel: bool = True) -> None:
 
 
 def session(path, threads: Optional[int] = None):
-    """An ``onnxruntime.InferenceSession`` on CPU with all graph optimisations on."""
+    """An ``onnxruntime.InferenceSession`` on CPU with all graph optimisations on.
+
+    Raises:
+        CheckpointError: ONNX Runtime cannot load ``path`` (corrupt or foreign graph)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads:
         so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own Fail / InvalidProtobuf / InvalidGraph classes
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
+        raise CheckpointError(f"ONNX Runtime cannot load {path} ({first}); re-create it with "
+                              f"`bertforge export` or `bertforge quantize`") from None
 
 
 def run_session(sess, inputs: dict) -> np.ndarray:

@@ -58,10 +58,10 @@ def detect_scheme(sentences_tags) -> str:
     return "IOB2"
 
 
-def _check_tags(tags, path, lineno):
+def _check_tags(tags, where):
     for t in tags:
         if t != "O" and not (len(t) > 2 and t[:2] in ("B-", "I-")):
-            raise DataError(f"{path}:{lineno} tag {t!r} is not IOB (O, B-TYPE, I-TYPE); convert the file "
+            raise DataError(f"{where} tag {t!r} is not IOB (O, B-TYPE, I-TYPE); convert the file "
                             f"to IOB1/IOB2 tags")
 
 
@@ -148,9 +148,13 @@ def read_token_jsonl(path, tokens_field: str = "tokens", tags_field: str = "tags
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{lineno} is not valid JSON ({e.msg}); one object per line") from None
-        if tokens_field not in row:
+        if not isinstance(row, dict) or tokens_field not in row:
             raise DataError(f"{path}:{lineno} has no {tokens_field!r} field; write "
                             f'{{"{tokens_field}": [...], "{tags_field}": [...]}}')
+        for field_name in (tokens_field, tags_field):
+            if row.get(field_name) is not None and not isinstance(row[field_name], list):
+                raise DataError(f"{path}:{lineno} field {field_name!r} is a {type(row[field_name]).__name__}, "
+                                f"not a list; write one list item per token")
         toks = [str(t) for t in row[tokens_field]]
         tags = row.get(tags_field)
         if tags is None and require_tags:
@@ -171,7 +175,7 @@ def _normalise(examples: list, path: Path, scheme: str) -> list:
         raise DataError(f"tag scheme {scheme!r}; choose auto, IOB1 or IOB2")
     for e in examples:
         if e.tags is not None:
-            _check_tags(e.tags, path, e.guid)
+            _check_tags(e.tags, e.guid or path)  # guid: "file:line"
             e.tags = iob1_to_iob2(e.tags)
     return examples
 

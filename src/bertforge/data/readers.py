@@ -116,8 +116,11 @@ def _col_index(col, header, path: Path, task: Task):
         raise DataError(f"{path} has no header row but task {task.name} names column {col!r}; add a "
                         f"header or give positional columns (data.text_columns=[0,1])")
     if col not in header:
+        other = "," if path.suffix.lower() == ".tsv" else "\t"
+        hint = (f"; its header looks {'comma' if other == ',' else 'tab'}-separated: name the file "
+                f"{'.csv' if other == ',' else '.tsv'}") if len(header) == 1 and other in header[0] else ""
         raise DataError(f"{path} has no column {col!r} (columns: {', '.join(header)}); task {task.name} "
-                        f"expects {', '.join(str(c) for c in (*task.text_columns, task.label_column))}")
+                        f"expects {', '.join(str(c) for c in (*task.text_columns, task.label_column))}{hint}")
     return header.index(col)
 
 
@@ -201,6 +204,10 @@ def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: st
     ds_name, cfg = (parts[0], parts[1]) if len(parts) == 2 else (spec, None)
     if task.hub and ds_name == task.hub[0] and cfg is None:
         cfg = task.hub[1]
+    import logging
+    datasets.logging.set_verbosity_error()
+    for lib in ("urllib3", "huggingface_hub", "fsspec", "filelock"):  # retries must not spill onto stderr
+        logging.getLogger(lib).setLevel(logging.ERROR)
     try:
         ds = datasets.load_dataset(ds_name, cfg, split=sp or split)
     except Exception as e:

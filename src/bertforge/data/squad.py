@@ -70,6 +70,14 @@ def examples_from_squad(data: dict, path="<data>", require_answers: bool = True)
     answer whose ``answer_start`` does not point at its text."""
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise DataError(f"{path} is not SQuAD JSON (no top-level 'data' list); pass a SQuAD v1.1/v2.0 file")
+    try:
+        return _squad_examples(data, path, require_answers)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise DataError(f"{path} does not follow the SQuAD layout (data → paragraphs → context, qas → id, "
+                        f"question, answers; {type(e).__name__}: {str(e)[:60]}); fix the file") from None
+
+
+def _squad_examples(data: dict, path, require_answers: bool) -> list:
     out = []
     for art in data["data"]:
         title = art.get("title", "")
@@ -103,6 +111,9 @@ def read_squad(path, max_samples: Optional[int] = None, require_answers: bool = 
     if isinstance(data, list):  # JSONL
         out = []
         for i, r in enumerate(data):
+            if not isinstance(r, dict):
+                raise DataError(f"{path}: item {i + 1} is a JSON {type(r).__name__}, not an object; pass SQuAD "
+                                f"JSON (a top-level 'data' list) or JSONL rows of id, question, context")
             for k in ("question", "context"):
                 if k not in r:
                     raise DataError(f"{path}: row {i + 1} has no {k!r}; each line needs id, question, context")
@@ -180,6 +191,10 @@ def encode_qa_windows(tok, examples: list, max_seq_len: int = 384, doc_stride: i
                         f"stride") from None
     finally:
         tok.no_truncation()
+    if any(len(w.ids) > max_seq_len for enc in encs for w in [enc] + list(enc.overflowing)):
+        # the tokenizer keeps the pair whole when max_length cannot hold its special tokens
+        raise DataError(f"max_seq_len={max_seq_len} cannot hold the question, its special tokens and some "
+                        f"context; raise --max-seq-len")
     out = []
     for ei, (e, enc) in enumerate(zip(examples, encs)):
         ans = e.answers[0] if (with_labels and e.answers and not e.is_impossible) else None

@@ -259,6 +259,7 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
             bo.deploy(model, tmpdir + "/m", optimize=True, quantize=int8, check=False)
             path = Path(tmpdir) / "m" / "model.onnx"
             info["exported_on_the_fly"] = True
+            info["weights_file"] = "model.onnx (exported on the fly, not kept)"
             info["file_mb"] = round(path.stat().st_size / 2**20, 3)
         sess = bo.session(path, threads or torch.get_num_threads())
         names = [i.name for i in sess.get_inputs()]

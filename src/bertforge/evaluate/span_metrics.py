@@ -79,9 +79,10 @@ def squad_scores(predictions: dict, golds: dict) -> dict:
 
 def entity_scores(gold_tags: list, pred_tags: list) -> dict:
     """Entity-level ``precision``/``recall``/``f1`` (conlleval chunking, seqeval) and per-word
-    ``accuracy``. Inputs: lists of sentences of IOB2 tag strings (same lengths)."""
+    ``accuracy``. Inputs: lists of sentences of IOB2 tag strings (same lengths). A score with an empty
+    denominator (no predicted or no gold entity) is 0, as in conlleval, without seqeval's warning."""
     from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-    return {"f1": float(f1_score(gold_tags, pred_tags)),
-            "precision": float(precision_score(gold_tags, pred_tags)),
-            "recall": float(recall_score(gold_tags, pred_tags)),
+    return {"f1": float(f1_score(gold_tags, pred_tags, zero_division=0)),
+            "precision": float(precision_score(gold_tags, pred_tags, zero_division=0)),
+            "recall": float(recall_score(gold_tags, pred_tags, zero_division=0)),
             "accuracy": float(accuracy_score(gold_tags, pred_tags))}

@@ -75,13 +75,20 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         if self.model_type != MODEL_TYPE:
             raise ConfigError(f"model_type {self.model_type!r} is not {MODEL_TYPE!r}")
+        for k in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_heads", "ffn_dim",
+                  "max_positions"):
+            v = getattr(self, k)
+            if type(v) is not int or v < 1:
+                raise ConfigError(f"model.{k}={v!r} must be a whole number ≥ 1")
+        for k in ("dropout", "attention_dropout", "label_smoothing"):
+            v = getattr(self, k)
+            if type(v) not in (int, float) or not 0.0 <= v < 1.0:
+                raise ConfigError(f"model.{k}={v!r} must be a number in [0, 1)")
         if self.d_model % self.num_heads:
             raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head count that divides it")
         if self.activation_dropout:
             raise ConfigError("model.activation_dropout is not supported (the paper has none); set it to 0")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"model.label_smoothing={self.label_smoothing} must be in [0, 1)")
         if self.src_vocab_size is None:
             self.src_vocab_size = self.vocab_size
         if self.share_embeddings and self.src_vocab_size != self.vocab_size:

@@ -126,7 +126,8 @@ class Trainer:
             (higher is better unless it contains "loss").
         save_fn: ``save_fn(model, dir)`` writes the model in HF layout (default: ``model.save_pretrained``).
     Raises:
-        ConfigError: ``train.batch_size`` not divisible by the number of processes, unknown ``impl.parallel``.
+        ConfigError: ``train.batch_size`` not divisible by the number of processes or larger than the training
+            set, unknown ``impl.parallel``.
         DataError: an empty training set.
         TrainingError: the loss became NaN/inf (the last good checkpoint is kept); a checkpoint write failed.
         CheckpointError: ``--resume`` from a checkpoint that is incomplete or was written for other data /
@@ -172,6 +173,9 @@ class Trainer:
         self.n_examples = len(train_dataset)
         if self.n_examples == 0:
             raise DataError("the training set is empty; pass a file with examples")
+        if self.global_micro > self.n_examples:  # every row of a batch would repeat examples
+            raise ConfigError(f"train.batch_size {self.global_micro} exceeds the {self.n_examples} training "
+                              f"examples; pass --batch-size {self.n_examples} or less, or more data")
         self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world)
         self.steps_per_epoch = max(1, self.n_examples // (self.global_micro * self.cfg.grad_accum_steps))
         if self.cfg.max_steps:
@@ -459,7 +463,9 @@ class Trainer:
     # --------------------------------------------------------------------- fit
     def fit(self, resume: bool = False) -> dict:
         """Train to ``total_steps`` (``train.max_steps`` or ``train.epochs``), from the latest checkpoint
-        when ``resume``. Returns ``{"step", "best", "best_step", **last eval metrics}``.
+        when ``resume``. Returns ``{"step", "best", "best_step", "model_step" (the step whose weights are
+        written at the top of out_dir: ``best_step`` with ``train.load_best_at_end``), **the last evaluation's
+        metrics, "eval_step"}``.
 
         Raises:
             TrainingError: NaN/inf loss on any rank (before the optimizer step; the last checkpoint is
@@ -549,14 +555,15 @@ class Trainer:
                     bar.set_postfix(loss=f"{rec['loss']:.4f}")
                 if self.eval_fn is not None and (self.step % eval_every == 0 or
                                                  self.step == self.total_steps):
-                    last_metrics = self.evaluate()
+                    last_metrics = {**self.evaluate(), "eval_step": self.step}
                 if self.step % save_every == 0 or self.step == self.total_steps:
                     self.save_checkpoint()
                 if self.step >= self.total_steps:
                     break
         bar.close()
-        self._finalize()
-        return {"step": self.step, "best": self.best, "best_step": self.best_step, **last_metrics}
+        model_step = self._finalize()
+        return {"step": self.step, "best": self.best, "best_step": self.best_step, "model_step": model_step,
+                **last_metrics}
 
     def _no_sync(self):
         if self.ddp_model is not self.model and hasattr(self.ddp_model, "no_sync"):
@@ -565,16 +572,17 @@ class Trainer:
             return _fsdp_no_sync(self.model)
         return contextlib.nullcontext()
 
-    def _finalize(self) -> None:
-        """Write the final model (the best one when evaluation picked one) at the top of out_dir."""
+    def _finalize(self) -> int:
+        """Write the final model (the best one when evaluation picked one) at the top of out_dir. Returns the
+        step whose weights were written."""
         model_sd, _ = self._full_state() if self._fsdp else (None, None)
         err: Optional[BaseException] = None
+        src = None
+        if self.cfg.load_best_at_end and self.best_step is not None and self.best_step != self.step:
+            cand = self._ckpt_root() / f"step-{self.best_step}"
+            if cand.is_dir():
+                src = cand
         if self.is_main:
-            src = None
-            if self.cfg.load_best_at_end and self.best_step is not None and self.best_step != self.step:
-                cand = self._ckpt_root() / f"step-{self.best_step}"
-                if cand.is_dir():
-                    src = cand
             try:
                 if src is not None:
                     for f in src.iterdir():
@@ -599,6 +607,7 @@ class Trainer:
             if err is not None:
                 raise err
             raise TrainingError("rank 0 could not write the final model (see its message)")
+        return self.best_step if src is not None else self.step
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None) -> None:
