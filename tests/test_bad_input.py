@@ -8,6 +8,7 @@ before and after every case.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -73,14 +74,16 @@ def w(tmp_path_factory):
     ns.ner_str.write_text(json.dumps({"tokens": "a b", "tags": ["O", "O"]}) + "\n")
     ns.ner_badtag = d / "ner_badtag.jsonl"
     ns.ner_badtag.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "PER"]}) + "\n")
+    ns.blank = d / "blank.txt"
+    ns.blank.write_text("\n\n   \n")
     ns.notarun = d / "notarun"
     ns.notarun.mkdir()
     (ns.notarun / "notes.txt").write_text("mine")
     ctx = "the cat sat on the mat near the door of the house"
     ns.squad = d / "squad.json"
-    ns.squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": ctx, "qas": [
-        {"id": "q1", "question": "where did the cat sit", "answers": [{"text": "on the mat",
-                                                                       "answer_start": ctx.index("on the mat")}]}]}]}]}))
+    answer = {"text": "on the mat", "answer_start": ctx.index("on the mat")}
+    qas = [{"id": "q1", "question": "where did the cat sit", "answers": [answer]}]
+    ns.squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": ctx, "qas": qas}]}]}))
     return ns
 
 
@@ -185,6 +188,27 @@ CASES = [
                                                  "train.lr=3e-5", "--train", w.train, "--out", w.d / "ov",
                                                  "impl.dtype=float16"],
      ["impl.dtype='float16'"]),
+    ("pretrain-corpus-blank-lines", lambda w: _pt(w, "bert", corpus=w.blank), ["only blank lines"]),
+    ("pretrain-corpus-is-dir", lambda w: _pt(w, "bert", corpus=w.d), ["is a directory"]),
+    ("pretrain-max-span-zero", lambda w: _pt(w, "spanbert", "pretrain.max_span=0"), ["pretrain.max_span=0"]),
+    ("pretrain-geometric-p-nan", lambda w: _pt(w, "spanbert", "pretrain.geometric_p=.nan"),
+     ["pretrain.geometric_p=nan", "(0.0, 1.0]"]),
+    ("pretrain-dupe-factor-zero", lambda w: _pt(w, "bert", "--dupe-factor", 0), ["pretrain.dupe_factor=0"]),
+    ("pretrain-generator-size-zero", lambda w: _pt(w, "electra", "pretrain.generator_size=0"),
+     ["pretrain.generator_size=0"]),
+    ("pretrain-short-seq-prob-two", lambda w: _pt(w, "bert", "pretrain.short_seq_prob=2"),
+     ["pretrain.short_seq_prob=2"]),
+    ("distill-student-zero-heads", lambda w: ["distill", "--teacher", w.run, "--student", "2L-16H-0A", "--train",
+                                              w.train, "--out", w.d / "dst"], ["every size must be ≥ 1"]),
+    ("distill-student-layers-reversed", lambda w: ["distill", "--teacher", w.run, "--student", "layers:1,0",
+                                                   "--train", w.train, "--out", w.d / "dst"], ["increasing order"]),
+    ("distill-temperature-inf", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I", "--train",
+                                           w.train, "--temperature", "inf", "--out", w.d / "dst"],
+     ["--temperature inf must be a finite number"]),
+    ("ft-resume-and-overwrite", lambda w: _ft(w, "--resume", "--overwrite", out=w.run), ["pass one of them"]),
+    ("ft-overwrite-a-dir-that-is-not-a-run", lambda w: _ft(w, "--overwrite", out=w.notarun),
+     ["not a bertforge run"]),
+    ("ft-batch-larger-than-data", lambda w: _ft(w, "--batch-size", 64), ["train.batch_size 64 exceeds the 24"]),
     ("distill-teacher-without-task-head", lambda w: ["distill", "--teacher", w.tiny, "--student", "1L-16H-2A-32I",
                                                      "--task", "sst2", "--train", w.train, "--out", w.d / "dst"],
      ["has no task head", "needs sequence_classification", "fine-tune the teacher"]),
@@ -261,6 +285,12 @@ CASES = [
 ]
 
 
+def _pt(w, objective, *extra, corpus=None):
+    return ["pretrain", "--objective", objective, "--corpus", corpus or w.lines3, "--out", w.d / "pt",
+            "--size", "tiny", "--max-steps", 1, "--vocab-size", 120, "--cache-dir", w.d / "cache", "--no-progress",
+            *extra]
+
+
 def _tr(w, *extra, src=None, tgt=None):
     return ["translate", "train", "--src", src or w.lines3, "--tgt", tgt or w.lines3, "--valid-src", w.lines3,
             "--valid-tgt", w.lines3, "--out", w.d / "mt", "--no-progress", *extra]
@@ -293,6 +323,23 @@ def test_bad_input_in_a_fresh_process(w, argv, needle):
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_overwrite_never_removes_other_files_or_the_working_directory(w, tmp_path, monkeypatch, capsys):
+    """--overwrite replaces only a run dir: a dir of the user's own files, the current directory and one
+    containing it are refused, and their files stay."""
+    (w.notarun / "notes.txt").write_text("mine")
+    cli_error_line([str(a) for a in _ft(w, "--overwrite", out=w.notarun)], capsys, untouched=w.run)
+    assert (w.notarun / "notes.txt").read_text() == "mine"
+    work = tmp_path / "cwd"
+    (work / "inner").mkdir(parents=True)
+    (work / "recipe.yaml").write_text("x")  # looks like a run: the cwd check must still refuse it
+    monkeypatch.chdir(work)
+    for out in (".", "inner/..", ".."):
+        line = cli_error_line([str(a) for a in _ft(w, "--overwrite", out=Path(out))], capsys, untouched=w.run)
+        assert "current directory" in line or "not a bertforge run" in line, line
+    assert sorted(p.name for p in work.iterdir()) == ["inner", "recipe.yaml"]
+    assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
 
 
 def test_a_failed_run_leaves_a_new_out_as_it_found_it(tmp_path):
@@ -331,3 +378,20 @@ def test_atomic_outputs_get_normal_modes(tmp_path):
         assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
     finally:
         os.umask(mask)
+
+
+def test_model_inputs_of_the_wrong_shape_are_value_errors():
+    """The library's forward names the fix instead of a bare IndexError (or silently ignoring a mask)."""
+    import torch
+
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    m = TaskModel(ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32, max_position_embeddings=8), head="sequence_classification")
+    ids = torch.randint(3, 50, (2, 5))
+    assert m(ids, torch.ones(2, 5, dtype=torch.long)).logits.shape == (2, 2)
+    for args, needle in [((ids, torch.ones(2, 3, dtype=torch.long)), "attention_mask has shape (2, 3)"),
+                         ((ids[0],), "got a 1-D"), ((ids.float(),), "torch.float32"),
+                         ((torch.randint(3, 50, (1, 9)),), "sequence length 9 exceeds the model's 8")]:
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            m(*args)

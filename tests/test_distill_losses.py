@@ -59,6 +59,19 @@ def test_cosine_hand_value_and_mask():
     assert L.cosine_loss(hs, ht, mask).item() == pytest.approx(0.5, abs=1e-6)
 
 
+def test_cosine_projects_a_narrower_student():
+    """DistilBERT's L_cos with a 2-wide student and a 3-wide teacher goes through the learned W (the
+    distiller inserts one when widths differ): W h = [1, 0, 1] against [1, 0, 1] → cos 1 → loss 0; against
+    [0, 1, 0] → cos 0 → loss 1."""
+    proj = torch.nn.Linear(2, 3, bias=False)
+    with torch.no_grad():
+        proj.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    hs = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
+    ht = torch.tensor([[[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]])
+    assert L.cosine_loss(hs, ht, torch.tensor([[1, 0]]), proj=proj).item() == pytest.approx(0.0, abs=1e-6)
+    assert L.cosine_loss(hs, ht, torch.tensor([[0, 1]]), proj=proj).item() == pytest.approx(1.0, abs=1e-6)
+
+
 def test_hidden_mse_with_projection():
     hs = torch.tensor([[[1.0, 2.0], [7.0, 7.0]]])
     ht = torch.zeros(1, 2, 3)

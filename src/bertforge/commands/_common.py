@@ -111,27 +111,33 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
     * ``--overwrite`` → a staging sibling that replaces ``out`` only when the run succeeds.
     """
     out = Path(out)
+    if resume and overwrite:
+        raise BertforgeError("--resume continues the run in --out and --overwrite replaces it; pass one of them")
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory path")
     busy = out.is_dir() and any(out.iterdir())
+    if busy and overwrite:
+        _check_replaceable(out)
     if resume:
         if not (out / "checkpoints").is_dir():
             raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
         return out
     if busy and not overwrite:
-        if not any((out / f).exists() for f in ("recipe.yaml", "config.json", "checkpoints")):
+        if not _holds_output(out):
             raise BertforgeError(f"--out {out} is a non-empty directory that holds no run; pass an empty or "
-                                 f"new --out (or --overwrite to replace its contents)")
+                                 f"new --out")
         raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
                              f"to replace it, or another --out")
     if busy:
         import tempfile
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
-            st = out.with_name(f".{out.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
+            st = out.resolve().with_name(f".{out.resolve().name}.staging-"
+                                         f"{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
         from ..io import current_umask
-        st = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+        res = out.resolve()
+        st = Path(tempfile.mkdtemp(prefix=f".{res.name}.staging-", dir=res.parent))
         os.chmod(st, 0o777 & ~current_umask())  # the run dir it becomes gets a normal dir's mode
         return st
     existed = out.exists()
@@ -141,6 +147,26 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
         raise BertforgeError(f"cannot create --out {out} ({e.strerror}); choose a writable path") from None
     _FRESH_OUT[out.resolve()] = not existed  # new (True) or empty (False): a failed run leaves it as it was
     return out
+
+
+#: what a dir bertforge wrote holds at its top: a run, a checkpoint, or an exported graph
+_OUTPUT_MARKERS = ("recipe.yaml", "config.json", "checkpoints", "model.onnx")
+
+
+def _holds_output(out: Path) -> bool:
+    return any((out / f).exists() for f in _OUTPUT_MARKERS)
+
+
+def _check_replaceable(out: Path) -> None:
+    """``--overwrite`` replaces only a dir bertforge (or transformers) wrote, never the working directory or
+    one that contains it, and never a dir of other files."""
+    res, cwd = out.resolve(), Path.cwd().resolve()
+    if res == cwd or res in cwd.parents:
+        raise BertforgeError(f"--out {out} is the current directory or contains it; --overwrite cannot replace "
+                             f"it, pass a path below it")
+    if not _holds_output(out):
+        raise BertforgeError(f"--out {out} holds files that are not a bertforge run; --overwrite replaces only "
+                             f"a run or checkpoint dir, pass an empty or new --out")
 
 
 #: run dirs that :func:`prepare_out_dir` handed out new or empty → whether it created them
@@ -157,15 +183,17 @@ def check_out_free(out: Path, overwrite: bool, inputs: tuple = ()) -> Path:
         src = Path(src).resolve()
         if src == out.resolve() or out.resolve() in src.parents:
             raise BertforgeError(f"--out {out} would replace the input {src}; choose another --out")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
+        _check_replaceable(out)
     return out
 
 
 def finish_out_dir(work: Path, out: Path) -> None:
     """Swap a staging dir into place (no-op when the run wrote ``out`` directly)."""
-    work, out = Path(work), Path(out)
-    if work.resolve() == out.resolve() or int(os.environ.get("RANK", "0")) != 0:
+    work, out = Path(work).resolve(), Path(out).resolve()
+    if work == out or int(os.environ.get("RANK", "0")) != 0:
         return
     import shutil
     old = out.with_name(f".{out.name}.old-{os.getpid()}")

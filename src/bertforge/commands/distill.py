@@ -113,8 +113,9 @@ def run(args) -> int:
                           f"4L-312H-12A-1200I, or layers:0,2,4")
     temperature = args.temperature if args.temperature is not None else ds.get("temperature")
     alpha = args.alpha if args.alpha is not None else ds.get("alpha")
-    if temperature is not None and not float(temperature) > 0:
-        raise ConfigError(f"--temperature {temperature} must be > 0 (soft targets are softmax(z / T))")
+    if temperature is not None and not 0 < float(temperature) < float("inf"):
+        raise ConfigError(f"--temperature {temperature} must be a finite number > 0 (soft targets are "
+                          f"softmax(z / T))")
     if alpha is not None and not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"--alpha {alpha} must be in [0, 1] (weight of the soft loss)")
     if args.augment is not None and args.augment < 0:

@@ -84,11 +84,11 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
     if spec not in KINDS:
         return load_tokenizer(resolve_model_dir(spec))
     from tokenizers import Tokenizer
+
+    from ..data.corpus import require_corpus_file
     meta = []
     for c in corpus:
-        p = Path(c)
-        if not p.is_file():
-            raise DataError(f"corpus file {c} does not exist; pass text files")
+        p = require_corpus_file(c)
         st = p.stat()
         if st.st_size == 0:
             raise DataError(f"corpus file {c} is empty; pass text files with sentences")

@@ -153,6 +153,27 @@ def _iter_hub_documents(name: str) -> Iterator[list]:
                 yield sents
 
 
+def require_corpus_file(path, hint: str = "pass text files") -> Path:
+    """``path`` as a Path when it is a file; DataError naming the fix for a directory or a missing path."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"corpus {p} is a directory; pass the text files in it (e.g. {p}/*.txt)")
+    if not p.is_file():
+        raise DataError(f"corpus file {p} does not exist; {hint}")
+    return p
+
+
+def _from_generator(datasets, root: Path, sources: list, doc_sep, tj: str, meta: list):
+    """The tokenized sentence rows as an Arrow-backed ``datasets.Dataset`` under ``root / "arrow"``."""
+    return datasets.Dataset.from_generator(
+        _tokenized_rows, gen_kwargs={"sources_json": json.dumps(sources), "doc_sep": doc_sep,
+                                     "tokenizer_json": tj, "meta_json": json.dumps(meta)},
+        cache_dir=str(root / "arrow"), features=datasets.Features({
+            "doc": datasets.Value("int64"),
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "word_starts": datasets.Sequence(datasets.Value("int8"))}))
+
+
 def _tokenized_rows(sources_json: str, doc_sep: str, tokenizer_json: str, batch_size: int = 2000,
                     meta_json: str = ""):
     """Generator for ``datasets.Dataset.from_generator``: one row per sentence (``meta_json`` keys the
@@ -228,7 +249,7 @@ class TokenizedCorpus:
                 st = p.stat()
                 meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
             elif p.exists() or s.startswith((".", "/", "~")) or "/" not in s and "." in s:
-                raise DataError(f"corpus file {s} does not exist or is not a file; pass text files")
+                require_corpus_file(p)
             else:
                 meta.append([s, 0, 0])
         tj = tokenizer.to_str()
@@ -241,13 +262,13 @@ class TokenizedCorpus:
         import datasets
         datasets.disable_progress_bars()
         with atomic_dir(path) as tmp:
-            ds = datasets.Dataset.from_generator(
-                _tokenized_rows, gen_kwargs={"sources_json": json.dumps(sources), "doc_sep": doc_sep,
-                                             "tokenizer_json": tj, "meta_json": json.dumps(meta)},
-                cache_dir=str(root / "arrow"), features=datasets.Features({
-                    "doc": datasets.Value("int64"),
-                    "input_ids": datasets.Sequence(datasets.Value("int32")),
-                    "word_starts": datasets.Sequence(datasets.Value("int8"))}))
+            try:
+                ds = _from_generator(datasets, root, sources, doc_sep, tj, meta)
+            except ValueError as e:  # datasets: 'Instruction "train" corresponds to no data!'
+                if "no data" not in str(e):
+                    raise
+                raise DataError(f"corpus {', '.join(sources)} has no text (only blank lines); pass non-empty "
+                                f"text files") from None
             if len(ds) == 0:
                 raise DataError(f"corpus {', '.join(sources)} has no text; pass non-empty text files")
             lengths = _lengths(ds)

@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from ..data.corpus import require_corpus_file
 from ..errors import DataError
 from ..tokenizer import special_tokens
 
@@ -30,9 +31,7 @@ def read_paragraphs(path) -> list:
     Raises:
         DataError: missing or empty file.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"corpus file {p} does not exist; pass text files with --corpus")
+    p = require_corpus_file(path, "pass text files with --corpus")
     raw = p.read_bytes()
     try:
         text = raw.decode("utf-8")

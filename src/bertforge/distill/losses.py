@@ -147,9 +147,12 @@ def mlm_soft_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: f
 # ------------------------------------------------------------------------------------- hidden states
 @register_loss("cosine", "hidden", layerwise=True, projects=True)
 def cosine_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                **_) -> torch.Tensor:
+                proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """DistilBERT cosine embedding loss (Sanh et al. 2019, §3 "L_cos"): ``1 − cos(h_S, h_T)`` per
-    token, averaged over the valid tokens. (B, T, H) each (equal H: project the student first)."""
+    token, averaged over the valid tokens. hidden_S (B, T, H_S), hidden_T (B, T, H_T); ``proj`` is the
+    learned W (H_S → H_T) the distiller inserts when the widths differ (as for TinyBERT's eq. 8)."""
+    if proj is not None:
+        hidden_S = proj(hidden_S)
     m = _token_mask(mask, hidden_S)
     cos = F.cosine_similarity(hidden_S.float(), hidden_T.float(), dim=-1, eps=1e-8)
     return ((1.0 - cos) * m).sum() / m.sum().clamp_min(1.0)

@@ -45,16 +45,17 @@ def parse_shape(spec: str) -> dict:
     h = out["hidden_size"]
     out.setdefault("num_attention_heads", max(1, h // 64))
     out.setdefault("intermediate_size", 4 * h)
+    if min(out.values()) < 1:
+        raise ConfigError(f"student shape {spec!r}: every size must be ≥ 1")
     if h % out["num_attention_heads"]:
         raise ConfigError(f"student shape {spec!r}: hidden size {h} is not divisible by "
                           f"{out['num_attention_heads']} heads; pick a head count that divides it")
-    if min(out.values()) < 1:
-        raise ConfigError(f"student shape {spec!r}: every size must be ≥ 1")
     return out
 
 
 def parse_layers(spec: str, teacher_layers: int) -> list:
-    """``"layers:0,2,4"`` → [0, 2, 4], validated against the teacher depth (0-based block indices)."""
+    """``"layers:0,2,4"`` → [0, 2, 4], validated against the teacher depth (0-based block indices, strictly
+    increasing: the student keeps the teacher's block order, as DistilBERT and BERT-PKD do)."""
     body = spec.split(":", 1)[1]
     try:
         idx = [int(x) for x in body.split(",") if x.strip()]
@@ -66,6 +67,9 @@ def parse_layers(spec: str, teacher_layers: int) -> list:
     if bad:
         raise ConfigError(f"student {spec!r}: layer {bad[0]} does not exist; the teacher has blocks "
                           f"0…{teacher_layers - 1}")
+    if any(b <= a for a, b in zip(idx, idx[1:])):
+        raise ConfigError(f"student {spec!r}: list the teacher blocks once each, in increasing order "
+                          f"(e.g. layers:0,2,4)")
     return idx
 
 

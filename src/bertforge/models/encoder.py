@@ -247,6 +247,8 @@ class Encoder(nn.Module):
                 output_attention_scores: bool = False, output_values: bool = False,
                 head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
                 output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
+        if inputs_embeds is None:
+            self._check_inputs(input_ids, attention_mask)
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
@@ -276,6 +278,22 @@ class Encoder(nn.Module):
             attentions=tuple(attns) if output_attentions else None,
             attention_scores=tuple(scores) if output_attention_scores else None,
             values=tuple(values) if output_values else None)
+
+    def _check_inputs(self, input_ids, attention_mask) -> None:
+        """ValueError, naming the fix, for ids that are not a (B, T) integer tensor, a mask of another shape,
+        or T beyond the position embeddings (a bare IndexError otherwise)."""
+        if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.is_floating_point():
+            what = (f"a {input_ids.dim()}-D {input_ids.dtype} tensor" if torch.is_tensor(input_ids)
+                    else type(input_ids).__name__)
+            raise ValueError(f"input_ids must be an integer tensor of shape (batch, seq_len), got {what}; "
+                             f"e.g. torch.tensor([[101, 2023, 102]])")
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
+                             f"{tuple(input_ids.shape)}; give one 0/1 per token")
+        limit = self.embeddings.max_positions
+        if input_ids.shape[1] > limit:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {limit} positions; "
+                             f"truncate the input to {limit} tokens")
 
     def _forward_packed(self, x: torch.Tensor, bias, pk: Packing, cls_only: bool) -> EncoderOutput:
         b, t, h = x.shape

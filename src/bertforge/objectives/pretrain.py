@@ -14,6 +14,8 @@ Shapes (``tiny``/``small``/``base``) are the ``model``/``train`` defaults of ``r
 """
 from __future__ import annotations
 
+import math
+
 
 import numpy as np
 import torch
@@ -84,7 +86,28 @@ def resolve_options(objective: str, section: dict) -> dict:
         opts["scheme"] = "wwm"
     if opts["masking"] not in ("static", "dynamic"):
         raise ConfigError(f"pretrain.masking={opts['masking']!r}; choose static or dynamic")
+    _check_ranges(opts)
     return opts
+
+
+#: key → (low, high, low inclusive, high inclusive, whole number)
+_RANGES = {"short_seq_prob": (0.0, 1.0, True, True, False), "eval_fraction": (0.0, 1.0, True, False, False),
+           "generator_size": (0.0, 1.0, False, True, False), "rtd_weight": (0.0, math.inf, False, False, False),
+           "geometric_p": (0.0, 1.0, False, True, False), "max_span": (1, math.inf, True, False, True),
+           "dupe_factor": (1, math.inf, True, False, True), "max_eval_sequences": (1, math.inf, True, False, True)}
+
+
+def _check_ranges(opts: dict) -> None:
+    """One-line ConfigError for a numeric ``pretrain.*`` setting outside its range (nan and text included)."""
+    for key, (lo, hi, lo_in, hi_in, whole) in _RANGES.items():
+        v = opts.get(key)
+        if v is None:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (not whole or float(v).is_integer())
+        ok = ok and (lo <= v if lo_in else lo < v) and (v <= hi if hi_in else v < hi)
+        if not ok:
+            span = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
+            raise ConfigError(f"pretrain.{key}={v!r} must be {'a whole number' if whole else 'a number'} in {span}")
 
 
 def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> ModelConfig:

@@ -173,9 +173,7 @@ class Trainer:
         self.n_examples = len(train_dataset)
         if self.n_examples == 0:
             raise DataError("the training set is empty; pass a file with examples")
-        if self.global_micro > self.n_examples:  # every row of a batch would repeat examples
-            raise ConfigError(f"train.batch_size {self.global_micro} exceeds the {self.n_examples} training "
-                              f"examples; pass --batch-size {self.n_examples} or less, or more data")
+        check_batch_fits(self.global_micro, self.n_examples)
         self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world)
         self.steps_per_epoch = max(1, self.n_examples // (self.global_micro * self.cfg.grad_accum_steps))
         if self.cfg.max_steps:
@@ -624,6 +622,14 @@ def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Op
             fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
             raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
                                   f"{now}; resume with {fix}, or start a new --out")
+
+
+def check_batch_fits(batch_size: int, n_examples: int) -> None:
+    """ConfigError when one (global micro-)batch is larger than the training set: every row would repeat
+    examples. Verbs call it before loading a model; the Trainer checks again."""
+    if batch_size > n_examples:
+        raise ConfigError(f"train.batch_size {batch_size} exceeds the {n_examples} training examples; pass "
+                          f"--batch-size {n_examples} or less, or more data")
 
 
 def check_resume(out_dir, n_examples: int, train_cfg) -> None:
