@@ -74,6 +74,8 @@ def w(tmp_path_factory):
     ns.ner_str.write_text(json.dumps({"tokens": "a b", "tags": ["O", "O"]}) + "\n")
     ns.ner_badtag = d / "ner_badtag.jsonl"
     ns.ner_badtag.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "PER"]}) + "\n")
+    ns.pt_run = d / "pt_run"  # a finished tiny pretraining run with a checkpoint
+    assert main([str(a) for a in _pt(ns, "roberta", "train.save_every=1", "--batch-size", 1, out=ns.pt_run)]) == 0
     ns.blank = d / "blank.txt"
     ns.blank.write_text("\n\n   \n")
     ns.notarun = d / "notarun"
@@ -198,6 +200,11 @@ CASES = [
      ["pretrain.generator_size=0"]),
     ("pretrain-short-seq-prob-two", lambda w: _pt(w, "bert", "pretrain.short_seq_prob=2"),
      ["pretrain.short_seq_prob=2"]),
+    ("pretrain-seq-len-too-short", lambda w: _pt(w, "bert", "--max-seq-len", 2),
+     ["--max-seq-len / data.max_seq_len 2 must be ≥ 8"]),
+    ("pretrain-resume-other-seed", lambda w: _pt(w, "roberta", "--resume", "--seed", 7, "--batch-size", 1,
+                                                 out=w.pt_run),
+     ["written with 42 seed but this run has 7", "train.seed=42"]),
     ("distill-student-zero-heads", lambda w: ["distill", "--teacher", w.run, "--student", "2L-16H-0A", "--train",
                                               w.train, "--out", w.d / "dst"], ["every size must be ≥ 1"]),
     ("distill-student-layers-reversed", lambda w: ["distill", "--teacher", w.run, "--student", "layers:1,0",
@@ -285,8 +292,8 @@ CASES = [
 ]
 
 
-def _pt(w, objective, *extra, corpus=None):
-    return ["pretrain", "--objective", objective, "--corpus", corpus or w.lines3, "--out", w.d / "pt",
+def _pt(w, objective, *extra, corpus=None, out=None):
+    return ["pretrain", "--objective", objective, "--corpus", corpus or w.lines3, "--out", out or w.d / "pt",
             "--size", "tiny", "--max-steps", 1, "--vocab-size", 120, "--cache-dir", w.d / "cache", "--no-progress",
             *extra]
 

@@ -84,7 +84,8 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
         role = "student" if d == dirs[-1] and len(dirs) > len(teacher_dirs) else "teacher"
         size = read_config(d).get("vocab_size")
         if size != ref_size or load_tokenizer(d).get_vocab() != ref_vocab:
-            raise ConfigError(f"{role} {d} has a different vocabulary ({size} tokens) than teacher {dirs[0]} "
+            sizes = f"{size} tokens" + (", other ids" if size == ref_size else "")
+            raise ConfigError(f"{role} {d} has a different vocabulary ({sizes}) than teacher {dirs[0]} "
                               f"({ref_size} tokens); distillation feeds the same input_ids to both — build the "
                               f"student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
                               f"checkpoints that share the teacher's tokenizer")

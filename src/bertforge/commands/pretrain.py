@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 from ..config import load_recipe
-from ..errors import BertforgeError, DataError
+from ..errors import BertforgeError, DataError, require_at_least
 from ._common import (abandon_out_dir, add_train_args, check_recipe, finish_out_dir, prepare_out_dir, print_json,
                       resolve_model_dir)
 
@@ -57,7 +57,7 @@ def build_pretrain_recipe(args):
         v = getattr(args, a, None)
         if v is not None:
             setattr(r.train, k, v)
-    if args.max_seq_len:
+    if args.max_seq_len is not None:
         r.data.max_seq_len = args.max_seq_len
     if args.bf16:
         r.impl.dtype = "bfloat16"
@@ -73,6 +73,8 @@ def build_pretrain_recipe(args):
         sec["whole_word"] = True
     sec["objective"] = args.objective
     r.data.corpus = [str(c) for c in args.corpus]
+    require_at_least("--max-seq-len / data.max_seq_len", r.data.max_seq_len, 8,
+                     "a pretraining sequence holds [CLS], two segments and [SEP]")
     return check_recipe(r)
 
 

@@ -609,8 +609,9 @@ class Trainer:
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None) -> None:
-    checks = [("n_examples", n_examples), ("batch_size", cfg.batch_size),
-              ("grad_accum_steps", cfg.grad_accum_steps), ("seed", cfg.seed)]
+    # the seed first: it may also change the data (pretraining's held-out split and duplication draw from it)
+    checks = [("seed", cfg.seed), ("n_examples", n_examples), ("batch_size", cfg.batch_size),
+              ("grad_accum_steps", cfg.grad_accum_steps)]
     if global_micro is not None:
         checks.append(("global_micro_batch", global_micro))
     for key, now in checks:
