@@ -276,6 +276,15 @@ def saved_head_name(cfg: dict) -> Optional[str]:
     return cfg.get("bertforge_head") or _head_from_arch(cfg)
 
 
+def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> None:
+    """ConfigError unless the checkpoint of ``cfg`` (named ``who`` in the message) was saved with ``head``,
+    the head ``task`` needs: loading it with another head would run freshly initialised weights."""
+    has = saved_head_name(cfg)
+    if has != head:
+        what = f"a {has}" if has not in (None, "base") else "no task"
+        raise ConfigError(f"{who} has {what} head but task {task} needs {head}; {fix}")
+
+
 def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
                     **config_overrides) -> TaskModel:
     """Load a HF/bertforge checkpoint dir into a :class:`TaskModel`.

@@ -128,15 +128,14 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
                                  f"new --out")
         raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
                              f"to replace it, or another --out")
-    if busy:
+    if busy:  # staged beside the resolved path ("runs/x/.." has no name of its own)
         import tempfile
+        res = out.resolve()
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
-            st = out.resolve().with_name(f".{out.resolve().name}.staging-"
-                                         f"{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
+            st = res.with_name(f".{res.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
         from ..io import current_umask
-        res = out.resolve()
         st = Path(tempfile.mkdtemp(prefix=f".{res.name}.staging-", dir=res.parent))
         os.chmod(st, 0o777 & ~current_umask())  # the run dir it becomes gets a normal dir's mode
         return st

@@ -156,14 +156,10 @@ def run(args) -> int:
         if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
             adapter.use_model_labels(teacher_dirs[0])
         head, head_cfg = adapter.head, adapter.head_config()
-        from ..hf import read_config, saved_head_name
+        from ..hf import read_config, require_saved_head
         for tdir in teacher_dirs:  # a teacher without this task's head would teach from random weights
-            has = saved_head_name(read_config(tdir))
-            if has != head:
-                what = f"a {has}" if has not in (None, "base") else "no task"
-                raise ConfigError(f"teacher {tdir} has {what} head but task "
-                                  f"{task.name} needs {head}; fine-tune the teacher on {task.name} first "
-                                  f"(bertforge finetune) or pass --task")
+            require_saved_head(read_config(tdir), head, f"teacher {tdir}", task.name,
+                               f"fine-tune the teacher on {task.name} first (bertforge finetune) or pass --task")
         teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
         for t, tdir in zip(teachers, teacher_dirs):
             if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):

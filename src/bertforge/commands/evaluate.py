@@ -10,7 +10,7 @@ import time
 from ..adapters import adapter_for
 from ..data.tasks import get_task
 from ..errors import ConfigError, require_at_least
-from ..hf import check_seq_len, load_pretrained, read_config, saved_head_name
+from ..hf import check_seq_len, load_pretrained, read_config, require_saved_head
 from ..tokenizer import load_tokenizer
 from ._common import print_json, resolve_model_dir
 
@@ -22,11 +22,6 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seq-len", type=int, help="default: the fine-tuning length")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-samples", type=int)
-
-
-def check_batch_size(batch_size) -> None:
-    """One-line ConfigError for an inference ``--batch-size`` below 1."""
-    require_at_least("--batch-size", batch_size, 1)
 
 
 def load_for_task(model_arg, task_name, max_seq_len=None):
@@ -44,10 +39,8 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     task = get_task(name, **meta.get("task_spec", {}))
     tok = load_tokenizer(model_dir)
     adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
-    saved = saved_head_name(cfg)
-    if adapter.head != "base" and saved != adapter.head:  # its head would be random weights
-        raise ConfigError(f"{model_dir} has {'a ' + saved if saved not in (None, 'base') else 'no task'} head "
-                          f"but task {task.name} needs {adapter.head}; pass the task it was fine-tuned on")
+    if adapter.head != "base":
+        require_saved_head(cfg, adapter.head, str(model_dir), task.name, "pass the task it was fine-tuned on")
     model = load_pretrained(model_dir, head=adapter.head)
     if adapter.head != "base" and model.head is not None and hasattr(model.head, "num_labels") \
             and task.num_labels and model.head.num_labels != task.num_labels:
@@ -59,7 +52,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
 
 
 def run(args) -> int:
-    check_batch_size(args.batch_size)
+    require_at_least("--batch-size", args.batch_size, 1)
     require_at_least("--max-samples", args.max_samples, 1)
     model_dir, task, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
     data = adapter.load(args.data, args.max_samples)

@@ -61,10 +61,9 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 
 def run(args) -> int:
-    from ..train.trainer import Trainer
+    from ..train.trainer import Trainer, check_batch_fits
     recipe = build_recipe(args)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
-    from ..train.trainer import check_batch_fits
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite)

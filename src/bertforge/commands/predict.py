@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import BertforgeError
+from ..errors import BertforgeError, require_at_least
 from ..io import atomic_write_text
-from .evaluate import check_batch_size, load_for_task
+from .evaluate import load_for_task
 
 
 def add_arguments(p) -> None:
@@ -41,7 +41,7 @@ def check_out_file(out: Path, model_dir: Path, data: str, overwrite: bool) -> Pa
 
 
 def run(args) -> int:
-    check_batch_size(args.batch_size)
+    require_at_least("--batch-size", args.batch_size, 1)
     model_dir, _, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
     out = check_out_file(Path(args.out), model_dir, args.data, args.overwrite)
     data = adapter.load(args.data, require_labels=False)

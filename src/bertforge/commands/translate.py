@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 from ..config import load_recipe
-from ..errors import ConfigError
+from ..errors import ConfigError, require_number
 from ._common import (
     abandon_out_dir,
     add_train_args,
@@ -136,10 +136,8 @@ def _check_translate_recipe(r, sec: dict) -> None:
     TransformerConfig.from_dict({**r.model, "vocab_size": 8})
     for key, low in (("vocab_size", 5), ("max_tokens", 1), ("max_len", 2), ("eval_bleu_sentences", 0),
                      ("eval_beam", 1), ("beam", 1)):
-        v = sec.get(key)
-        if type(v) is not int or v < low:
-            raise ConfigError(f"translate.{key}={v!r} must be a whole number ≥ {low}"
-                              + (" (4 ids are the special tokens)" if key == "vocab_size" else ""))
+        require_number(f"translate.{key}", sec.get(key), low, whole=True,
+                       note="4 ids are the special tokens" if key == "vocab_size" else "")
 
 
 def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, dtype: str):

@@ -191,14 +191,13 @@ def encode_qa_windows(tok, examples: list, max_seq_len: int = 384, doc_stride: i
                         f"stride") from None
     finally:
         tok.no_truncation()
-    if any(len(w.ids) > max_seq_len for enc in encs for w in [enc] + list(enc.overflowing)):
-        # the tokenizer keeps the pair whole when max_length cannot hold its special tokens
-        raise DataError(f"max_seq_len={max_seq_len} cannot hold the question, its special tokens and some "
-                        f"context; raise --max-seq-len")
     out = []
     for ei, (e, enc) in enumerate(zip(examples, encs)):
         ans = e.answers[0] if (with_labels and e.answers and not e.is_impossible) else None
         for w in [enc] + list(enc.overflowing):
+            if len(w.ids) > max_seq_len:  # the tokenizer keeps a pair whole when max_length cannot hold it
+                raise DataError(f"max_seq_len={max_seq_len} cannot hold the question, its special tokens and "
+                                f"some context; raise --max-seq-len")
             seq = w.sequence_ids
             offs = [tuple(o) if s == 1 else None for o, s in zip(w.offsets, seq)]
             d = {"input_ids": list(w.ids), "token_type_ids": list(w.type_ids), "example_index": ei,

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, require_number
 from .attention import MultiHeadAttention, padding_mask_bias
 from .embeddings import sinusoidal_positions
 from .encoder import EncoderLayer, FeedForward
@@ -77,13 +77,9 @@ class TransformerConfig:
             raise ConfigError(f"model_type {self.model_type!r} is not {MODEL_TYPE!r}")
         for k in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_heads", "ffn_dim",
                   "max_positions"):
-            v = getattr(self, k)
-            if type(v) is not int or v < 1:
-                raise ConfigError(f"model.{k}={v!r} must be a whole number ≥ 1")
+            require_number(f"model.{k}", getattr(self, k), 1, whole=True)
         for k in ("dropout", "attention_dropout", "label_smoothing"):
-            v = getattr(self, k)
-            if type(v) not in (int, float) or not 0.0 <= v < 1.0:
-                raise ConfigError(f"model.{k}={v!r} must be a number in [0, 1)")
+            require_number(f"model.{k}", getattr(self, k), 0, 1, open_high=True)
         if self.d_model % self.num_heads:
             raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads="
                               f"{self.num_heads}; pick a head count that divides it")

@@ -14,14 +14,11 @@ Shapes (``tiny``/``small``/``base``) are the ``model``/``train`` defaults of ``r
 """
 from __future__ import annotations
 
-import math
-
-
 import numpy as np
 import torch
 
 from ..config import ModelConfig, Recipe, deep_merge
-from ..errors import ConfigError
+from ..errors import ConfigError, require_number
 from ..models.heads import TaskModel
 
 OBJECTIVES = {
@@ -90,24 +87,18 @@ def resolve_options(objective: str, section: dict) -> dict:
     return opts
 
 
-#: key → (low, high, low inclusive, high inclusive, whole number)
-_RANGES = {"short_seq_prob": (0.0, 1.0, True, True, False), "eval_fraction": (0.0, 1.0, True, False, False),
-           "generator_size": (0.0, 1.0, False, True, False), "rtd_weight": (0.0, math.inf, False, False, False),
-           "geometric_p": (0.0, 1.0, False, True, False), "max_span": (1, math.inf, True, False, True),
-           "dupe_factor": (1, math.inf, True, False, True), "max_eval_sequences": (1, math.inf, True, False, True)}
+#: ``pretrain.*`` number → the bounds of :func:`~bertforge.errors.require_number`
+_RANGES = {"short_seq_prob": dict(low=0.0, high=1.0), "eval_fraction": dict(low=0.0, high=1.0, open_high=True),
+           "generator_size": dict(low=0.0, high=1.0, open_low=True), "rtd_weight": dict(low=0.0, open_low=True),
+           "geometric_p": dict(low=0.0, high=1.0, open_low=True), "max_span": dict(low=1, whole=True),
+           "dupe_factor": dict(low=1, whole=True), "max_eval_sequences": dict(low=1, whole=True)}
 
 
 def _check_ranges(opts: dict) -> None:
     """One-line ConfigError for a numeric ``pretrain.*`` setting outside its range (nan and text included)."""
-    for key, (lo, hi, lo_in, hi_in, whole) in _RANGES.items():
-        v = opts.get(key)
-        if v is None:
-            continue
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (not whole or float(v).is_integer())
-        ok = ok and (lo <= v if lo_in else lo < v) and (v <= hi if hi_in else v < hi)
-        if not ok:
-            span = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
-            raise ConfigError(f"pretrain.{key}={v!r} must be {'a whole number' if whole else 'a number'} in {span}")
+    for key, bounds in _RANGES.items():
+        if opts.get(key) is not None:
+            require_number(f"pretrain.{key}", opts[key], **bounds)
 
 
 def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> ModelConfig:
