@@ -76,6 +76,8 @@ def w(tmp_path_factory):
     ns.ner_badtag.write_text(json.dumps({"tokens": ["a", "b"], "tags": ["O", "PER"]}) + "\n")
     ns.pt_run = d / "pt_run"  # a finished tiny pretraining run with a checkpoint
     assert main([str(a) for a in _pt(ns, "roberta", "train.save_every=1", "--batch-size", 1, out=ns.pt_run)]) == 0
+    ns.binary = d / "binary.txt"
+    ns.binary.write_bytes(bytes(range(128, 256)) * 64)
     ns.blank = d / "blank.txt"
     ns.blank.write_text("\n\n   \n")
     ns.notarun = d / "notarun"
@@ -289,6 +291,34 @@ CASES = [
     ("translate-decode-bert-dir", lambda w: ["translate", "decode", "--model", w.run, "--input", w.lines3],
      ["model_type 'bert'", "translate train"]),
     ("qa-split-not-json", lambda w: ["qa-split", "--data", w.train, "--out-dir", w.d / "qa"], ["not valid JSON"]),
+    # ---- session 8, third fresh-user round
+    ("prune-out-is-model-even-with-overwrite", lambda w: ["prune", "--model", w.run, "--out", w.run, "--fraction",
+                                                          0.5, "--data", w.train, "--overwrite"],
+     ["would replace the input"]),
+    ("quantize-out-inside-model", lambda w: ["quantize", "--model", w.run, "--out", w.run / "int8"],
+     ["is inside the input"]),
+    ("pretrain-out-inside-a-run", lambda w: _pt(w, "roberta", out=w.run / "child"), ["is inside", "holds a bertforge run"]),
+    ("pretrain-out-inside-a-checkpoint", lambda w: _pt(w, "roberta", "--overwrite",
+                                                       out=w.pt_run / "checkpoints" / "step-1"), ["is inside"]),
+    ("distill-out-is-teacher", lambda w: ["distill", "--teacher", w.run, "--student", "1L-16H-2A-32I",
+                                          "--task", "sst2", "--train", w.train, "--out", w.run, "--overwrite"],
+     ["would replace the input"]),
+    ("pretrain-heads-zero", lambda w: _pt(w, "roberta", "model.num_attention_heads=0"),
+     ["model.num_attention_heads=0", "≥ 1"]),
+    ("pretrain-hidden-negative", lambda w: _pt(w, "roberta", "model.hidden_size=-8"), ["model.hidden_size=-8"]),
+    ("pretrain-hidden-text", lambda w: _pt(w, "roberta", "model.hidden_size=big"), ["model.hidden_size=big"]),
+    ("pretrain-dropout-above-one", lambda w: _pt(w, "roberta", "model.hidden_dropout_prob=1.5"),
+     ["model.hidden_dropout_prob=1.5", "probability"]),
+    ("pretrain-threads-negative", lambda w: _pt(w, "roberta", "impl.threads=-1"), ["impl.threads -1"]),
+    ("pretrain-log-every-zero", lambda w: _pt(w, "roberta", "train.log_every=0"), ["train.log_every 0"]),
+    ("pretrain-warmup-ratio-two", lambda w: _pt(w, "roberta", "train.warmup_ratio=2"), ["train.warmup_ratio=2"]),
+    ("pretrain-override-after-corpus-applies", lambda w: ["pretrain", "--objective", "bert", "--corpus", w.lines3,
+                                                         "pretrain.max_span=0", "--out", w.d / "pt"],
+     ["pretrain.max_span=0"]),
+    ("pretrain-corpus-binary", lambda w: _pt(w, "bert", corpus=w.binary), ["not UTF-8"]),
+    ("pretrain-tokenizer-unknown", lambda w: _pt(w, "bert", "--tokenizer", "nosuch"),
+     ["neither a kind", "wordpiece"]),
+
 ]
 
 

@@ -6,10 +6,22 @@ directories in and out.
 """
 __version__ = "0.1.0"
 
-from .config import ModelConfig  # noqa: E402
-from .errors import BertforgeError  # noqa: E402
-from .hf import load_pretrained, save_pretrained  # noqa: E402
-from .models.encoder import Encoder  # noqa: E402
-from .models.heads import TaskModel  # noqa: E402
+#: public names → the module that defines them, imported on first use (PEP 562), so that `import bertforge`
+#: (and the CLI's start-up, where Ctrl-C must already be handled) does not load torch up front
+_LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained": ".hf",
+         "save_pretrained": ".hf", "Encoder": ".models.encoder", "TaskModel": ".models.heads"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

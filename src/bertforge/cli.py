@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import sys
 
 from .errors import BertforgeError
@@ -43,20 +44,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: a ``section.key=value`` recipe override (as opposed to a path or an option value)
+_OVERRIDE = re.compile(r"^[A-Za-z_]\w*(\.\w+)+=")
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    # KEY=VALUE overrides may sit on either side of options (argparse collects only the first run)
-    if rest and isinstance(getattr(args, "overrides", None), list) and all(
-            "=" in a and not a.startswith("-") for a in rest):
-        args.overrides += rest
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if not getattr(args, "_run", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        # KEY=VALUE overrides may sit anywhere, even after a many-valued option such as --corpus A B
+        overrides = [a for a in argv if _OVERRIDE.match(a)]
+        args, rest = parser.parse_known_args([a for a in argv if not _OVERRIDE.match(a)])
+        if isinstance(getattr(args, "overrides", None), list):
+            loose = [a for a in rest if "=" in a and not a.startswith("-")]  # e.g. a malformed key: its
+            args.overrides += overrides + loose                             # own error names it
+            rest = [a for a in rest if a not in loose]
+        else:
+            rest = overrides + rest
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
         return int(args._run(args) or 0)
     except BertforgeError as e:
         msg = " ".join(str(e).split())

@@ -79,6 +79,17 @@ class ModelConfig:
         if self.layer_sharing not in SHARING:
             raise ConfigError(
                 f"model.layer_sharing={self.layer_sharing!r} is not one of {', '.join(SHARING)}")
+        from .errors import require_number
+        for name, low in (("vocab_size", 1), ("hidden_size", 1), ("num_attention_heads", 1),
+                          ("num_hidden_layers", 0), ("intermediate_size", 0), ("max_position_embeddings", 1),
+                          ("type_vocab_size", 0)):
+            require_number(f"model.{name}", getattr(self, name), low, whole=True)
+        if self.embedding_size is not None:
+            require_number("model.embedding_size", self.embedding_size, 1, whole=True)
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            if name != "classifier_dropout" or self.classifier_dropout is not None:
+                require_number(f"model.{name}", getattr(self, name), 0, 1, open_high=True, note="a probability")
+        require_number("model.layer_norm_eps", self.layer_norm_eps, 0, open_low=True)
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "

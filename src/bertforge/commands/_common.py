@@ -92,8 +92,17 @@ def check_recipe(r: Recipe) -> Recipe:
             ("--max-steps / train.max_steps", r.train.max_steps, 1, "omit it to train for --epochs"),
             ("--max-seq-len / data.max_seq_len", r.data.max_seq_len, 2, ""),
             ("--max-train-samples / data.max_train_samples", r.data.max_train_samples, 1, ""),
-            ("data.max_eval_samples", r.data.max_eval_samples, 1, "")):
+            ("data.max_eval_samples", r.data.max_eval_samples, 1, ""),
+            ("train.log_every", r.train.log_every, 1, "steps between loss log lines"),
+            ("train.eval_every", r.train.eval_every, 1, "omit it to evaluate once per epoch"),
+            ("train.save_every", r.train.save_every, 1, "omit it to save once per epoch"),
+            ("train.keep_checkpoints", r.train.keep_checkpoints, 1, ""),
+            ("train.warmup_steps", r.train.warmup_steps, 0, ""),
+            ("impl.threads", r.impl.threads, 1, "omit it to use every core"),
+            ("impl.num_workers", r.impl.num_workers, 0, "")):
         require_at_least(flag, value, minimum, note)
+    from ..errors import require_number
+    require_number("train.warmup_ratio", r.train.warmup_ratio, 0, 1)
     from ..train.distributed import PARALLEL
     from ..train.optim import lr_lambda
     lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
@@ -102,7 +111,24 @@ def check_recipe(r: Recipe) -> Recipe:
     return r
 
 
-def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
+def _check_placement(out: Path, inputs: tuple = ()) -> None:
+    """Refuse an ``out`` that is, contains or sits inside one of ``inputs`` (model dirs the verb reads), or
+    that sits inside another run, checkpoint or export dir (a later ``--overwrite`` of that dir, or a
+    ``--resume`` of it, would then delete or trip over this one)."""
+    res = Path(out).resolve()
+    for src in inputs:
+        src = Path(src).resolve()
+        how = ("would replace the input" if src == res else "contains the input" if res in src.parents
+               else "is inside the input" if src in res.parents else None)
+        if how:
+            raise BertforgeError(f"--out {out} {how} {src}; choose an --out outside it")
+    for parent in res.parents:
+        if _holds_output(parent):
+            raise BertforgeError(f"--out {out} is inside {parent}, which holds a bertforge run or model; "
+                                 f"choose an --out outside it")
+
+
+def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()) -> Path:
     """Decide where a run writes. Returns the directory to train into.
 
     * new or empty ``out`` → ``out``;
@@ -122,6 +148,7 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool) -> Path:
         if not (out / "checkpoints").is_dir():
             raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
         return out
+    _check_placement(out, inputs)
     if busy and not overwrite:
         if not _holds_output(out):
             raise BertforgeError(f"--out {out} is a non-empty directory that holds no run; pass an empty or "
@@ -178,10 +205,7 @@ def check_out_free(out: Path, overwrite: bool, inputs: tuple = ()) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory path")
-    for src in inputs:
-        src = Path(src).resolve()
-        if src == out.resolve() or out.resolve() in src.parents:
-            raise BertforgeError(f"--out {out} would replace the input {src}; choose another --out")
+    _check_placement(out, inputs)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")

@@ -235,7 +235,8 @@ def run(args) -> int:
                                "teachers": [str(t) for t in teacher_dirs],
                                "losses": [{k: v for k, v in e.items()} for e in entries]}
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite)
+    inputs = (*teacher_dirs, *([student_spec] if Path(str(student_spec)).is_dir() else []))
+    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)
     try:
         cache = None
         distiller = Distiller(student, teachers, terms)

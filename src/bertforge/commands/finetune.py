@@ -66,7 +66,7 @@ def run(args) -> int:
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite)
+    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=(model_dir,))
     if args.resume:
         from ..train.trainer import check_resume
         check_resume(work, len(train_ds), recipe.train)  # before the model is built or anything written

@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 from ..config import load_recipe
-from ..errors import BertforgeError, DataError, require_at_least
+from ..errors import BertforgeError, ConfigError, DataError, require_at_least
 from ._common import (abandon_out_dir, add_train_args, check_recipe, finish_out_dir, prepare_out_dir, print_json,
                       resolve_model_dir)
 
@@ -84,7 +84,11 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
     from ..tokenizer import load_tokenizer
     spec = spec or kind_default
     if spec not in KINDS:
-        return load_tokenizer(resolve_model_dir(spec))
+        d = resolve_model_dir(spec)
+        if not d.is_dir():
+            raise ConfigError(f"--tokenizer {spec!r} is neither a kind ({', '.join(KINDS)}) nor a checkpoint "
+                              f"dir; pass one of those kinds, a dir holding tokenizer.json, or 'minilm'")
+        return load_tokenizer(d)
     from tokenizers import Tokenizer
 
     from ..data.corpus import require_corpus_file
@@ -147,7 +151,9 @@ def run(args) -> int:
     config = model_config(opts, recipe, tok.get_vocab_size(), ids["pad"])
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite)
+    tok_dir = Path(str(opts.get("tokenizer") or ""))
+    work = prepare_out_dir(out, args.resume, args.overwrite,
+                           inputs=(tok_dir,) if str(tok_dir) not in ("", ".") and tok_dir.is_dir() else ())
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank

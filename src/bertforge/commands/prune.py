@@ -50,8 +50,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-samples", type=int, default=512, help="examples used to score importance")
     p.add_argument("--max-eval-samples", type=int)
     p.add_argument("--max-seq-len", type=int,
-                   help="tokens per example, 2 … the model's positions (default: 128, or the positions "
-                        "if fewer)")
+                   help="tokens per example, 2 … the model's positions (default: the model's fine-tuning "
+                        "length, else 128, or the positions if fewer)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--magnitude", type=float, metavar="AMOUNT",
                    help="unstructured L1 magnitude pruning of this fraction (0–1) of the encoder's Linear "
@@ -91,14 +91,16 @@ def check_args(args) -> None:
 
 def resolve_seq_len(max_seq_len, cfg: dict) -> int:
     """The sequence length to use: ``--max-seq-len`` when given (it must fit the model's position table;
-    RoBERTa: 2 positions fewer), else 128 (or the model's positions, if fewer).
+    RoBERTa: 2 positions fewer), else the length the model was fine-tuned with (as ``evaluate`` and
+    ``quantize --eval`` use), else 128 (or the model's positions, if fewer).
 
     Raises:
         ConfigError: ``--max-seq-len`` beyond the model's positions.
     """
     from ..hf import check_seq_len, token_positions
     if max_seq_len is None:
-        return min(128, token_positions(cfg))
+        trained = (cfg.get("bertforge") or {}).get("max_seq_len")
+        return min(trained if isinstance(trained, int) and trained >= 2 else 128, token_positions(cfg))
     check_seq_len(max_seq_len, cfg)
     return max_seq_len
 
@@ -224,7 +226,7 @@ def run(args) -> int:
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     check_args(args)
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite)
+    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     cfg = read_config(model_dir)
     args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
@@ -294,8 +296,8 @@ def run(args) -> int:
         model.save_pretrained(tmp, tokenizer_dir=model_dir)
         if history:
             write_history(tmp, history, result["metric"])
+        result["file_mb"] = round((tmp / "model.safetensors").stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "prune.json", json.dumps(result, indent=2, default=float))
-    result["file_mb"] = round((out / "model.safetensors").stat().st_size / 2**20, 3)
     print_json(result)
     return 0
 

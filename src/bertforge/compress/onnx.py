@@ -314,8 +314,9 @@ def parity(model, onnx_path, batch: int = 2, seq: int = 16) -> float:
         out = model.eval()(**inputs)
     ref = (out.logits if model.head is not None else out.last_hidden_state).float().numpy()
     got = run_session(session(onnx_path), inputs)
-    if ref.ndim == 3 and got.shape == ref.shape:  # token level: compare non-padded positions only
-        m = inputs["attention_mask"].numpy().astype(bool)
+    m = inputs["attention_mask"].numpy().astype(bool)
+    token_level = model.head is None or not model.head.cls_only  # (B, T, …) outputs, e.g. NER, QA, RTD (B, T)
+    if token_level and got.shape == ref.shape and ref.shape[:2] == m.shape:  # compare non-padded positions only
         return float(np.abs(got[m] - ref[m]).max())
     if got.shape != ref.shape:
         raise BertforgeError(f"ONNX output shape {got.shape} != PyTorch {ref.shape}")
@@ -347,7 +348,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
             rec["fp32_max_abs_diff"] = parity(model, fp32)
             if rec["fp32_max_abs_diff"] > 1e-4:
                 raise BertforgeError(f"exported FP32 graph differs from PyTorch by "
-                                     f"{rec['fp32_max_abs_diff']:.2e} (> 1e-4); try --no-fused")
+                                     f"{rec['fp32_max_abs_diff']:.2e} (> 1e-4); "
+                                     + ("try --no-fused" if fused else "please report this model"))
         if quantize:
             quantize_onnx(fp32, tmp / "model.onnx", per_channel=per_channel)
             rec["quantization"] = "onnxruntime dynamic int8 (QInt8 weights" + \

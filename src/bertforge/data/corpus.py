@@ -160,6 +160,16 @@ def require_corpus_file(path, hint: str = "pass text files") -> Path:
         raise DataError(f"corpus {p} is a directory; pass the text files in it (e.g. {p}/*.txt)")
     if not p.is_file():
         raise DataError(f"corpus file {p} does not exist; {hint}")
+    with open(p, "rb") as f:
+        head = f.read(1 << 16)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not just a character cut at the end of the sample
+            raise DataError(f"corpus file {p} is not UTF-8 text (byte {e.start}); pass plain text files") \
+                from None
+    if b"\x00" in head:
+        raise DataError(f"corpus file {p} holds NUL bytes (a binary file?); pass plain text files")
     return p
 
 
@@ -346,9 +356,11 @@ class PretrainDataset(torch.utils.data.Dataset):
         self.cls_id, self.sep_id = cls_id, sep_id
         self.static, self.seed = static_masking, seed
         sel = np.flatnonzero(sentence_mask) if sentence_mask is not None else np.arange(len(corpus))
-        self.sent = sel  # global sentence ids, in order
-        lengths = corpus.lengths[sel]
-        docs = corpus.doc[sel]
+        # the units sequences are built from: sentences, a sentence longer than fits a pair being split into
+        # pieces at word starts (as RoBERTa's and HF's block packing keep all text), not truncated
+        self.sent, self.lo, self.hi = _pieces(corpus, sel, max_seq_len - 3)  # unit → sentence id, tokens
+        lengths = self.hi - self.lo
+        docs = corpus.doc[self.sent]
         rows = []
         for k in range(max(1, dupe_factor)):
             rng = np.random.default_rng([seed, k, 7])
@@ -448,12 +460,11 @@ class PretrainDataset(torch.utils.data.Dataset):
         return len(self.index)
 
     def _tokens(self, a: int, b: int):
-        """Tokens and word starts of local sentences [a, b)."""
-        g0, g1 = self.sent[a], self.sent[b - 1]
-        o0, o1 = self.c.offsets[g0], self.c.offsets[g1 + 1]
-        if g1 - g0 == b - 1 - a:  # contiguous in the corpus: one slice
+        """Tokens and word starts of local units (sentences or pieces of one) [a, b)."""
+        o0, o1 = self.lo[a], self.hi[b - 1]
+        if o1 - o0 == self.hi[a:b].sum() - self.lo[a:b].sum():  # contiguous in the corpus: one slice
             return np.asarray(self.c.ids[o0:o1], np.int64), np.asarray(self.c.word_starts[o0:o1], np.uint8)
-        parts = [(self.c.offsets[g], self.c.offsets[g + 1]) for g in self.sent[a:b]]
+        parts = zip(self.lo[a:b], self.hi[a:b])
         return (np.concatenate([self.c.ids[x:y] for x, y in parts]).astype(np.int64),
                 np.concatenate([self.c.word_starts[x:y] for x, y in parts]).astype(np.uint8))
 
@@ -493,6 +504,34 @@ class PretrainDataset(torch.utils.data.Dataset):
         if self.static:
             item["mask_seed"] = (self.seed * 1_000_003 + k * 7919 + i) % 2**63
         return item
+
+
+def _pieces(corpus: TokenizedCorpus, sel: np.ndarray, cap: int) -> tuple:
+    """Split the sentences ``sel`` into units of at most ``cap`` tokens: ``(sentence id, first token, end
+    token)`` arrays, one entry per unit, in corpus order. A longer sentence is cut at the last word start
+    that keeps a piece within ``cap`` (mid-word only for a single word longer than ``cap``)."""
+    lo = corpus.offsets[sel].astype(np.int64)
+    hi = corpus.offsets[sel + 1].astype(np.int64)
+    long = np.flatnonzero(hi - lo > cap)
+    if len(long) == 0:
+        return sel, lo, hi
+    sent, los, his = [], [], []
+    prev = 0
+    for j in long:
+        sent.append(sel[prev:j]), los.append(lo[prev:j]), his.append(hi[prev:j])
+        starts, end = lo[j], hi[j]
+        ws = np.asarray(corpus.word_starts[starts:end])
+        cuts, a = [], int(starts)
+        while end - a > cap:
+            window = np.flatnonzero(ws[a - starts + 1:a - starts + cap + 1])  # word starts in (a, a + cap]
+            b = a + 1 + int(window[-1]) if len(window) else a + cap
+            cuts.append(b)
+            a = b
+        bounds = np.array([starts, *cuts, end], dtype=np.int64)
+        sent.append(np.full(len(bounds) - 1, sel[j])), los.append(bounds[:-1]), his.append(bounds[1:])
+        prev = j + 1
+    sent.append(sel[prev:]), los.append(lo[prev:]), his.append(hi[prev:])
+    return np.concatenate(sent), np.concatenate(los), np.concatenate(his)
 
 
 def _truncate_pair(ta, wa, tb, wb, max_tokens: int, rng):

@@ -399,8 +399,12 @@ class Trainer:
         except CheckpointError:
             raise
         except Exception as e:  # truncated file, unpickling refused, shape mismatch …
-            raise CheckpointError(f"checkpoint {path} cannot be loaded ({str(e).splitlines()[0][:160]}); "
-                                  f"resume from another checkpoint") from None
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            why = next((ln for ln in lines if "size mismatch" in ln or "Missing" in ln), lines[0] if lines
+                       else type(e).__name__)
+            raise CheckpointError(f"checkpoint {path} cannot be loaded ({why[:200]}); resume with the options "
+                                  f"and model.* overrides the run was started with, or, if the files are "
+                                  f"damaged, delete that step-N dir to resume from the one before it") from None
         if isinstance(rng, dict) and "ranks" in rng:
             ranks = rng["ranks"]
             _set_rng_state_portable(ranks[self.ctx.rank % len(ranks)])
