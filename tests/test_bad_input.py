@@ -316,6 +316,10 @@ CASES = [
                                                          "pretrain.max_span=0", "--out", w.d / "pt"],
      ["pretrain.max_span=0"]),
     ("pretrain-corpus-binary", lambda w: _pt(w, "bert", corpus=w.binary), ["not UTF-8"]),
+    ("pretrain-vocab-size-with-reused-tokenizer",
+     lambda w: ["pretrain", "--objective", "bert", "--corpus", w.lines3, "--out", w.d / "pt", "--tokenizer", w.tiny,
+                "--vocab-size", 500, "--max-steps", 1],
+     ["--vocab-size 500", "drop --vocab-size"]),
     ("pretrain-tokenizer-unknown", lambda w: _pt(w, "bert", "--tokenizer", "nosuch"),
      ["neither a kind", "wordpiece"]),
 

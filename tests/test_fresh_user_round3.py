@@ -135,3 +135,12 @@ def test_prune_refuses_its_own_input_and_keeps_it(tmp_path, capsys):
                  str(tmp_path / "x.txt"), "--overwrite"]) == 2
     assert "would replace the input" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()} == before
+
+
+def test_roberta_positions_follow_its_pad_id():
+    """RoBERTa numbers positions from pad_token_id + 1 (HF create_position_ids_from_input_ids)."""
+    from bertforge.hf import token_positions
+    assert token_positions({"model_type": "roberta", "max_position_embeddings": 514, "pad_token_id": 1}) == 512
+    assert token_positions({"model_type": "roberta", "max_position_embeddings": 129, "pad_token_id": 0}) == 128
+    assert token_positions({"model_type": "roberta", "max_position_embeddings": 514}) == 512
+    assert token_positions({"model_type": "bert", "max_position_embeddings": 128, "pad_token_id": 0}) == 128

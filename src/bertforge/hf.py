@@ -223,8 +223,12 @@ def read_state_dict(path: Path) -> dict:
 
 def token_positions(cfg: dict) -> int:
     """Token positions a checkpoint's ``config.json`` dict can embed: ``max_position_embeddings`` (512 when
-    absent), minus the 2 that RoBERTa reserves for its padding offset."""
-    return cfg.get("max_position_embeddings", 512) - (2 if cfg.get("model_type") == "roberta" else 0)
+    absent), minus, for RoBERTa, the pad_token_id + 1 positions below its first (2 with the usual pad id 1)."""
+    n = cfg.get("max_position_embeddings", 512)
+    if cfg.get("model_type") == "roberta":
+        pad = cfg.get("pad_token_id")
+        n -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1
+    return n
 
 
 def check_seq_len(seq_len, cfg: dict, flag: str = "--max-seq-len") -> None:

@@ -116,7 +116,7 @@ def run(args) -> int:
                                        unigram_top_id)
     from ..tokenizer import special_tokens
     from ..train.trainer import Trainer
-    from ..data.tokenizers_train import default_kind
+    from ..data.tokenizers_train import KINDS, default_kind
 
     recipe = build_pretrain_recipe(args)
     opts = resolve_options(args.objective, {k: v for k, v in recipe.extra["pretrain"].items()
@@ -125,6 +125,12 @@ def run(args) -> int:
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
                         int(opts["vocab_size"]), cache)
+    if opts.get("tokenizer") not in (None, *KINDS):  # a reused tokenizer: its size is the vocabulary
+        if args.vocab_size is not None and args.vocab_size != tok.get_vocab_size():
+            raise ConfigError(f"--vocab-size {args.vocab_size} applies to a tokenizer trained on the corpus; "
+                              f"--tokenizer {opts['tokenizer']} has {tok.get_vocab_size()} tokens; drop "
+                              f"--vocab-size")
+        recipe.extra["pretrain"]["vocab_size"] = tok.get_vocab_size()
     sp = special_tokens(tok)
     for role in ("cls", "sep", "pad", "mask"):
         if role not in sp:
