@@ -360,8 +360,19 @@ class Trainer:
 
         Raises:
             CheckpointError: a file is missing or unreadable, or the checkpoint was written for a
-                different training set size, batch size or accumulation.
+                different training set size, batch size or accumulation; the message also names the
+                recipe values that differ from the run's ``recipe.yaml`` (the likely cause).
         """
+        try:
+            return self._resume(path)
+        except CheckpointError as e:
+            changed = _recipe_changes(self.out_dir / "recipe.yaml", self.recipe) if self.recipe else ""
+            if not changed:
+                raise
+            raise CheckpointError(f"{e}. The run was started with other options: {changed}; resume with "
+                                  f"those") from None
+
+    def _resume(self, path: Optional[Path] = None) -> bool:
         path = Path(path) if path else self.latest_checkpoint()
         if path is None:
             return False
@@ -610,6 +621,38 @@ class Trainer:
                 raise err
             raise TrainingError("rank 0 could not write the final model (see its message)")
         return self.best_step if src is not None else self.step
+
+
+#: recipe values a resumed run may change (limits, logging, speed) without changing what it trains on
+_RESUMABLE = ("train.max_steps", "train.epochs", "train.max_minutes", "train.eval_every", "train.save_every",
+              "train.keep_checkpoints", "train.log_every", "train.load_best_at_end", "impl.")
+
+
+def _recipe_changes(saved: Path, recipe, limit: int = 3) -> str:
+    """``"key: old → new, …"`` for the (at most ``limit``) recipe values that differ between the run's saved
+    ``recipe.yaml`` and ``recipe``; "" when the file is missing or unreadable or nothing that matters
+    differs."""
+    try:
+        import yaml
+        old = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    except Exception:
+        return ""
+    if not isinstance(old, dict):
+        return ""
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in (d or {}).items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                out.update(flat(v, key + "."))
+            else:
+                out[key] = list(v) if isinstance(v, tuple) else v
+        return out
+    a, b = flat(old), flat(recipe.to_dict())
+    diffs = [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
+             if a.get(k) != b.get(k) and not k.startswith(_RESUMABLE)]
+    return ", ".join(diffs[:limit]) + (f" (+{len(diffs) - limit} more)" if len(diffs) > limit else "")
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None) -> None:
