@@ -1,6 +1,7 @@
 """`bertforge distill` end to end on a tiny teacher: task stage (KD, augmentation, cache), general stage
 (TinyBERT shape), chaining general → task, user errors."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,6 +58,20 @@ def test_task_stage_kd_copied_student_with_cache_and_augmentation(tiny, capsys):
     from transformers import AutoModelForSequenceClassification
     hf = AutoModelForSequenceClassification.from_pretrained(out)
     assert hf.config.num_hidden_layers == 2
+    # recipe.yaml records what the run used (flags included), so --recipe repeats it
+    import yaml
+    rec = yaml.safe_load((out / "recipe.yaml").read_text())["distill"]
+    assert rec["temperature"] == 3.0 and rec["alpha"] == 0.7 and rec["augment"]["copies"] == 1
+    assert all(Path(t).is_absolute() for t in rec["teachers"])
+    again = tiny / "kd-again"
+    assert main(["distill", "--recipe", str(out / "recipe.yaml"), "--teacher", str(tiny / "teacher"),
+                 "--task", "sst2", "--train", str(tiny / "train.tsv"), "--out", str(again), "--max-steps", "1",
+                 "--batch-size", "8"]) == 0
+    capsys.readouterr()
+    term = json.loads((again / "config.json").read_text())["bertforge"]["distill"]["losses"][0]
+    assert term["temperature"] == 3.0 and term["alpha"] == 0.7
+    state = json.loads(next((again / "checkpoints").glob("step-*/trainer_state.json")).read_text())
+    assert state["n_examples"] == 48  # augmentation repeated: 24 originals + 24 copies
 
 
 def test_general_then_task_chain(tiny, capsys):
@@ -123,3 +138,14 @@ def test_head_pruned_dir_is_recovered_by_kd_from_the_unpruned_teacher(tiny):
             pt = torch.softmax(teacher(**x).logits, -1)
             return float((pt * (pt.log() - torch.log_softmax(m(**x).logits, -1))).sum(-1).mean())
     assert kl_to_teacher(rec) < 0.5 * kl_to_teacher(pruned), (kl_to_teacher(rec), kl_to_teacher(pruned))
+
+
+def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tiny, capsys):
+    out = tiny / "db-general"
+    assert main(["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student", "layers:0",
+                 "--method", "distilbert", "--corpus", str(tiny / "corpus.txt"), "--out", str(out),
+                 "--max-steps", "2", "--batch-size", "4", "--max-seq-len", "16", "train.log_every=1"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "mlm_soft" in err and "cosine" in err
+    m = _metrics(out)
+    assert "cosine" in m[0] and "mlm_soft" not in m[0]

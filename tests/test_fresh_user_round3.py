@@ -144,3 +144,17 @@ def test_roberta_positions_follow_its_pad_id():
     assert token_positions({"model_type": "roberta", "max_position_embeddings": 129, "pad_token_id": 0}) == 128
     assert token_positions({"model_type": "roberta", "max_position_embeddings": 514}) == 512
     assert token_positions({"model_type": "bert", "max_position_embeddings": 128, "pad_token_id": 0}) == 128
+
+
+def test_saved_model_files_get_a_normal_file_mode(tmp_path):
+    """safetensors writes 0600; a saved checkpoint's files follow the umask like any other file."""
+    import os
+    from bertforge.hf import load_pretrained
+    old = os.umask(0o022)
+    try:
+        d = make_tiny_checkpoint(tmp_path / "m")
+        load_pretrained(d).save_pretrained(tmp_path / "again")
+    finally:
+        os.umask(old)
+    for f in ("m/model.safetensors", "again/model.safetensors", "again/config.json"):
+        assert (tmp_path / f).stat().st_mode & 0o777 == 0o644, f

@@ -111,7 +111,15 @@ def test_user_errors_exit_2_with_one_line(toy, capsys, tmp_path):
     err = capsys.readouterr().err
     assert rc == 2 and "aligned line by line" in err and err.count("\n") == 1
     rc = main(["translate", "decode", "--model", str(tmp_path / "none"), "--input", f["vsrc"]])
+    assert rc == 2 and "does not exist" in capsys.readouterr().err
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    rc = main(["translate", "decode", "--model", str(tmp_path / "bert"), "--input", f["vsrc"]])
     assert rc == 2 and "not a translation checkpoint" in capsys.readouterr().err
+    (tmp_path / "bert" / "config.json").write_text("German text, not JSON")
+    rc = main(["translate", "decode", "--model", str(tmp_path / "bert"), "--input", f["vsrc"]])
+    err = capsys.readouterr().err
+    assert rc == 2 and "config.json" in err and err.count("\n") == 1
     rc = main([*_train_args(f, tmp_path / "r2"), "translate.bogus=1"])
     assert rc == 2 and "translate.bogus" in capsys.readouterr().err
 

@@ -404,7 +404,9 @@ def save_pretrained(model: TaskModel, out_dir, tokenizer_dir=None, tokenizer=Non
         elif tokenizer_dir is not None:
             from .tokenizer import copy_tokenizer_files
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
+        from .io import normal_file_mode
         for f in tmp.iterdir():
+            normal_file_mode(f)
             f.replace(out_dir / f.name)
     shutil.rmtree(out_dir / ".staging", ignore_errors=True)
     for stale in ("pytorch_model.bin",):

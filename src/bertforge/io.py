@@ -54,6 +54,14 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def normal_file_mode(f: Path) -> None:
+    """Give a file written 0600 (safetensors, ``mkstemp``) the mode the umask gives any new file."""
+    mode = 0o666 & ~current_umask()
+    f = Path(f)
+    if f.is_file() and not f.is_symlink() and f.stat().st_mode & 0o777 == 0o600 and mode != 0o600:
+        os.chmod(f, mode)
+
+
 @contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces ``path`` (the old one is removed
@@ -68,6 +76,8 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         raise _explain(e, path) from None
     try:
         yield tmp
+        for f in tmp.rglob("*"):
+            normal_file_mode(f)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -140,6 +140,7 @@ def run(args) -> int:
             d.max_seq_len = int(meta["max_seq_len"])
     tok = load_tokenizer(teacher_dirs[0])
     eval_ds = adapter = task = None
+    aug_record = None  # the augmentation actually applied, for recipe.yaml
 
     if stage == "task":
         meta = read_config(teacher_dirs[0]).get("bertforge") or {}
@@ -173,8 +174,9 @@ def run(args) -> int:
             raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
         if n_aug:
             from ..distill.augment import augment_examples, default_augmenter
+            aug_record = {**aug_cfg, "copies": n_aug, "prob": args.augment_prob or aug_cfg.get("prob", 0.4)}
             augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
-                                          p=args.augment_prob or aug_cfg.get("prob", 0.4),
+                                          p=aug_record["prob"],
                                           k=aug_cfg.get("top_k", 15),
                                           swap_prob=aug_cfg.get("swap_prob", 0.1),
                                           seed=recipe.train.seed)
@@ -207,11 +209,20 @@ def run(args) -> int:
         if dropped and not entries:
             raise ConfigError(f"--method {method} in the general stage needs an MLM head on the teacher, and "
                               f"{teacher_dirs[0]} has none; use --method tinybert or minilm")
+        if dropped:
+            import sys
+            sys.stderr.write(f"bertforge distill: warning: {teacher_dirs[0]} has no MLM head, so the mlm_soft "
+                             f"term of --method {method} is dropped; training uses "
+                             f"{', '.join(e.get('loss', '?') for e in entries)} only\n")
     terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
                         temperature=args.temperature if args.temperature is not None else ds.get("temperature"),
                         alpha=args.alpha if args.alpha is not None else ds.get("alpha"),
                         layer_map=args.layer_map or ds.get("layer_map"))
-    mlm_p = args.mlm_prob if args.mlm_prob is not None else float(ds.get("mlm_probability", 0.0))
+    mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability", 0.0)
+    from ..errors import require_number
+    require_number("--mlm-prob / distill.mlm_probability", mlm_p, 0, 1, open_high=True,
+                   note="the fraction of input tokens corrupted")
+    mlm_p = float(mlm_p)
     tr = recipe.train
     seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(items)
     # the cache pays off only when examples are seen again (more than one epoch), inputs are fixed
@@ -225,15 +236,21 @@ def run(args) -> int:
     dataset = IndexedDataset(items)
     student.config.bertforge = {**student.config.bertforge, "max_seq_len": d.max_seq_len,
                                 "distill": {"method": method, "stage": stage,
-                                            "teachers": [str(t) for t in teacher_dirs],
+                                            "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
                                             "losses": [{"loss": t.loss, "weight": t.weight, "pairs": t.pairs,
                                                         "temperature": t.temperature, "alpha": t.alpha}
                                                        for t in terms]}}
     if task is not None:
         student.config.bertforge["task"] = task.name
     recipe.extra["distill"] = {**ds, "method": method, "stage": stage, "student": student_spec,
-                               "teachers": [str(t) for t in teacher_dirs],
+                               "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
                                "losses": [{k: v for k, v in e.items()} for e in entries]}
+    # what this run used, so `--recipe RUN/recipe.yaml` repeats it (CLI flags win over the section)
+    for key, value in (("temperature", temperature), ("alpha", alpha), ("augment", aug_record)):
+        if value is not None:
+            recipe.extra["distill"][key] = value
+        elif key == "augment":
+            recipe.extra["distill"].pop("augment", None)
     out = Path(args.out)
     inputs = (*teacher_dirs, *([student_spec] if Path(str(student_spec)).is_dir() else []))
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)

@@ -68,7 +68,9 @@ def add_arguments(p) -> None:
     d = sub.add_parser("decode", help="translate a file with a trained model (greedy or beam search)")
     d.add_argument("--model", required=True, help="checkpoint dir written by `translate train`")
     d.add_argument("--input", required=True, help="source sentences, one per line")
-    d.add_argument("--output", help="write translations here (default: stdout)")
+    d.add_argument("--output", help="write translations here (default: stdout); never inside a run or model "
+                                    "dir, and an existing file only with --overwrite")
+    d.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     d.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy (default 5)")
     d.add_argument("--length-penalty", type=float, default=0.6, help="GNMT α (default 0.6)")
     d.add_argument("--max-len-a", type=float, default=1.5, help="max output length = a·|src| + b")
@@ -239,8 +241,21 @@ def run_decode(args) -> int:
     from ..tokenizer import load_tokenizer
     if args.beam < 1:
         raise ConfigError(f"--beam {args.beam}: the beam size must be ≥ 1 (1 = greedy)")
+    from ..errors import require_number
+    require_number("--length-penalty", args.length_penalty, 0, note="GNMT α; 0 = none")
+    require_number("--max-len-a", args.max_len_a, 0)
+    require_number("--max-len-b", args.max_len_b, 0)
+    if args.max_len_a == 0 and args.max_len_b < 1:
+        raise ConfigError("--max-len-a 0 with --max-len-b 0 allows no output tokens; raise either")
     if args.threads:
         torch.set_num_threads(args.threads)
+    from ..hf import read_config
+    read_config(args.model)  # one-line error for a missing or unreadable config.json
+    if args.output:
+        from .predict import check_out_file
+        check_out_file(Path(args.output), Path(args.model), args.input, args.overwrite)
+        if args.reference and Path(args.reference).resolve() == Path(args.output).resolve():
+            raise ConfigError(f"--output {args.output} is the --reference file; choose another --output")
     model = TransformerSeq2Seq.from_pretrained(args.model)
     model.explicit_attention = bool(args.bf16)
     tok = load_tokenizer(args.model)

@@ -402,7 +402,9 @@ class TransformerSeq2Seq(nn.Module):
             elif tokenizer_dir is not None:
                 from ..tokenizer import copy_tokenizer_files
                 copy_tokenizer_files(Path(tokenizer_dir), tmp)
+            from ..io import normal_file_mode
             for f in tmp.iterdir():
+                normal_file_mode(f)
                 f.replace(out_dir / f.name)
 
     @classmethod

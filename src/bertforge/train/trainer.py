@@ -595,6 +595,12 @@ class Trainer:
             cand = self._ckpt_root() / f"step-{self.best_step}"
             if cand.is_dir():
                 src = cand
+            elif self.is_main:
+                import sys
+                sys.stderr.write(f"bertforge: warning: the best evaluation was at step {self.best_step}, which "
+                                 f"has no checkpoint (train.save_every={self.cfg.save_every}); the final model "
+                                 f"is step {self.step}'s. Save at every evaluation (train.save_every = "
+                                 f"train.eval_every) to keep the best\n")
         if self.is_main:
             try:
                 if src is not None:
