@@ -143,6 +143,8 @@ CASES = [
      ["does not record its task", "--task"]),
     ("eval-label-space-mismatch", lambda w: ["evaluate", "--model", w.run, "--task", "stsb", "--data", w.train],
      ["predicts 2 labels", "stsb"]),
+    ("eval-other-task-same-label-count", lambda w: ["evaluate", "--model", w.run, "--task", "qnli", "--data", w.train],
+     ["fine-tuned on task sst2", "labels 0, 1", "entailment", "--task sst2"]),
     ("eval-data-missing", lambda w: ["evaluate", "--model", w.run, "--data", w.d / "nope.tsv"],
      ["nope.tsv does not exist"]),
     ("predict-data-not-utf8", lambda w: ["predict", "--model", w.run, "--data", w.latin1, "--out",

@@ -37,6 +37,13 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     if not name:
         raise ConfigError(f"{model_dir} does not record its task; pass --task NAME")
     task = get_task(name, **meta.get("task_spec", {}))
+    trained_on = meta.get("task")
+    saved = [str(v) for _, v in sorted((cfg.get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
+    if task_name and trained_on and task_name != trained_on and task.labels and saved \
+            and [str(x) for x in task.labels] != saved:  # same count, other names: a positional mismatch
+        raise ConfigError(f"{model_dir} was fine-tuned on task {trained_on} (labels {', '.join(saved)}), not "
+                          f"{task_name} (labels {', '.join(map(str, task.labels))}); pass --task {trained_on} "
+                          f"or fine-tune on {task_name}")
     tok = load_tokenizer(model_dir)
     adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
     if adapter.head != "base":
