@@ -86,9 +86,11 @@ class ModelConfig:
             require_number(f"model.{name}", getattr(self, name), low, whole=True)
         if self.embedding_size is not None:
             require_number("model.embedding_size", self.embedding_size, 1, whole=True)
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            if name != "classifier_dropout" or self.classifier_dropout is not None:
-                require_number(f"model.{name}", getattr(self, name), 0, 1, open_high=True, note="a probability")
+        dropouts = ["hidden_dropout_prob", "attention_probs_dropout_prob"]
+        if self.classifier_dropout is not None:  # None: the classifier uses hidden_dropout_prob
+            dropouts.append("classifier_dropout")
+        for name in dropouts:
+            require_number(f"model.{name}", getattr(self, name), 0, 1, open_high=True, note="a probability")
         require_number("model.layer_norm_eps", self.layer_norm_eps, 0, open_low=True)
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(

@@ -20,7 +20,7 @@ import torch
 
 from .config import FAMILIES, ModelConfig
 from .errors import CheckpointError, ConfigError
-from .io import atomic_dir, atomic_write_text
+from .io import atomic_dir, atomic_write_text, move_files_into
 from .models.heads import HEADS, TaskModel
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
@@ -404,10 +404,7 @@ def save_pretrained(model: TaskModel, out_dir, tokenizer_dir=None, tokenizer=Non
         elif tokenizer_dir is not None:
             from .tokenizer import copy_tokenizer_files
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
-        from .io import normal_file_mode
-        for f in tmp.iterdir():
-            normal_file_mode(f)
-            f.replace(out_dir / f.name)
+        move_files_into(tmp, out_dir)
     shutil.rmtree(out_dir / ".staging", ignore_errors=True)
     for stale in ("pytorch_model.bin",):
         if (out_dir / stale).exists():

@@ -62,6 +62,13 @@ def normal_file_mode(f: Path) -> None:
         os.chmod(f, mode)
 
 
+def move_files_into(src: Path, dst: Path) -> None:
+    """Move every file of ``src`` into ``dst`` (each an atomic rename), with the umask's mode."""
+    for f in Path(src).iterdir():
+        normal_file_mode(f)
+        f.replace(Path(dst) / f.name)
+
+
 @contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces ``path`` (the old one is removed

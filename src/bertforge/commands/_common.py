@@ -122,10 +122,10 @@ def _check_placement(out: Path, inputs: tuple = ()) -> None:
                else "is inside the input" if src in res.parents else None)
         if how:
             raise BertforgeError(f"--out {out} {how} {src}; choose an --out outside it")
-    for parent in res.parents:
-        if _holds_output(parent):
-            raise BertforgeError(f"--out {out} is inside {parent}, which holds a bertforge run or model; "
-                                 f"choose an --out outside it")
+    parent = enclosing_output(res)
+    if parent is not None:
+        raise BertforgeError(f"--out {out} is inside {parent}, which holds a bertforge run or model; "
+                             f"choose an --out outside it")
 
 
 def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()) -> Path:
@@ -181,6 +181,11 @@ _OUTPUT_MARKERS = ("recipe.yaml", "config.json", "checkpoints", "model.onnx")
 
 def _holds_output(out: Path) -> bool:
     return any((out / f).exists() for f in _OUTPUT_MARKERS)
+
+
+def enclosing_output(path: Path):
+    """The nearest directory above ``path`` (resolved) that holds a run, checkpoint or export, or None."""
+    return next((p for p in Path(path).resolve().parents if _holds_output(p)), None)
 
 
 def _check_replaceable(out: Path) -> None:

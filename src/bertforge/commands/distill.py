@@ -215,8 +215,7 @@ def run(args) -> int:
                              f"term of --method {method} is dropped; training uses "
                              f"{', '.join(e.get('loss', '?') for e in entries)} only\n")
     terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
-                        temperature=args.temperature if args.temperature is not None else ds.get("temperature"),
-                        alpha=args.alpha if args.alpha is not None else ds.get("alpha"),
+                        temperature=temperature, alpha=alpha,
                         layer_map=args.layer_map or ds.get("layer_map"))
     mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability", 0.0)
     from ..errors import require_number

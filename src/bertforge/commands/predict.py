@@ -33,11 +33,11 @@ def check_out_file(out: Path, model_dir: Path, data: str, overwrite: bool) -> Pa
     if Path(model_dir).resolve() in target.parents:
         raise BertforgeError(f"--out {out} lies inside the model directory {model_dir}; write predictions "
                              f"elsewhere")
-    from ._common import _holds_output
-    for parent in target.parents:
-        if _holds_output(parent):
-            raise BertforgeError(f"--out {out} lies inside {parent}, which holds a bertforge run or model; "
-                                 f"write outside it")
+    from ._common import enclosing_output
+    parent = enclosing_output(target)
+    if parent is not None:
+        raise BertforgeError(f"--out {out} lies inside {parent}, which holds a bertforge run or model; "
+                             f"write outside it")
     if Path(data).exists() and Path(data).resolve() == target:
         raise BertforgeError(f"--out {out} is the input file; choose another --out")
     if out.exists() and not overwrite:

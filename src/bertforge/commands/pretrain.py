@@ -125,7 +125,9 @@ def run(args) -> int:
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
                         int(opts["vocab_size"]), cache)
+    tok_inputs = ()  # a checkpoint dir whose tokenizer is reused: --out must stay out of it
     if opts.get("tokenizer") not in (None, *KINDS):  # a reused tokenizer: its size is the vocabulary
+        tok_inputs = (Path(opts["tokenizer"]),) if Path(opts["tokenizer"]).is_dir() else ()
         if args.vocab_size is not None and args.vocab_size != tok.get_vocab_size():
             raise ConfigError(f"--vocab-size {args.vocab_size} applies to a tokenizer trained on the corpus; "
                               f"--tokenizer {opts['tokenizer']} has {tok.get_vocab_size()} tokens; drop "
@@ -157,9 +159,7 @@ def run(args) -> int:
     config = model_config(opts, recipe, tok.get_vocab_size(), ids["pad"])
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
-    tok_dir = Path(str(opts.get("tokenizer") or ""))
-    work = prepare_out_dir(out, args.resume, args.overwrite,
-                           inputs=(tok_dir,) if str(tok_dir) not in ("", ".") and tok_dir.is_dir() else ())
+    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=tok_inputs)
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank

@@ -249,8 +249,6 @@ def run_decode(args) -> int:
         raise ConfigError("--max-len-a 0 with --max-len-b 0 allows no output tokens; raise either")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ..hf import read_config
-    read_config(args.model)  # one-line error for a missing or unreadable config.json
     if args.output:
         from .predict import check_out_file
         check_out_file(Path(args.output), Path(args.model), args.input, args.overwrite)

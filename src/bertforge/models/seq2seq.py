@@ -402,10 +402,8 @@ class TransformerSeq2Seq(nn.Module):
             elif tokenizer_dir is not None:
                 from ..tokenizer import copy_tokenizer_files
                 copy_tokenizer_files(Path(tokenizer_dir), tmp)
-            from ..io import normal_file_mode
-            for f in tmp.iterdir():
-                normal_file_mode(f)
-                f.replace(out_dir / f.name)
+            from ..io import move_files_into
+            move_files_into(tmp, out_dir)
 
     @classmethod
     def from_pretrained(cls, path) -> TransformerSeq2Seq:
@@ -416,11 +414,14 @@ class TransformerSeq2Seq(nn.Module):
         """
         from safetensors.torch import load_file
         path = Path(path)
+        from ..hf import read_config
         cj, wf = path / "config.json", path / "model.safetensors"
+        if not path.is_dir():
+            read_config(path)  # its one-line error: no such dir, or a file
         if not cj.is_file() or not wf.is_file():
             raise CheckpointError(f"{path} is not a translation checkpoint (needs config.json and "
                                   "model.safetensors); pass the --out dir of `bertforge translate train`")
-        d = json.loads(cj.read_text(encoding="utf-8"))
+        d = read_config(path)  # one-line error for JSON that does not parse
         if d.get("model_type") != MODEL_TYPE:
             raise CheckpointError(f"{path} holds model_type {d.get('model_type')!r}, not {MODEL_TYPE!r}; "
                                   "pass a checkpoint written by `bertforge translate train`")
