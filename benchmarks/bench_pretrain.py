@@ -8,6 +8,9 @@
    word embeddings, sampling at the masked positions, loss = MLM + 50·RTD.
 Optimizer: ours = the bertforge Trainer's AdamW (fused kernel); reference = torch AdamW(fused=True), which is
 what transformers' Trainer uses by default (optim="adamw_torch_fused").
+Allocator: the process runs with the glibc ``malloc`` settings the bertforge Trainer applies on CPU
+(``impl.keep_freed_memory``, bertforge/train/allocator.py: freed blocks up to 32 MiB stay in the process);
+they are process-wide, so the reference steps run under them too.
 Both in FP32 and bf16 autocast. Interleaved rounds (ours, reference, ours, …); the median step time
 of each is reported, with tokens/s = batch·seq / step time and the ratio ours/reference.
 
@@ -169,7 +172,7 @@ def step_fn(model, make_batch, dtype, electra_ref=False):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
     return step
 
 
@@ -209,10 +212,13 @@ def main() -> int:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    from bertforge.train.allocator import keep_freed_memory
+    kept = keep_freed_memory()  # as the bertforge Trainer does on CPU; process-wide, so for both sides
     import transformers
     transformers.logging.set_verbosity_error()
     lines = [f"torch {torch.__version__}, transformers {transformers.__version__}, threads "
-             f"{torch.get_num_threads()}, CPU; batch {B} × seq {T}, vocab {V}; {a.rounds} rounds × {a.iters} steps, median"]
+             f"{torch.get_num_threads()}, CPU; batch {B} × seq {T}, vocab {V}; {a.rounds} rounds × {a.iters} steps, median; "
+             f"glibc malloc keeps freed memory (both sides): {'yes' if kept else 'no (not glibc)'}"]
     tokens = B * T
     n_pred = int(0.15 * tokens)
     enc = encoder_fwd_flops(H, L, FF, tokens, T)

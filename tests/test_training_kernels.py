@@ -191,6 +191,21 @@ def test_reused_buffer_is_reused_only_when_nothing_shares_it():
         assert c.data_ptr() == second and c.shape == (2, 3)  # released: reused, also for a smaller request
 
 
+def test_reused_buffer_has_headroom_for_a_slightly_larger_request():
+    """The MLM logits' row count (masked tokens) varies from step to step: a request up to 1/8 larger than
+    the first is served from the same block; a larger one gets a new block."""
+    from bertforge.models.scratch import ReusedBuffer
+    buf = ReusedBuffer()
+    a = buf.empty((600, 40), torch.float32, "cpu")
+    first = a.data_ptr()
+    del a
+    b = buf.empty((675, 40), torch.float32, "cpu")  # 600 · 9/8 rows
+    assert b.data_ptr() == first and b.shape == (675, 40)
+    del b
+    c = buf.empty((676, 40), torch.float32, "cpu")
+    assert c.data_ptr() != first
+
+
 def _tied_head(vocab: int, seed: int):
     """An MLM prediction head (hidden 16) tied to a fresh (vocab, 16) embedding, with a non-zero bias."""
     from bertforge.config import ModelConfig

@@ -183,6 +183,7 @@ class ImplConfig:
     device: str = "auto"
     progress: bool = True
     parallel: str = "ddp"  # under torchrun: ddp | fsdp (sharded params/grads/optimizer state)
+    keep_freed_memory: bool = True  # CPU: glibc malloc keeps freed blocks ≤ 32 MiB (train/allocator.py)
 
 
 @dataclass

@@ -52,6 +52,7 @@ from torch.utils.data import Dataset, Sampler
 from ..config import Recipe
 from ..errors import BertforgeError, CheckpointError, ConfigError, DataError, TrainingError
 from ..io import _explain, append_jsonl, atomic_dir, atomic_write_text
+from .allocator import keep_freed_memory
 from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler
 
@@ -147,6 +148,8 @@ class Trainer:
         self.device = self.ctx.device if self.impl.device == "auto" else torch.device(self.impl.device)
         if self.impl.threads:
             torch.set_num_threads(self.impl.threads)
+        if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
+            keep_freed_memory()  # no page faults on re-allocating last step's tensors (train/allocator.py)
         if self.cfg.deterministic:
             dist_utils.set_deterministic()
         set_seed(self.cfg.seed)
