@@ -317,8 +317,12 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
             if k not in config_overrides:
                 config_overrides[k] = None
         config_overrides.setdefault("num_labels", 2)
+    saved_layers = config.num_hidden_layers
     if config_overrides:
         config = config.replace(**config_overrides)
+    if config.num_hidden_layers < saved_layers:
+        print(f"bertforge: keeping the first {config.num_hidden_layers} of the {saved_layers} encoder layers "
+              f"of {path} (model.num_hidden_layers={config.num_hidden_layers})", file=sys.stderr)
     model = TaskModel(config, head=head)
     own = model.state_dict()
     new_state = {}

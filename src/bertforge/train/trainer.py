@@ -6,7 +6,8 @@ logged), a dataset and a collator, and hands them to :class:`Trainer`. The Train
 AdamW + warmup/decay, gradient accumulation and clipping, bf16 autocast (``impl.dtype``), DDP or FSDP
 under ``torchrun`` (gloo on CPU, NCCL on GPU), periodic evaluation with best-checkpoint keeping, atomic
 checkpoints with optimizer/scheduler/RNG state (every rank) and data position, ``--resume``, a NaN/inf
-guard, tqdm progress and ``metrics.jsonl``.
+guard, tqdm progress and ``metrics.jsonl``; on CPU, glibc ``malloc`` keeps freed memory for the next step
+(``impl.keep_freed_memory``, :mod:`bertforge.train.allocator`).
 
 Data order (what makes 1 process ≡ N processes, and resume ≡ no interruption): epoch ``e`` is a
 permutation of the dataset that is a pure function of ``(train.seed, e)``; global micro-batch ``j`` of
