@@ -248,3 +248,25 @@ def test_resume_with_more_steps_says_the_schedule_is_recomputed(setup, tmp_path)
     assert steps == sorted(set(steps)) and steps[-1] == STEPS + 3
     r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", STEPS + 3))
     assert r.returncode == 0 and "schedule is recomputed" not in r.stderr  # same plan: no note
+
+
+def test_resume_with_another_lr_continues_the_schedule_from_the_new_peak(setup, tmp_path):
+    """A resume with a changed train.lr trains with it (the scheduler state would otherwise keep the old
+    peak while recipe.yaml records the new one) and says so. Truth: the same resume without the change —
+    the schedule factor per step is the same, so every logged rate is exactly 10× as large."""
+    import yaml
+    d, ckpt, train, ref = setup
+    logged = {}
+    for name, lr in (("same", "1e-3"), ("tenfold", "1e-2")):
+        out = tmp_path / name
+        shutil.copytree(ref, out)
+        r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", STEPS + 3, f"train.lr={lr}"))
+        assert r.returncode == 0, r.stderr
+        notes = [x for x in r.stderr.splitlines() if "with train.lr=" in x]
+        assert len(notes) == (1 if name == "tenfold" else 0), r.stderr
+        logged[name] = {m["step"]: m["lr"] for m in read_metrics(out) if "lr" in m and m["step"] > STEPS}
+        assert yaml.safe_load((out / "recipe.yaml").read_text())["train"]["lr"] == float(lr)
+    assert sorted(logged["same"]) == [STEPS + 1, STEPS + 2, STEPS + 3] == sorted(logged["tenfold"])
+    assert logged["same"][STEPS + 1] > 0  # linear decay: the last step's rate is 0
+    for step, lr in logged["same"].items():
+        assert logged["tenfold"][step] == pytest.approx(10 * lr, rel=1e-9, abs=1e-15)

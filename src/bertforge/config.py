@@ -209,13 +209,16 @@ class Recipe:
 _SECTIONS = {"data": DataConfig, "train": TrainConfig, "impl": ImplConfig}
 
 
+_NUMBER = re.compile(r"[-+]?\d*\.?\d+([eE][-+]?\d+)?")
+
+
 def _coerce(value: str) -> Any:
     """Parse an override value with YAML rules (``3e-5`` → float, ``true`` → bool, ``[1,2]`` → list)."""
     try:
         v = yaml.safe_load(value)
     except yaml.YAMLError:
         return value
-    if isinstance(v, str) and re.fullmatch(r"[-+]?\d*\.?\d+([eE][-+]?\d+)?", v):
+    if isinstance(v, str) and _NUMBER.fullmatch(v):
         return float(v)  # YAML 1.1 reads "3e-5" as a string
     return v
 
@@ -253,6 +256,8 @@ def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
         value = "" if value is None else value
     if base is Any:
         return value
+    if base in (int, float) and isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads "1e-4" (no dot) as a string, in recipe files too
     if base is bool:
         text = raw if isinstance(raw, str) else value if isinstance(value, str) else None
         if text is not None and text.strip().lower() in _BOOL_WORDS:
@@ -353,6 +358,10 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             raise ConfigError(f"recipe {path} is not valid YAML ({msg}); fix the file") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"recipe {path} must be a mapping with keys model/data/train/impl")
+        for k, v in raw.items():
+            if v is not None and not isinstance(v, dict):
+                raise ConfigError(f"recipe {path}: section {k!r} must be a mapping of keys (e.g. "
+                                  f"'{k}: {{key: value}}'), not {v!r}; fix the file")
     raw = deep_merge(defaults or {}, raw)
     raw = {k: dict(v or {}) for k, v in raw.items()}
     for ov in overrides or []:
@@ -370,7 +379,9 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     for k in raw:
         if k not in allowed:
             raise ConfigError(f"unknown recipe section {k!r}; valid sections: {', '.join(sorted(allowed))}")
-    recipe = Recipe(model=raw.get("model", {}))
+    model_types = _section_types(ModelConfig)
+    recipe = Recipe(model={k: check_value(f"model.{k}", v, model_types[k]) if k in model_types else v
+                           for k, v in raw.get("model", {}).items()})
     for name, cls in _SECTIONS.items():
         setattr(recipe, name, _build_section(name, cls, raw.get(name, {})))
     recipe.extra = {k: raw[k] for k in extra_sections if k in raw}

@@ -350,6 +350,9 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         if own[k].shape != v.shape:
             raise CheckpointError(f"{path}: weight {k} has shape {tuple(v.shape)} but the config gives "
                                   f"{tuple(own[k].shape)}; config.json and the weights disagree")
+    if model.encoder.pooler is not None and not config.add_pooling_layer:
+        print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",
+              file=sys.stderr)
     model.load_state_dict(new_state, strict=False)
     if model.head is not None and hasattr(model.head, "tie_weights"):
         model.head.tie_weights(model.encoder)

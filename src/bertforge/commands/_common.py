@@ -188,6 +188,33 @@ def enclosing_output(path: Path):
     return next((p for p in Path(path).resolve().parents if _holds_output(p)), None)
 
 
+def check_out_files(out_dir: Path, names: tuple, overwrite: bool, inputs: tuple = (), flag: str = "--out") -> Path:
+    """For verbs that write named files into a folder (``qa-split``, ``embedded-corpus``): refuse an
+    ``out_dir`` that is a file or is (or lies inside) a run, model, checkpoint or export dir; a file that
+    would replace one of ``inputs``; and an existing file without ``overwrite``.
+
+    Raises:
+        BertforgeError: one line naming the file and the fix.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BertforgeError(f"{flag} {out_dir} is a file; pass a folder (new or empty)")
+    if out_dir.is_dir() and _holds_output(out_dir):
+        raise BertforgeError(f"{flag} {out_dir} holds a bertforge run or model; pass another folder")
+    holder = enclosing_output(out_dir)
+    if holder is not None:
+        raise BertforgeError(f"{flag} {out_dir} lies inside {holder}, which holds a bertforge run or model; "
+                             f"write outside it")
+    targets = {(out_dir / n).resolve(): out_dir / n for n in names}
+    for i in inputs:
+        if i is not None and Path(i).exists() and Path(i).resolve() in targets:
+            raise BertforgeError(f"{targets[Path(i).resolve()]} is the input file; choose another output folder")
+    existing = [str(t) for t in targets.values() if t.exists()]
+    if existing and not overwrite:
+        raise BertforgeError(f"{existing[0]} exists; pass --overwrite to replace it, or another output folder")
+    return out_dir
+
+
 def _check_replaceable(out: Path) -> None:
     """``--overwrite`` replaces only a dir bertforge (or transformers) wrote, never the working directory or
     one that contains it, and never a dir of other files."""

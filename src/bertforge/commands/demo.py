@@ -315,7 +315,8 @@ def run(args) -> int:
         if pl.ok(stage) and Path(path).exists():
             models.append((name, str(path)))
     ev = ["embed-eval", *[f"--model={n}={p}" for n, p in models], "--rounds", str(b["eval_rounds"]),
-          "--iters", str(b["eval_iters"]), "--threads", str(threads), "--out", str(D / "eval" / "results.json")]
+          "--iters", str(b["eval_iters"]), "--threads", str(threads), "--out", str(D / "eval" / "results.json"),
+          "--overwrite"]  # the demo owns its eval dir (a re-run replaces its results)
     if args.task:
         ev += ["--task", args.task, "--data", args.eval]
         if b["eval_samples"]:

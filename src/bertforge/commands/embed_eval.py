@@ -36,6 +36,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation for --data (default 128)")
     p.add_argument("--max-eval-samples", type=int, help="score only the first N examples of --data")
     p.add_argument("--out", help="also write the JSON result to this file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -53,11 +54,17 @@ def run(args) -> int:
     import torch
 
     from ..evaluate.embedded import evaluate_embedders, load_embedder
+    from .predict import check_out_file
+    from ..evaluate.bench import check_threads
+    check_threads(args.threads)
+    for k in ("seq_len", "batch_size", "rounds", "iters", "lee_max_seq_len", "max_seq_len", "max_eval_samples"):
+        v = getattr(args, k)
+        if v is not None and v < 1:
+            raise ConfigError(f"--{k.replace('_', '-')} {v} must be ≥ 1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    for k in ("seq_len", "batch_size", "rounds", "iters"):
-        if getattr(args, k) < 1:
-            raise ConfigError(f"--{k.replace('_', '-')} must be ≥ 1")
+    if bool(args.task) != bool(args.data):
+        raise ConfigError("--task and --data go together; pass both or neither")
     embedders, seen = [], set()
     for spec in args.model:
         name, path = parse_model_arg(spec)
@@ -65,9 +72,13 @@ def run(args) -> int:
         if e.name in seen:
             raise ConfigError(f"two models are named {e.name!r}; give them names with NAME=PATH")
         seen.add(e.name)
+        if e.max_positions is not None and args.seq_len > e.max_positions:
+            raise ConfigError(f"--seq-len {args.seq_len} exceeds the {e.max_positions} positions of model "
+                              f"{e.name!r}; pass --seq-len {e.max_positions} or less")
         embedders.append(e)
-    if bool(args.task) != bool(args.data):
-        raise ConfigError("--task and --data go together; pass both or neither")
+        if args.out:  # never into a model, run or checkpoint dir, nor over a file without --overwrite
+            check_out_file(Path(args.out), e.path if e.path.is_dir() else e.path.parent, args.data or "",
+                           args.overwrite, example="results.json")
     rows = evaluate_embedders(embedders, args.seq_len, args.batch_size, args.rounds, args.iters,
                               args.lee_max_seq_len, progress=not args.no_progress, task=args.task,
                               task_data=args.data, task_max_seq_len=args.max_seq_len,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BertforgeError
-from ._common import print_json
+from ..errors import BertforgeError, require_at_least
+from ._common import check_out_files, print_json
 
 
 def add_arguments(p) -> None:
@@ -25,9 +25,17 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..data.embedded import build_corpus
-    out = Path(args.out)
-    if (out / "corpus.json").exists() and not args.overwrite:
-        raise BertforgeError(f"--out {out} already holds a corpus; pass --overwrite to rebuild it")
-    info = build_corpus(out, args.heldout_fraction, args.max_documents)
+    if args.max_documents is not None:
+        require_at_least("--max-documents", args.max_documents, 1)
+    if not 0.0 < args.heldout_fraction < 1.0:
+        raise BertforgeError(f"--heldout-fraction {args.heldout_fraction} must be in (0, 1), e.g. 0.05")
+    out = check_out_files(Path(args.out), ("train.txt", "heldout.txt", "corpus.json"), args.overwrite)
+    created = not out.exists()
+    try:
+        info = build_corpus(out, args.heldout_fraction, args.max_documents)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # nothing was written: leave nothing behind
+        raise
     print_json({"out": str(out), "train": info["train"], "heldout": info["heldout"]})
     return 0

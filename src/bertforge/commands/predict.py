@@ -23,12 +23,12 @@ def add_arguments(p) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
 
-def check_out_file(out: Path, model_dir: Path, data: str, overwrite: bool) -> Path:
+def check_out_file(out: Path, model_dir: Path, data: str, overwrite: bool, example: str = "preds.jsonl") -> Path:
     """Refuse an ``--out`` that is a directory, lies inside the model dir, is the input file, or exists
     (without ``--overwrite``): predictions never replace a checkpoint's or a run's files."""
     out = Path(out)
     if out.is_dir():
-        raise BertforgeError(f"--out {out} is a directory; pass a file path such as {out}/preds.jsonl")
+        raise BertforgeError(f"--out {out} is a directory; pass a file path such as {out}/{example}")
     target = out.resolve()
     if Path(model_dir).resolve() in target.parents:
         raise BertforgeError(f"--out {out} lies inside the model directory {model_dir}; write predictions "

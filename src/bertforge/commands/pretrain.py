@@ -73,6 +73,12 @@ def build_pretrain_recipe(args):
         sec["whole_word"] = True
     sec["objective"] = args.objective
     r.data.corpus = [str(c) for c in args.corpus]
+    seen: dict = {}
+    for c in r.data.corpus:  # a file given twice would silently count its text twice
+        key = str(Path(c).resolve()) if Path(c).exists() else c
+        if key in seen:
+            raise ConfigError(f"--corpus lists {c} twice (also as {seen[key]}); give each file once")
+        seen[key] = c
     require_at_least("--max-seq-len / data.max_seq_len", r.data.max_seq_len, 8,
                      "a pretraining sequence holds [CLS], two segments and [SEP]")
     return check_recipe(r)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..data.squad import _load_json, split_by_article
 from ..io import atomic_write_text
-from ._common import print_json
+from ._common import check_out_files, print_json
 
 
 def add_arguments(p) -> None:
@@ -19,6 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out-dir", required=True, help="folder for train.json and eval.json")
     p.add_argument("--eval-fraction", type=float, default=0.2, help="share of questions in eval.json")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace existing train.json / eval.json")
 
 
 def _count(d: dict) -> int:
@@ -26,9 +27,10 @@ def _count(d: dict) -> int:
 
 
 def run(args) -> int:
+    out = check_out_files(Path(args.out_dir), ("train.json", "eval.json"), args.overwrite, inputs=(args.data,),
+                          flag="--out-dir")
     data = _load_json(Path(args.data))
     train, evl = split_by_article(data, args.eval_fraction, args.seed)
-    out = Path(args.out_dir)
     atomic_write_text(out / "train.json", json.dumps(train, ensure_ascii=False))
     atomic_write_text(out / "eval.json", json.dumps(evl, ensure_ascii=False))
     print_json({"train": str(out / "train.json"), "eval": str(out / "eval.json"),

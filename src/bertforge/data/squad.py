@@ -182,10 +182,19 @@ def encode_qa_windows(tok, examples: list, max_seq_len: int = 384, doc_stride: i
         if len(qe.ids) > max_query_len:
             q = e.question[:qe.offsets[max_query_len - 1][1]]
         questions.append(q)
+    # the tokenizer panics (a Rust panic, not an Exception) when the stride is not below the context room
+    longest_q = max((min(len(qe.ids), max_query_len) for qe in q_encs), default=0)
+    room = max_seq_len - tok.num_special_tokens_to_add(True) - longest_q
+    if doc_stride >= room:
+        raise DataError(f"max_seq_len={max_seq_len} leaves {max(room, 0)} context tokens beside the longest "
+                        f"question ({longest_q} tokens), not more than the window overlap doc_stride="
+                        f"{doc_stride}; raise --max-seq-len (or lower the stride)")
     tok.enable_truncation(max_length=max_seq_len, stride=doc_stride, strategy="only_second")
     try:
         encs = tok.encode_batch(list(zip(questions, [e.context for e in examples])))
-    except Exception as e:
+    except BaseException as e:  # also the tokenizer's Rust panic (pyo3 PanicException is a BaseException)
+        if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
         raise DataError(f"cannot fit the question and context windows in max_seq_len={max_seq_len} with "
                         f"doc_stride={doc_stride} ({str(e)[:100]}); raise --max-seq-len or lower the "
                         f"stride") from None

@@ -40,12 +40,19 @@ class Embedder:
 
     backend = "?"
 
+    #: token positions the model can embed (None: unknown); texts are truncated to it
+    max_positions: Optional[int] = None
+
     def __init__(self, name: str, tokenizer, path: Path):
         self.name, self.tok, self.path = name, tokenizer, Path(path)
 
+    def truncation(self, max_seq_len: int) -> int:
+        """``max_seq_len`` capped at the model's positions (a truncation length, like a tokenizer's)."""
+        return max_seq_len if self.max_positions is None else min(max_seq_len, self.max_positions)
+
     def _batches(self, texts: list, max_seq_len: int, batch_size: int):
         from ..tokenizer import encode_texts, pad_id
-        encs = encode_texts(self.tok, texts, None, max_seq_len)
+        encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len))
         pid = pad_id(self.tok)
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         for s in range(0, len(order), batch_size):
@@ -107,6 +114,8 @@ class TorchEmbedder(Embedder):
         model_dir = Path(model_dir)
         super().__init__(name or model_dir.name, load_tokenizer(model_dir), model_dir)
         self.model = load_pretrained(model_dir).eval()
+        from ..hf import read_config, token_positions
+        self.max_positions = token_positions(read_config(model_dir))
         self.torch = torch
         self.weights_file = model_dir / "model.safetensors"
         if not self.weights_file.is_file():
@@ -160,6 +169,9 @@ class OnnxEmbedder(Embedder):
                                   f"`bertforge export` / `bertforge quantize`")
         tok_dir = Path(tokenizer_dir) if tokenizer_dir else onnx_path.parent
         super().__init__(name or onnx_path.stem, load_tokenizer(tok_dir), onnx_path)
+        if (tok_dir / "config.json").is_file():  # the export dir keeps the model's config
+            from ..hf import read_config, token_positions
+            self.max_positions = token_positions(read_config(tok_dir))
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is None:
@@ -239,6 +251,8 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None) -> Embed
     p = resolve_model_dir(str(path))
     if not p.exists():
         raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an .onnx file or 'minilm'")
+    if name is None and str(p) != str(path) and not Path(path).exists():
+        name = str(path)  # an alias such as 'minilm': the row is named after it, not its folder
     if p.is_file() and p.suffix == ".onnx":
         return OnnxEmbedder(p, name, tokenizer_dir)
     if p.is_dir() and not (p / "model.safetensors").is_file() and not (p / "pytorch_model.bin").is_file():
@@ -331,7 +345,7 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
     task = get_task(task_name)
     if task.kind not in ("classification", "regression"):
         raise ConfigError(f"task {task.name} is {task.kind}; embed-eval scores sequence tasks only")
-    adapter = adapter_for(task, embedder.tok, max_seq_len)
+    adapter = adapter_for(task, embedder.tok, embedder.truncation(max_seq_len))
     items = adapter.load(data, max_samples)
     collate = adapter.collator()
     preds: list = [None] * len(items)

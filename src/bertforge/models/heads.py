@@ -81,6 +81,7 @@ class SequenceClassificationHead(nn.Module):
 
     hf_suffix = "ForSequenceClassification"
     cls_only = True
+    POOLER_FAMILIES = ("bert", "albert")  # the head reads ``pooler_output``
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -90,7 +91,7 @@ class SequenceClassificationHead(nn.Module):
         self.regression = config.num_labels == 1 or config.problem_type == "regression"
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(p)
-        self.use_pooler = fam in ("bert", "albert")
+        self.use_pooler = fam in self.POOLER_FAMILIES
         self.dense = None if self.use_pooler else nn.Linear(h, h)
         self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
                     "distilbert": F.relu}.get(fam)
@@ -145,6 +146,11 @@ class TaskModel(nn.Module):
         if head not in HEADS:
             from ..errors import ConfigError
             raise ConfigError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
+        if (head == "sequence_classification" and config.model_type in SequenceClassificationHead.POOLER_FAMILIES
+                and not config.add_pooling_layer and encoder is None):
+            # the bert/albert head reads the tanh pooler, which HF's …ForSequenceClassification always has;
+            # an encoder saved without one (e.g. SpanBERT pretraining) gets a fresh pooler
+            config = config.replace(add_pooling_layer=True)
         self.config = config
         self.encoder = encoder if encoder is not None else Encoder(config)
         self.head_name = head

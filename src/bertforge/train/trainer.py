@@ -203,6 +203,7 @@ class Trainer:
         self.best_step: Optional[int] = None
         self.metrics_path = self.out_dir / "metrics.jsonl"
         self._running: dict = {}
+        self._warned_metric = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -426,6 +427,7 @@ class Trainer:
         else:  # single-state format of earlier checkpoints
             _set_rng_state_portable(rng)
         self.step, self.best, self.best_step = state["step"], state["best"], state["best_step"]
+        self._apply_peak_lr(path)
         planned = state.get("total_steps")
         if planned is not None and planned != self.total_steps and self.is_main:
             print(f"bertforge: resuming at step {self.step} a run planned for {planned} steps as one of "
@@ -436,6 +438,22 @@ class Trainer:
         # rank 0 carries the reduced sums of the interrupted log window; the others start at zero
         self._running = {k: ((s, c) if self.is_main else (0.0, 0)) for k, (s, c) in run.items()}
         return True
+
+    def _apply_peak_lr(self, path: Path) -> None:
+        """The scheduler's state carries the peak lr of the run that wrote it: a resume with another
+        ``train.lr`` continues the schedule from the new peak (and says so) rather than silently keeping
+        the old one, which ``recipe.yaml`` would no longer record."""
+        old = list(self.scheduler.base_lrs)
+        new = [float(self.cfg.lr)] * len(old)
+        self.scheduler.base_lrs = new
+        # the rate of the next step, also when the schedule's length changed (train.max_steps)
+        for group, base, factor in zip(self.optimizer.param_groups, new, self.scheduler.lr_lambdas):
+            group["initial_lr"] = base
+            group["lr"] = base * factor(self.scheduler.last_epoch)
+        if old != new and self.is_main:
+            print(f"bertforge: resuming from {path.name} with train.lr={self.cfg.lr:g} (the run had "
+                  f"{old[0]:g}): the schedule continues from step {self.step} with the new peak",
+                  file=sys.stderr)
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log records written after ``step`` (by the killed run), and a torn last line."""
@@ -469,6 +487,11 @@ class Trainer:
             self.model.train()
         metrics = dist_utils.broadcast_object(metrics, self.ctx)
         key = self.cfg.metric_for_best or (next(iter(metrics)) if metrics else None)
+        if key is not None and key not in metrics and metrics and self.is_main and not self._warned_metric:
+            self._warned_metric = True
+            print(f"bertforge: warning: train.metric_for_best={key!r} is not among the evaluation's metrics "
+                  f"({', '.join(map(str, metrics))}); no best checkpoint is tracked — set it to one of them",
+                  file=sys.stderr)
         if key is not None and key in metrics:
             v = float(metrics[key])
             better = (self.best is None or (v < self.best if "loss" in key else v > self.best))
