@@ -149,3 +149,40 @@ def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tin
     assert "warning" in err and "mlm_soft" in err and "cosine" in err
     m = _metrics(out)
     assert "cosine" in m[0] and "mlm_soft" not in m[0]
+
+
+def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys):
+    """--augment-prob 0 is a valid rate (no word replaced) and is recorded as given, not replaced by the
+    0.4 default; --augment / --augment-prob in the general stage, or --augment-prob alone, are refused."""
+    import yaml
+    from resilience_util import cli_error_line
+    out = tiny / "aug0"
+    base = ["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2", "--method", "kd",
+            "--task", "sst2", "--train", str(tiny / "train.tsv"), "--max-steps", "1", "--batch-size", "8"]
+    assert main([*base, "--out", str(out), "--augment", "1", "--augment-prob", "0"]) == 0
+    capsys.readouterr()
+    assert yaml.safe_load((out / "recipe.yaml").read_text())["distill"]["augment"]["prob"] == 0.0
+    general = ["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2",
+               "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"), "--max-steps", "1"]
+    line = cli_error_line([*general, "--augment", "2", "--out", tiny / "g-aug"], capsys, tiny / "teacher")
+    assert "--stage task only" in line
+    line = cli_error_line([*base, "--augment-prob", "0.2", "--out", tiny / "p-only"], capsys, tiny / "teacher")
+    assert "pass --augment N too" in line
+
+
+def test_an_explicit_method_replaces_a_recipes_losses(tiny, capsys):
+    """A recipe written for TinyBERT (its losses list) run with --method kd trains with KD's own term and
+    says so; the recorded method and losses are the ones used."""
+    import yaml
+    recipe = tiny / "tb.yaml"
+    recipe.write_text(yaml.safe_dump({"distill": {"method": "tinybert", "losses": [
+        {"loss": "hidden_mse", "weight": 1.0}, {"loss": "soft_ce", "weight": 1.0}]}}))
+    out = tiny / "kd-over"
+    assert main(["distill", "--recipe", str(recipe), "--teacher", str(tiny / "teacher"), "--student",
+                 "layers:0,2", "--method", "kd", "--task", "sst2", "--train", str(tiny / "train.tsv"),
+                 "--out", str(out), "--max-steps", "2", "--batch-size", "8", "train.log_every=1"]) == 0
+    assert "--method kd replaces the recipe's losses list (method tinybert)" in capsys.readouterr().err
+    rec = yaml.safe_load((out / "recipe.yaml").read_text())["distill"]
+    assert rec["method"] == "kd" and {e["loss"] for e in rec["losses"]} == {"kd"}
+    logged = set().union(*[set(r) for r in _metrics(out) if "loss" in r])
+    assert "kd" in logged and "hidden_mse" not in logged

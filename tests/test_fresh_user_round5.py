@@ -2,7 +2,8 @@
 and says so; classification from an encoder saved without a pooler (SpanBERT); qa-split, embedded-corpus
 and embed-eval never replace their input, a run's files or an existing output without --overwrite;
 embed-eval checks its options first and truncates to the model's positions; recipe files accept 1e-4 and
-refuse scalar sections; an unknown metric_for_best is named; a corpus file given twice is refused.
+refuse scalar sections; an unknown metric_for_best is named; a corpus file given twice is refused; from
+the sixth round, a batch with labels on some rows only (predict) collates without labels.
 
 Independent truths: the saved checkpoint's own weights (safetensors), transformers' model on the saved
 files, the files' bytes before and after, and embeddings of hand-truncated text.
@@ -170,3 +171,12 @@ def test_a_corpus_file_given_twice_is_refused(tmp_path, capsys):
     line = cli_error_line(["pretrain", "--objective", "bert", "--corpus", f, str(tmp_path / "." / "c.txt"),
                            "--out", tmp_path / "run", "--max-steps", 1], capsys, tmp_path / "run")
     assert "lists" in line and "twice" in line
+
+
+def test_a_batch_with_labels_on_some_rows_only_is_collated_without_labels():
+    """predict on a JSONL file where some rows carry a label: no KeyError, the batch simply has no labels."""
+    from bertforge.data.collate import PadCollator
+    rows = [{"input_ids": [5, 6, 7], "labels": 1}, {"input_ids": [8, 9]}]
+    batch = PadCollator(0)(rows)
+    assert "labels" not in batch and batch["input_ids"].tolist() == [[5, 6, 7], [8, 9, 0]]
+    assert PadCollator(0)([rows[0], {"input_ids": [8], "labels": 0}])["labels"].tolist() == [1, 0]

@@ -121,6 +121,11 @@ def run(args) -> int:
         raise ConfigError(f"--alpha {alpha} must be in [0, 1] (weight of the soft loss)")
     if args.augment is not None and args.augment < 0:
         raise ConfigError(f"--augment {args.augment} must be ≥ 0 (augmented copies per example)")
+    if stage == "general" and (args.augment or args.augment_prob is not None):
+        raise ConfigError("--augment / --augment-prob rewrite labelled task examples and apply to --stage task "
+                          "only; drop them for the general stage")
+    if args.augment_prob is not None and not args.augment and not (ds.get("augment") or {}).get("copies"):
+        raise ConfigError("--augment-prob sets the word-replacement rate of --augment N; pass --augment N too")
     if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
         if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
             raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
@@ -174,7 +179,8 @@ def run(args) -> int:
             raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
         if n_aug:
             from ..distill.augment import augment_examples, default_augmenter
-            aug_record = {**aug_cfg, "copies": n_aug, "prob": args.augment_prob or aug_cfg.get("prob", 0.4)}
+            aug_record = {**aug_cfg, "copies": n_aug, "prob": args.augment_prob if args.augment_prob is not None
+                          else aug_cfg.get("prob", 0.4)}
             augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
                                           p=aug_record["prob"],
                                           k=aug_cfg.get("top_k", 15),
@@ -202,7 +208,14 @@ def run(args) -> int:
     set_seed(recipe.train.seed)  # the same fresh student weights in every run and on every rank
     student = build_student(student_spec, teacher, head=head, head_config=head_cfg,
                             teacher_dir=str(teacher_dirs[0]))
-    entries = ds.get("losses") or method_terms(method, stage)
+    # an explicit --method names its own loss terms (Hinton KD, DistilBERT, …); a recipe's losses list is the
+    # recipe's method, so it applies only when --method is not given
+    overridden = bool(args.method and ds.get("losses") and ds.get("method") != args.method)
+    entries = ds["losses"] if (ds.get("losses") and not overridden) else method_terms(method, stage)
+    if overridden:
+        import sys
+        sys.stderr.write(f"bertforge distill: note: --method {args.method} replaces the recipe's losses list"
+                         f"{' (method ' + str(ds['method']) + ')' if ds.get('method') else ''}\n")
     if stage == "general" and not has_mlm_head(teacher):
         dropped = [e for e in entries if e.get("loss") == "mlm_soft"]
         entries = [e for e in entries if e.get("loss") != "mlm_soft"]

@@ -51,7 +51,7 @@ class PadCollator:
                 tt[i, :n] = torch.tensor(x["token_type_ids"])
             am[i, :n] = 1
         batch = {"input_ids": ids, "attention_mask": am, "token_type_ids": tt}
-        if "labels" in items[0]:
+        if all("labels" in x for x in items):  # e.g. predict on a file where only some rows are labelled
             labs = [x["labels"] for x in items]
             batch["labels"] = torch.tensor(labs, dtype=torch.float if isinstance(labs[0], float) else torch.long)
         return batch
