@@ -79,14 +79,16 @@ def check_args(args) -> None:
             raise ConfigError(f"{flag} {v} must be in [0, 1) (the fraction of all "
                               f"{'heads' if flag == '--fraction' else 'FFN units'} to remove)")
     if args.magnitude is not None:
-        if not 0 <= args.magnitude < 1:
-            raise ConfigError(f"--magnitude {args.magnitude} must be in [0, 1) (the fraction of encoder "
+        if not 0 < args.magnitude < 1:
+            raise ConfigError(f"--magnitude {args.magnitude} must be in (0, 1) (the fraction of encoder "
                               "weights to zero)")
         if args.fraction > 0 or args.ffn_fraction > 0:
             raise ConfigError("--magnitude (unstructured weight pruning) cannot be combined with --fraction / "
                               "--ffn-fraction (head/FFN pruning); run two prune commands, one after the other")
     elif args.fraction <= 0 and args.ffn_fraction <= 0:
-        raise ConfigError("nothing to prune; pass --fraction (heads), --ffn-fraction or --magnitude")
+        raise ConfigError(f"nothing to prune with --fraction {args.fraction:g} and --ffn-fraction "
+                          f"{args.ffn_fraction:g}; give a share above 0 of heads (--fraction), FFN neurons "
+                          f"(--ffn-fraction) or weights (--magnitude)")
 
 
 def resolve_seq_len(max_seq_len, cfg: dict) -> int:
