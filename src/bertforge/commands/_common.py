@@ -188,30 +188,43 @@ def enclosing_output(path: Path):
     return next((p for p in Path(path).resolve().parents if _holds_output(p)), None)
 
 
-def check_out_files(out_dir: Path, names: tuple, overwrite: bool, inputs: tuple = (), flag: str = "--out") -> Path:
-    """For verbs that write named files into a folder (``qa-split``, ``embedded-corpus``): refuse an
-    ``out_dir`` that is a file or is (or lies inside) a run, model, checkpoint or export dir; a file that
-    would replace one of ``inputs``; and an existing file without ``overwrite``.
+def check_out_file(out: Path, protected=(), inputs=(), overwrite: bool = False, flag: str = "--out",
+                   example: str = "preds.jsonl") -> Path:
+    """Refuse an output *file* path that is a directory, lies inside one of the ``protected`` dirs (the
+    verb's input models) or inside any run, model, checkpoint or export dir, is one of the ``inputs`` files,
+    or exists without ``overwrite``: a verb's output never replaces a checkpoint's, a run's or its input's
+    files.
 
     Raises:
-        BertforgeError: one line naming the file and the fix.
+        BertforgeError: one line naming ``flag``, the path and the fix.
     """
+    out = Path(out)
+    if out.is_dir():
+        raise BertforgeError(f"{flag} {out} is a directory; pass a file path such as {out}/{example}")
+    target = out.resolve()
+    for d in protected:
+        if Path(d).resolve() in target.parents:
+            raise BertforgeError(f"{flag} {out} lies inside the model directory {d}; write elsewhere")
+    parent = enclosing_output(target)
+    if parent is not None:
+        raise BertforgeError(f"{flag} {out} lies inside {parent}, which holds a bertforge run or model; "
+                             f"write outside it")
+    for i in inputs:
+        if i and Path(i).exists() and Path(i).resolve() == target:
+            raise BertforgeError(f"{flag} {out} is the input file; choose another {flag}")
+    if out.exists() and not overwrite:
+        raise BertforgeError(f"{flag} {out} exists; pass --overwrite to replace it, or another {flag}")
+    return out
+
+
+def check_out_files(out_dir: Path, names: tuple, overwrite: bool, inputs: tuple = (), flag: str = "--out") -> Path:
+    """:func:`check_out_file` for each of the files ``names`` a verb writes into the folder ``out_dir``
+    (``qa-split``, ``embedded-corpus``), after refusing an ``out_dir`` that is a file."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BertforgeError(f"{flag} {out_dir} is a file; pass a folder (new or empty)")
-    if out_dir.is_dir() and _holds_output(out_dir):
-        raise BertforgeError(f"{flag} {out_dir} holds a bertforge run or model; pass another folder")
-    holder = enclosing_output(out_dir)
-    if holder is not None:
-        raise BertforgeError(f"{flag} {out_dir} lies inside {holder}, which holds a bertforge run or model; "
-                             f"write outside it")
-    targets = {(out_dir / n).resolve(): out_dir / n for n in names}
-    for i in inputs:
-        if i is not None and Path(i).exists() and Path(i).resolve() in targets:
-            raise BertforgeError(f"{targets[Path(i).resolve()]} is the input file; choose another output folder")
-    existing = [str(t) for t in targets.values() if t.exists()]
-    if existing and not overwrite:
-        raise BertforgeError(f"{existing[0]} exists; pass --overwrite to replace it, or another output folder")
+    for n in names:
+        check_out_file(out_dir / n, inputs=inputs, overwrite=overwrite, flag=flag)
     return out_dir
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -213,7 +214,6 @@ def run(args) -> int:
     overridden = bool(args.method and ds.get("losses") and ds.get("method") != args.method)
     entries = ds["losses"] if (ds.get("losses") and not overridden) else method_terms(method, stage)
     if overridden:
-        import sys
         sys.stderr.write(f"bertforge distill: note: --method {args.method} replaces the recipe's losses list"
                          f"{' (method ' + str(ds['method']) + ')' if ds.get('method') else ''}\n")
     if stage == "general" and not has_mlm_head(teacher):
@@ -223,7 +223,6 @@ def run(args) -> int:
             raise ConfigError(f"--method {method} in the general stage needs an MLM head on the teacher, and "
                               f"{teacher_dirs[0]} has none; use --method tinybert or minilm")
         if dropped:
-            import sys
             sys.stderr.write(f"bertforge distill: warning: {teacher_dirs[0]} has no MLM head, so the mlm_soft "
                              f"term of --method {method} is dropped; training uses "
                              f"{', '.join(e.get('loss', '?') for e in entries)} only\n")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, require_at_least
 from ..io import atomic_write_text
 from ._common import print_json
 
@@ -54,20 +54,22 @@ def run(args) -> int:
     import torch
 
     from ..evaluate.embedded import evaluate_embedders, load_embedder
-    from .predict import check_out_file
     from ..evaluate.bench import check_threads
+    from ._common import check_out_file, resolve_model_dir
     check_threads(args.threads)
     for k in ("seq_len", "batch_size", "rounds", "iters", "lee_max_seq_len", "max_seq_len", "max_eval_samples"):
-        v = getattr(args, k)
-        if v is not None and v < 1:
-            raise ConfigError(f"--{k.replace('_', '-')} {v} must be ≥ 1")
+        require_at_least(f"--{k.replace('_', '-')}", getattr(args, k), 1)
     if args.threads:
         torch.set_num_threads(args.threads)
     if bool(args.task) != bool(args.data):
         raise ConfigError("--task and --data go together; pass both or neither")
+    specs = [parse_model_arg(spec) for spec in args.model]
+    if args.out:  # before any model is loaded: never into a model, run or checkpoint dir, nor over a file
+        paths = [resolve_model_dir(str(path)) for _, path in specs]
+        check_out_file(Path(args.out), [p if p.is_dir() else p.parent for p in paths], (args.data,),
+                       args.overwrite, example="results.json")
     embedders, seen = [], set()
-    for spec in args.model:
-        name, path = parse_model_arg(spec)
+    for name, path in specs:
         e = load_embedder(path, name, args.tokenizer)
         if e.name in seen:
             raise ConfigError(f"two models are named {e.name!r}; give them names with NAME=PATH")
@@ -76,9 +78,6 @@ def run(args) -> int:
             raise ConfigError(f"--seq-len {args.seq_len} exceeds the {e.max_positions} positions of model "
                               f"{e.name!r}; pass --seq-len {e.max_positions} or less")
         embedders.append(e)
-        if args.out:  # never into a model, run or checkpoint dir, nor over a file without --overwrite
-            check_out_file(Path(args.out), e.path if e.path.is_dir() else e.path.parent, args.data or "",
-                           args.overwrite, example="results.json")
     rows = evaluate_embedders(embedders, args.seq_len, args.batch_size, args.rounds, args.iters,
                               args.lee_max_seq_len, progress=not args.no_progress, task=args.task,
                               task_data=args.data, task_max_seq_len=args.max_seq_len,

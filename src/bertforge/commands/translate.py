@@ -250,8 +250,8 @@ def run_decode(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.output:
-        from .predict import check_out_file
-        check_out_file(Path(args.output), Path(args.model), args.input, args.overwrite)
+        from ._common import check_out_file
+        check_out_file(Path(args.output), (args.model,), (args.input,), args.overwrite)
         if args.reference and Path(args.reference).resolve() == Path(args.output).resolve():
             raise ConfigError(f"--output {args.output} is the --reference file; choose another --output")
     model = TransformerSeq2Seq.from_pretrained(args.model)
