@@ -390,3 +390,24 @@ def test_cli_errors_are_one_line(tiny_dir, tmp_path, capsys):
     assert "needs --data" in capsys.readouterr().err
     assert main(["bench", "--model", str(tiny_dir), "--seq-len", "500"]) == 2
     assert "positions" in capsys.readouterr().err
+
+
+def test_reduce_range_rule_follows_vnni():
+    """7-bit INT8 weights exactly on x86 CPUs whose u8×s8 kernels lack VNNI (vpmaddubsw saturates)."""
+    from bertforge.compress.onnx import needs_reduce_range
+    assert needs_reduce_range(["sse4_2", "avx", "avx2", "fma"])  # AVX2 only (e.g. AMD Zen 3)
+    assert not needs_reduce_range(["avx2", "avx512f", "avx512_vnni"])
+    assert not needs_reduce_range(["avx2", "avx_vnni"])
+    assert not needs_reduce_range(["avx2", "amx_int8"])
+    assert not needs_reduce_range(["asimd"])  # ARM: not an x86 u8×s8 path
+
+
+def test_onnx_int8_records_reduce_range(tmp_path):
+    import json
+    from bertforge.compress import onnx as O
+    from bertforge.evaluate.bench import cpu_flags
+    rec = O.deploy(tiny(), tmp_path / "a", quantize=True, check=False)
+    assert rec["reduce_range"] == O.needs_reduce_range(cpu_flags())
+    assert json.loads((tmp_path / "a" / "onnx.json").read_text())["reduce_range"] == rec["reduce_range"]
+    rec = O.deploy(tiny(), tmp_path / "b", quantize=True, check=False, reduce_range=True)
+    assert rec["reduce_range"] is True and "7-bit" in rec["quantization"]

@@ -12,6 +12,8 @@ import warnings
 
 from ._common import check_out_free, print_json, resolve_model_dir
 
+RANGE = {"auto": None, "on": True, "off": False}
+
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
@@ -20,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--per-tensor", action="store_true",
                    help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
+    p.add_argument("--reduce-range", default="auto", choices=["auto", "on", "off"],
+                   help="onnxruntime INT8: 7-bit weights (auto: on for x86 CPUs without VNNI, whose u8×s8 "
+                        "kernels saturate with 8-bit weights)")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
     p.add_argument("--fusions", default="lean", choices=["lean", "all"],
@@ -35,6 +40,7 @@ def run(args) -> int:
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
-                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions)
+                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions,
+                 reduce_range=RANGE[args.reduce_range])
     print_json({"model": str(model_dir), "out": str(out), **rec})
     return 0
