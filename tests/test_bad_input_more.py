@@ -180,8 +180,9 @@ def test_bench_int8_on_an_int8_onnx_dir_is_fine(w, capsys):
     """--int8 is only refused where it would be silently ignored (an FP32 graph)."""
     from bertforge.cli import main
     q = w.d / "onnx-int8"
-    assert main(["quantize", "--model", str(w.run), "--out", str(q)]) == 0
-    capsys.readouterr()
+    assert main(["quantize", "--model", str(w.run), "--out", str(q), "--reduce-range"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reduce_range"] is True
+    assert json.loads((q / "onnx.json").read_text())["reduce_range"] is True
     assert main([str(a) for a in _bench(w, "--int8", model=q)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["precision"] == "int8"
 

@@ -303,7 +303,8 @@ def test_onnx_int8_graph_is_quantized_and_close(tmp_path):
     import onnx
     from bertforge.compress import onnx as O
     m = tiny()
-    rec = O.deploy(m, tmp_path / "d", quantize=True)
+    # this random tiny model saturates the u8×s8 kernels of CPUs without VNNI unless weights use 7 bits
+    rec = O.deploy(m, tmp_path / "d", quantize=True, reduce_range=O.needs_reduce_range())
     g = onnx.load(str(tmp_path / "d" / "model.onnx")).graph
     ops = {n.op_type for n in g.node}
     assert "QAttention" in ops and ({"MatMulInteger", "DynamicQuantizeMatMul"} & ops)
@@ -405,9 +406,8 @@ def test_reduce_range_rule_follows_vnni():
 def test_onnx_int8_records_reduce_range(tmp_path):
     import json
     from bertforge.compress import onnx as O
-    from bertforge.evaluate.bench import cpu_flags
     rec = O.deploy(tiny(), tmp_path / "a", quantize=True, check=False)
-    assert rec["reduce_range"] == O.needs_reduce_range(cpu_flags())
-    assert json.loads((tmp_path / "a" / "onnx.json").read_text())["reduce_range"] == rec["reduce_range"]
+    assert rec["reduce_range"] is False and "7-bit" not in rec["quantization"]
     rec = O.deploy(tiny(), tmp_path / "b", quantize=True, check=False, reduce_range=True)
     assert rec["reduce_range"] is True and "7-bit" in rec["quantization"]
+    assert json.loads((tmp_path / "b" / "onnx.json").read_text())["reduce_range"] is True

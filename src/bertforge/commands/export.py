@@ -12,8 +12,6 @@ import warnings
 
 from ._common import check_out_free, print_json, resolve_model_dir
 
-RANGE = {"auto": None, "on": True, "off": False}
-
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
@@ -22,9 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--per-tensor", action="store_true",
                    help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
-    p.add_argument("--reduce-range", default="auto", choices=["auto", "on", "off"],
-                   help="onnxruntime INT8: 7-bit weights (auto: on for x86 CPUs without VNNI, whose u8×s8 "
-                        "kernels saturate with 8-bit weights)")
+    p.add_argument("--reduce-range", action="store_true",
+                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
+                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
     p.add_argument("--fusions", default="lean", choices=["lean", "all"],
@@ -41,6 +39,6 @@ def run(args) -> int:
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                  fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions,
-                 reduce_range=RANGE[args.reduce_range])
+                 reduce_range=args.reduce_range)
     print_json({"model": str(model_dir), "out": str(out), **rec})
     return 0

@@ -17,8 +17,6 @@ import torch
 from ..errors import ConfigError, require_at_least
 from ._common import check_out_free, print_json, resolve_model_dir
 
-RANGE = {"auto": None, "on": True, "off": False}
-
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="FP32 checkpoint dir (HF layout) or 'minilm'")
@@ -27,9 +25,9 @@ def add_arguments(p) -> None:
     p.add_argument("--per-tensor", action="store_true",
                    help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--no-fused", action="store_true", help="onnxruntime: standard ONNX ops only")
-    p.add_argument("--reduce-range", default="auto", choices=["auto", "on", "off"],
-                   help="onnxruntime INT8: 7-bit weights (auto: on for x86 CPUs without VNNI, whose u8×s8 "
-                        "kernels saturate with 8-bit weights)")
+    p.add_argument("--reduce-range", action="store_true",
+                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
+                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
     p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8")
     p.add_argument("--task", help="task of --eval (default: the model's own)")
     p.add_argument("--max-eval-samples", type=int)
@@ -62,7 +60,7 @@ def run(args) -> int:
     if args.backend == "onnxruntime":
         rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
                              per_channel=not args.per_tensor, fusions=args.fusions,
-                             reduce_range=RANGE[args.reduce_range]))
+                             reduce_range=args.reduce_range))
         qmodel = bo.OrtModel(out)
     else:
         qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
