@@ -232,7 +232,13 @@ def main() -> int:
         + 3 * mlm_flops(hg, 128, V, n_pred)
     f_ref_el = 3 * (enc + enc_g + emb_proj + disc_head) + 3 * mlm_flops(hg, 128, V, tokens)
     ratios = {}
+    from bertforge.train.precision import native_bf16
     for dtype in a.dtypes.split(","):
+        if dtype == "bf16" and not native_bf16("cpu"):  # emulated bf16 GEMMs: ~100x slower, both sides
+            lines.append("bf16: skipped — this CPU has no native bf16 (avx512_bf16/amx_bf16); its emulated bf16 "
+                         "matmuls are ~100x slower than FP32 on both sides (bertforge/train/precision.py)")
+            print(lines[-1], flush=True)
+            continue
         peak = matmul_peak(dtype)
         lines.append(f"measured matmul peak ({dtype}, 2048³): {peak / 1e9:.1f} GFLOP/s")
         print(lines[-1], flush=True)

@@ -174,9 +174,10 @@ class TrainConfig:
 
 @dataclass
 class ImplConfig:
-    """Only speed. ``dtype`` bfloat16 turns on CPU/GPU autocast."""
+    """Only speed. ``dtype`` bfloat16 turns on CPU/GPU autocast; ``auto`` uses it where the device multiplies
+    bf16 natively (train/precision.py), else float32."""
 
-    dtype: str = "float32"  # float32 | bfloat16
+    dtype: str = "float32"  # float32 | bfloat16 | auto
     threads: Optional[int] = None
     compile: bool = False
     num_workers: int = 0

@@ -77,10 +77,12 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
 
 
 def check_recipe(r: Recipe) -> Recipe:
-    """The checks every training command makes on its final recipe (one-line ConfigError each): dtype, batch
-    size, gradient accumulation, learning rate, epochs, step and length limits, schedule, parallel mode."""
-    if r.impl.dtype not in ("float32", "bfloat16"):
-        raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose float32 or bfloat16")
+    """The checks every training command makes on its final recipe (one-line ConfigError each): dtype (``auto``
+    resolved), batch size, gradient accumulation, learning rate, epochs, step and length limits, schedule, parallel mode."""
+    from ..train.precision import DTYPES, resolve_dtype
+    if r.impl.dtype not in DTYPES:
+        raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose one of {', '.join(DTYPES)}")
+    r.impl.dtype = resolve_dtype(r.impl.dtype, r.impl.device)  # the saved recipe records what ran
     for k in ("batch_size", "grad_accum_steps"):
         if getattr(r.train, k) < 1:
             raise ConfigError(f"train.{k} must be ≥ 1 (got {getattr(r.train, k)})")

@@ -40,7 +40,7 @@ DEFAULT_RECIPE = {
               "lr": 1.0e-3, "adam_betas": [0.9, 0.98], "adam_eps": 1.0e-9, "weight_decay": 0.0,
               "max_grad_norm": 1.0, "eval_every": 150, "save_every": 150, "metric_for_best": "bleu",
               "log_every": 10, "keep_checkpoints": 1},
-    "impl": {"dtype": "bfloat16"},
+    "impl": {"dtype": "auto"},
     "translate": {"tokenizer": "bpe", "vocab_size": 8000, "max_tokens": 1500, "max_len": 128,
                   "noam_factor": None, "eval_bleu_sentences": 300, "eval_beam": 1,
                   "beam": 5, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},

@@ -56,6 +56,7 @@ from ..io import _explain, append_jsonl, atomic_dir, atomic_write_text
 from .allocator import keep_freed_memory
 from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler
+from .precision import native_bf16, resolve_dtype
 
 #: test hook: seconds to sleep inside a checkpoint write (after the model files, before the rename)
 CKPT_DELAY_ENV = "BERTFORGE_TEST_CKPT_WRITE_DELAY"
@@ -149,6 +150,11 @@ class Trainer:
         self.device = self.ctx.device if self.impl.device == "auto" else torch.device(self.impl.device)
         if self.impl.threads:
             torch.set_num_threads(self.impl.threads)
+        self.dtype = resolve_dtype(self.impl.dtype, str(self.device))  # "auto" → bfloat16 where native
+        if self.dtype == "bfloat16" and self.device.type == "cpu" and not native_bf16("cpu") and self.is_main:
+            sys.stderr.write("bertforge: warning: impl.dtype=bfloat16 on a CPU without native bf16 "
+                             "(avx512_bf16/amx_bf16): its bf16 matmuls are ~100x slower than float32; use "
+                             "impl.dtype=float32 (or auto)\n")
         if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
             keep_freed_memory()  # no page faults on re-allocating last step's tensors (train/allocator.py)
         if self.cfg.deterministic:
@@ -215,7 +221,7 @@ class Trainer:
         return self.parallel == "fsdp" and self.ctx.world_size > 1
 
     def _autocast(self):
-        if self.impl.dtype == "bfloat16":
+        if self.dtype == "bfloat16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
