@@ -23,8 +23,9 @@ QA_SEGMENTS=${QA_SEGMENTS:-3}
 EVAL_SAMPLES=${EVAL_SAMPLES-500}
 mkdir -p "$WORK" "$RES"
 # 1 intra-op thread: on the oversubscribed 2-core machine 2 threads were 3x slower per step (spin waits);
-# bf16 autocast (AMX) was 1.6x cheaper per token than fp32.
-COMMON="--bf16 --no-progress impl.threads=1 train.save_every=100000 train.log_every=10"
+# bf16 autocast (AMX) was 1.6x cheaper per token than fp32; impl.dtype=auto keeps fp32 on CPUs without
+# native bf16, where bf16 matmuls are emulated (~100x slower).
+COMMON="impl.dtype=auto --no-progress impl.threads=1 train.save_every=100000 train.log_every=10"
 
 run() {  # print the command, run it niced, keep its stdout (JSON) in the results file
   local out=$1; shift
@@ -55,7 +56,7 @@ if [[ $WHAT == qa || $WHAT == all ]]; then
   run "$out" bertforge qa-split --data $DATA/squad/dev-v1.1.json --out-dir $WORK/squad
   if [[ $QA_SEGMENTS -eq 1 ]]; then  # idle machine: the run behind docs/ner_qa.md (2 epochs, ~69 min)
     run "$out" bertforge finetune --model minilm --task squad --train $WORK/squad/train.json --out $WORK/qa \
-        --overwrite --max-seq-len 256 --batch-size 16 --lr 1e-4 --epochs 2 --bf16 --no-progress impl.threads=2 \
+        --overwrite --max-seq-len 256 --batch-size 16 --lr 1e-4 --epochs 2 impl.dtype=auto --no-progress impl.threads=2 \
         train.warmup_steps=60 train.save_every=200 train.log_every=10 train.max_minutes=80
   else
     for s in $(seq 1 "$QA_SEGMENTS"); do
