@@ -46,6 +46,9 @@ def run(args) -> int:
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
+    if args.reduce_range and args.backend != "onnxruntime":
+        raise ConfigError("--reduce-range applies to the onnxruntime backend (PyTorch's fbgemm already quantizes "
+                          "activations to 7 bits); drop it or use --backend onnxruntime")
     require_at_least("--max-eval-samples", args.max_eval_samples, 1)
     require_at_least("--max-seq-len", args.max_seq_len, 2)
     eval_data = None
