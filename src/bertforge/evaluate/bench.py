@@ -28,15 +28,9 @@ _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", 
 
 def cpu_flags() -> list:
     """The SIMD flags (of :data:`_FLAGS`) that /proc/cpuinfo lists for this CPU."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    have = set(line.split(":", 1)[1].split())
-                    return [x for x in _FLAGS if x in have]
-    except OSError:
-        pass
-    return []
+    from ..train.precision import cpu_flags as all_flags
+    have = set(all_flags())
+    return [x for x in _FLAGS if x in have]
 
 
 def available_memory_bytes() -> Optional[int]:
