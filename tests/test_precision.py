@@ -33,7 +33,7 @@ def test_auto_resolves_by_this_cpu_and_check_recipe_records_it():
 
 @pytest.mark.parametrize("native", [False, True])
 def test_trainer_warns_on_emulated_bf16_only(tmp_path, monkeypatch, capsys, native):
-    monkeypatch.setattr(trainer_mod, "native_bf16", lambda device="cpu", flags=None: native)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2"] + (["avx512_bf16"] if native else []))
     cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=16, num_labels=2)
     data = [{"input_ids": [3, 4, 5], "token_type_ids": [0, 0, 0], "labels": 1}] * 4

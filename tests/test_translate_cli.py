@@ -49,7 +49,7 @@ def _train_args(f: dict, out) -> list:
             "--valid-tgt", f["vtgt"], "--out", str(out)]
 
 
-def test_translate_train_then_decode_learns_toy_language(toy, capsys):
+def test_translate_train_then_decode_learns_toy_language(toy, capsys, monkeypatch):
     d, f = toy
     out = d / "run"
     rc = main([*_train_args(f, out), "--no-progress", "--max-steps", "300",
@@ -77,6 +77,12 @@ def test_translate_train_then_decode_learns_toy_language(toy, capsys):
         assert r["bleu"] > 60, r
         lines = hyp.read_text(encoding="utf-8").splitlines()
         assert len(lines) == 60 and lines[0].endswith(".")
+    # --bf16 on a CPU without native bf16: decoding warns as training does (simulated CPU flags)
+    from bertforge.train import precision
+    monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "fma"])
+    rc = main(["translate", "decode", "--model", str(out), "--input", f["vsrc"], "--beam", "1", "--bf16",
+               "--threads", "1"])
+    assert rc == 0 and "bf16 matmuls are ~100x slower" in capsys.readouterr().err
 
 
 def test_recipe_file_equals_builtin_defaults():

@@ -69,11 +69,22 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
         v = getattr(args, a, None)
         if v is not None:
             setattr(r.data, a, v)
-    if getattr(args, "bf16", False):
-        r.impl.dtype = "bfloat16"
+    apply_bf16_flag(r, args)
     if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
         r.impl.progress = False
     return check_recipe(r)
+
+
+def apply_bf16_flag(r: Recipe, args) -> None:
+    """``--bf16`` → ``impl.dtype=bfloat16``; ConfigError when a ``key=value`` override on the same line asks
+    for another dtype (neither silently wins)."""
+    if not getattr(args, "bf16", False):
+        return
+    asked = [o.split("=", 1)[1].strip() for o in (getattr(args, "overrides", None) or [])
+             if o.split("=", 1)[0].strip() == "impl.dtype" and "=" in o]
+    if any(v != "bfloat16" for v in asked):
+        raise ConfigError(f"--bf16 conflicts with impl.dtype={asked[-1]}; pass one of them")
+    r.impl.dtype = "bfloat16"
 
 
 def check_recipe(r: Recipe) -> Recipe:

@@ -34,9 +34,10 @@ def run(args) -> int:
     from ..compress.onnx import deploy
     from ..hf import load_pretrained
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-    if args.reduce_range and not args.int8:
-        from ..errors import ConfigError
-        raise ConfigError("--reduce-range sets the INT8 weight range; add --int8 or drop it")
+    for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
+        if on and not args.int8:
+            from ..errors import ConfigError
+            raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     model = load_pretrained(model_dir).eval()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..config import load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
-from ._common import (abandon_out_dir, add_train_args, check_recipe, finish_out_dir, prepare_out_dir, print_json,
+from ._common import (abandon_out_dir, add_train_args, apply_bf16_flag, check_recipe, finish_out_dir, prepare_out_dir, print_json,
                       resolve_model_dir)
 
 
@@ -59,8 +59,7 @@ def build_pretrain_recipe(args):
             setattr(r.train, k, v)
     if args.max_seq_len is not None:
         r.data.max_seq_len = args.max_seq_len
-    if args.bf16:
-        r.impl.dtype = "bfloat16"
+    apply_bf16_flag(r, args)
     if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
         r.impl.progress = False
     sec = r.extra.setdefault("pretrain", {})

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--task", help="task of --eval (default: the model's own)")
     p.add_argument("--max-eval-samples", type=int)
     p.add_argument("--max-seq-len", type=int)
-    p.add_argument("--fusions", default="lean", choices=["lean", "all"],
+    p.add_argument("--fusions", default=None, choices=["lean", "all"],
                    help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -46,9 +46,12 @@ def run(args) -> int:
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
-    if args.reduce_range and args.backend != "onnxruntime":
-        raise ConfigError("--reduce-range applies to the onnxruntime backend (PyTorch's fbgemm already quantizes "
-                          "activations to 7 bits); drop it or use --backend onnxruntime")
+    if args.backend != "onnxruntime":  # graph options would be silently ignored by the torch backend
+        used = [f for f, on in (("--reduce-range", args.reduce_range), ("--no-fused", args.no_fused),
+                                ("--fusions", args.fusions is not None)) if on]
+        if used:
+            raise ConfigError(f"{used[0]} applies to the onnxruntime backend (PyTorch's fbgemm already quantizes "
+                              f"activations to 7 bits); drop it or use --backend onnxruntime")
     require_at_least("--max-eval-samples", args.max_eval_samples, 1)
     require_at_least("--max-seq-len", args.max_seq_len, 2)
     eval_data = None
@@ -62,7 +65,7 @@ def run(args) -> int:
     rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
     if args.backend == "onnxruntime":
         rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
-                             per_channel=not args.per_tensor, fusions=args.fusions,
+                             per_channel=not args.per_tensor, fusions=args.fusions or "lean",
                              reduce_range=args.reduce_range))
         qmodel = bo.OrtModel(out)
     else:

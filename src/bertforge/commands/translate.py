@@ -26,6 +26,7 @@ from ..errors import ConfigError, require_number
 from ._common import (
     abandon_out_dir,
     add_train_args,
+    apply_bf16_flag,
     finish_out_dir,
     prepare_out_dir,
     print_json,
@@ -108,8 +109,7 @@ def build_translate_recipe(args):
                           f"{', '.join(sorted(TRANSLATE_KEYS))}")
     if args.max_tokens is not None:
         sec["max_tokens"] = args.max_tokens
-    if args.bf16:
-        r.impl.dtype = "bfloat16"
+    apply_bf16_flag(r, args)
     if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
         r.impl.progress = False
     if r.train.batch_size != 1:
@@ -251,9 +251,13 @@ def run_decode(args) -> int:
         torch.set_num_threads(args.threads)
     if args.output:
         from ._common import check_out_file
-        check_out_file(Path(args.output), (args.model,), (args.input,), args.overwrite)
+        check_out_file(Path(args.output), (args.model,), (args.input,), args.overwrite, flag="--output",
+                       example="hyp.txt")
         if args.reference and Path(args.reference).resolve() == Path(args.output).resolve():
             raise ConfigError(f"--output {args.output} is the --reference file; choose another --output")
+    if args.bf16:
+        from ..train.precision import warn_if_emulated
+        warn_if_emulated("bfloat16")
     model = TransformerSeq2Seq.from_pretrained(args.model)
     model.explicit_attention = bool(args.bf16)
     tok = load_tokenizer(args.model)

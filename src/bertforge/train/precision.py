@@ -39,6 +39,18 @@ def cpu_flags() -> list:
     return []
 
 
+def warn_if_emulated(dtype: str, device: str = "cpu") -> bool:
+    """Print a one-line warning to stderr when ``dtype`` is "bfloat16" on a CPU without native bf16; returns
+    whether it warned (used by the Trainer and by ``translate decode --bf16``)."""
+    import sys
+    if dtype != "bfloat16" or str(device).startswith("cuda") or native_bf16("cpu"):
+        return False
+    sys.stderr.write("bertforge: warning: bfloat16 on a CPU without native bf16 (avx512_bf16/amx_bf16): its bf16 "
+                     "matmuls are ~100x slower than float32 here; use float32 (impl.dtype=float32 or auto, or "
+                     "drop --bf16)\n")
+    return True
+
+
 def resolve_dtype(dtype: str, device: str = "auto") -> str:
     """``auto`` → "bfloat16" where :func:`native_bf16` holds for the run's device, else "float32"; other values
     are returned unchanged. ``device`` "auto" means CUDA when available, else CPU."""
@@ -49,4 +61,4 @@ def resolve_dtype(dtype: str, device: str = "auto") -> str:
     return "bfloat16" if native_bf16(device) else "float32"
 
 
-__all__ = ["BF16_CPU_FLAGS", "DTYPES", "native_bf16", "cpu_flags", "resolve_dtype"]
+__all__ = ["BF16_CPU_FLAGS", "DTYPES", "native_bf16", "cpu_flags", "resolve_dtype", "warn_if_emulated"]

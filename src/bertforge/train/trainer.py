@@ -56,7 +56,7 @@ from ..io import _explain, append_jsonl, atomic_dir, atomic_write_text
 from .allocator import keep_freed_memory
 from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler
-from .precision import native_bf16, resolve_dtype
+from .precision import resolve_dtype, warn_if_emulated
 
 #: test hook: seconds to sleep inside a checkpoint write (after the model files, before the rename)
 CKPT_DELAY_ENV = "BERTFORGE_TEST_CKPT_WRITE_DELAY"
@@ -151,10 +151,8 @@ class Trainer:
         if self.impl.threads:
             torch.set_num_threads(self.impl.threads)
         self.dtype = resolve_dtype(self.impl.dtype, str(self.device))  # "auto" → bfloat16 where native
-        if self.dtype == "bfloat16" and self.device.type == "cpu" and not native_bf16("cpu") and self.is_main:
-            sys.stderr.write("bertforge: warning: impl.dtype=bfloat16 on a CPU without native bf16 "
-                             "(avx512_bf16/amx_bf16): its bf16 matmuls are ~100x slower than float32; use "
-                             "impl.dtype=float32 (or auto)\n")
+        if self.is_main:
+            warn_if_emulated(self.dtype, self.device.type)
         if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
             keep_freed_memory()  # no page faults on re-allocating last step's tensors (train/allocator.py)
         if self.cfg.deterministic:
