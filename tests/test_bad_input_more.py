@@ -184,7 +184,8 @@ def test_bench_int8_on_an_int8_onnx_dir_is_fine(w, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reduce_range"] is True
     assert json.loads((q / "onnx.json").read_text())["reduce_range"] is True
     assert main([str(a) for a in _bench(w, "--int8", model=q)]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["precision"] == "int8"
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["precision"] == "int8" and "7-bit reduce_range" in rec["quantization"]
 
 
 # ------------------------------------------------------------------- prune: magnitude mode (bug 8)

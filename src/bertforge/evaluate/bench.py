@@ -8,6 +8,7 @@ achieved GFLOP/s, thread count and the CPU's SIMD flags. :func:`time_calls` is t
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -261,6 +262,12 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         g = onnx.load(str(path), load_external_data=False).graph
         info["parameters"] = int(sum(int(np.prod(t.dims)) for t in g.initializer if len(t.dims) > 0))
         info["precision"] = "int8" if any(n.op_type in _INT8_OPS for n in g.node) else "fp32"
+        rec_path = path.parent / "onnx.json"  # how bertforge export/quantize made the graph (8- or 7-bit weights…)
+        if tmpdir is None and rec_path.is_file():
+            try:
+                info["quantization"] = json.loads(rec_path.read_text(encoding="utf-8")).get("quantization")
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                pass
         info["threads"] = threads or torch.get_num_threads()
         if tmpdir is not None:  # the session holds the graph in memory: the on-the-fly export is not kept
             import shutil
