@@ -218,12 +218,13 @@ def main(argv=None) -> int:
     for _, _, _, call in rows:  # warm-up
         for _ in range(2):
             call(x)
-    floor = GemmFloor(json.loads((base / "config.json").read_text()), args.seq_len, threads)
+    base_cfg = json.loads((base / "config.json").read_text())
+    floor = GemmFloor(base_cfg, args.seq_len, threads)
     for r in range(args.rounds):
         floor.measure()
         for i, (_, _, calls, call) in enumerate(rows):
             lat[i] += bb.time_calls(lambda: call(x), warmup=1, iters=calls, warmup_seconds=args.warmup_ms / 1e3)
-    flops = {"bert-base": bb.encoder_flops(json.loads((base / "config.json").read_text()), args.seq_len),
+    flops = {"bert-base": bb.encoder_flops(base_cfg, args.seq_len),
              "tinybert": bb.encoder_flops(json.loads((tiny / "config.json").read_text()), args.seq_len)}
     ref = float(np.percentile(lat[0], 50))
     out = []

@@ -336,6 +336,14 @@ def deep_merge(a: dict, b: dict) -> dict:
     return out
 
 
+def parse_override(ov: str) -> tuple:
+    """``"section.key=value"`` → ``("section.key", "value")``; ConfigError for any other shape."""
+    key, eq, value = ov.partition("=")
+    if not eq or "." not in key:
+        raise ConfigError(f"override {ov!r} must look like section.key=value (e.g. train.lr=3e-5)")
+    return key, value
+
+
 def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
                 extra_sections: tuple = (), defaults: Optional[dict] = None) -> Recipe:
     """Read a YAML recipe over ``defaults`` (a verb's built-in recipe) and apply ``key=value`` overrides.
@@ -366,9 +374,7 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     raw = deep_merge(defaults or {}, raw)
     raw = {k: dict(v or {}) for k, v in raw.items()}
     for ov in overrides or []:
-        if "=" not in ov or "." not in ov.split("=", 1)[0]:
-            raise ConfigError(f"override {ov!r} must look like section.key=value (e.g. train.lr=3e-5)")
-        key, value = ov.split("=", 1)
+        key, value = parse_override(ov)
         section, sub = key.split(".", 1)
         parsed = _coerce(value)
         types = (_section_types(_SECTIONS[section]) if section in _SECTIONS

@@ -43,6 +43,15 @@ def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = 
                    help="recipe overrides with dotted keys, e.g. train.lr=3e-5 impl.dtype=bfloat16")
 
 
+def add_int8_weight_args(p: argparse.ArgumentParser) -> None:
+    """How INT8 weights are quantized (``quantize``, ``export --int8``)."""
+    p.add_argument("--per-tensor", action="store_true",
+                   help="one INT8 weight scale per matrix (default: per output channel)")
+    p.add_argument("--reduce-range", action="store_true",
+                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
+                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
+
+
 def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=float)
     p.add_argument("--max-steps", type=int)
@@ -59,32 +68,32 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
     """Recipe file, then ``key=value`` overrides, then explicit CLI flags (highest precedence)."""
     r = load_recipe(getattr(args, "recipe", None), getattr(args, "overrides", None) or [], extra_sections)
-    flags = {"epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr",
-             "seed": "seed"}
-    for a, k in flags.items():
-        v = getattr(args, a, None)
-        if v is not None:
-            setattr(r.train, k, v)
-    for a in ("max_seq_len", "max_train_samples"):
-        v = getattr(args, a, None)
-        if v is not None:
-            setattr(r.data, a, v)
-    apply_bf16_flag(r, args)
-    if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
-        r.impl.progress = False
+    apply_train_flags(r, args)
     return check_recipe(r)
 
 
-def apply_bf16_flag(r: Recipe, args) -> None:
-    """``--bf16`` → ``impl.dtype=bfloat16``; ConfigError when a ``key=value`` override on the same line asks
-    for another dtype (neither silently wins)."""
-    if not getattr(args, "bf16", False):
-        return
-    asked = [o.split("=", 1)[1].strip() for o in (getattr(args, "overrides", None) or [])
-             if o.split("=", 1)[0].strip() == "impl.dtype" and "=" in o]
-    if any(v != "bfloat16" for v in asked):
-        raise ConfigError(f"--bf16 conflicts with impl.dtype={asked[-1]}; pass one of them")
-    r.impl.dtype = "bfloat16"
+def apply_train_flags(r: Recipe, args) -> None:
+    """The explicit flags of :func:`add_train_args` onto a recipe (they outrank its file and overrides):
+    --epochs/--max-steps/--batch-size/--lr/--seed, --max-seq-len/--max-train-samples, --no-progress (or
+    ``$BERTFORGE_NO_PROGRESS``) and ``--bf16`` → ``impl.dtype=bfloat16``, a ConfigError when a ``key=value``
+    override on the same line asks for another dtype (neither silently wins)."""
+    for k in ("epochs", "max_steps", "batch_size", "lr", "seed"):
+        v = getattr(args, k, None)
+        if v is not None:
+            setattr(r.train, k, v)
+    for k in ("max_seq_len", "max_train_samples"):
+        v = getattr(args, k, None)
+        if v is not None:
+            setattr(r.data, k, v)
+    if getattr(args, "bf16", False):
+        from ..config import parse_override
+        asked = [v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])
+                 if k.strip() == "impl.dtype"]
+        if any(v != "bfloat16" for v in asked):
+            raise ConfigError(f"--bf16 conflicts with impl.dtype={asked[-1]}; pass one of them")
+        r.impl.dtype = "bfloat16"
+    if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
+        r.impl.progress = False
 
 
 def check_recipe(r: Recipe) -> Recipe:

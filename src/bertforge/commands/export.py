@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import warnings
 
-from ._common import check_out_free, print_json, resolve_model_dir
+from ..errors import ConfigError
+from ._common import add_int8_weight_args, check_out_free, print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm'")
     p.add_argument("--out", required=True, help="output dir (model.onnx + config + tokenizer)")
     p.add_argument("--int8", action="store_true", help="ONNX Runtime dynamic INT8 after optimisation")
-    p.add_argument("--per-tensor", action="store_true",
-                   help="one INT8 weight scale per matrix (default: per output channel)")
+    add_int8_weight_args(p)
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
-    p.add_argument("--reduce-range", action="store_true",
-                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
-                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
     p.add_argument("--fusions", default="lean", choices=["lean", "all"],
@@ -36,7 +33,6 @@ def run(args) -> int:
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
         if on and not args.int8:
-            from ..errors import ConfigError
             raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 
 from ..config import load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
-from ._common import (abandon_out_dir, add_train_args, apply_bf16_flag, check_recipe, finish_out_dir, prepare_out_dir, print_json,
-                      resolve_model_dir)
+from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_recipe, finish_out_dir,
+                      prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -52,16 +51,7 @@ def build_pretrain_recipe(args):
     from ..objectives.pretrain import SIZES
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",),
                     defaults=SIZES[args.size])
-    for a, k in {"epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr",
-                 "seed": "seed"}.items():
-        v = getattr(args, a, None)
-        if v is not None:
-            setattr(r.train, k, v)
-    if args.max_seq_len is not None:
-        r.data.max_seq_len = args.max_seq_len
-    apply_bf16_flag(r, args)
-    if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
-        r.impl.progress = False
+    apply_train_flags(r, args)
     sec = r.extra.setdefault("pretrain", {})
     for a, k in (("tokenizer", "tokenizer"), ("vocab_size", "vocab_size"), ("masking", "masking"),
                  ("dupe_factor", "dupe_factor"), ("doc_sep", "doc_sep")):

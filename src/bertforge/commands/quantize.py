@@ -15,19 +15,15 @@ import warnings
 import torch
 
 from ..errors import ConfigError, require_at_least
-from ._common import check_out_free, print_json, resolve_model_dir
+from ._common import add_int8_weight_args, check_out_free, print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="FP32 checkpoint dir (HF layout) or 'minilm'")
     p.add_argument("--out", required=True)
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"])
-    p.add_argument("--per-tensor", action="store_true",
-                   help="one INT8 weight scale per matrix (default: per output channel)")
+    add_int8_weight_args(p)
     p.add_argument("--no-fused", action="store_true", help="onnxruntime: standard ONNX ops only")
-    p.add_argument("--reduce-range", action="store_true",
-                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
-                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
     p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8")
     p.add_argument("--task", help="task of --eval (default: the model's own)")
     p.add_argument("--max-eval-samples", type=int)

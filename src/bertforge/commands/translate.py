@@ -15,7 +15,6 @@ Examples:
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from ..errors import ConfigError, require_number
 from ._common import (
     abandon_out_dir,
     add_train_args,
-    apply_bf16_flag,
+    apply_train_flags,
     finish_out_dir,
     prepare_out_dir,
     print_json,
@@ -94,12 +93,9 @@ def build_translate_recipe(args):
     """Defaults (DEFAULT_RECIPE) < recipe file < KEY=VALUE overrides < explicit flags."""
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("translate",),
                     defaults=DEFAULT_RECIPE)
-    for a in ("epochs", "max_steps", "lr", "seed"):
-        v = getattr(args, a, None)
-        if v is not None:
-            setattr(r.train, a, v)
     if args.batch_size is not None:
         raise ConfigError("translation batches are built by token count; use --max-tokens, not --batch-size")
+    apply_train_flags(r, args)
     if args.max_minutes is not None:
         r.train.max_minutes = args.max_minutes
     sec = r.extra.setdefault("translate", {})
@@ -109,9 +105,6 @@ def build_translate_recipe(args):
                           f"{', '.join(sorted(TRANSLATE_KEYS))}")
     if args.max_tokens is not None:
         sec["max_tokens"] = args.max_tokens
-    apply_bf16_flag(r, args)
-    if args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS"):
-        r.impl.progress = False
     if r.train.batch_size != 1:
         raise ConfigError("keep train.batch_size=1 for translation (each item is a batch of "
                           "translate.max_tokens tokens)")

@@ -287,11 +287,11 @@ def needs_reduce_range(flags: Optional[list] = None) -> bool:
     return x86 and not any(f in flags for f in VNNI_FLAGS)
 
 
-def quantize_onnx(src, dst, per_channel: bool = True, reduce_range: bool = False) -> bool:
+def quantize_onnx(src, dst, per_channel: bool = True, reduce_range: bool = False) -> None:
     """ONNX Runtime dynamic INT8 (weights int8 offline, one scale per output channel unless
     ``per_channel=False``; activations uint8 per call) of ``src`` → ``dst``.
 
-    ``reduce_range``: quantize weights to 7 bits (see :func:`needs_reduce_range`). Returns it."""
+    ``reduce_range``: quantize weights to 7 bits (see :func:`needs_reduce_range`)."""
     import logging
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -301,7 +301,6 @@ def quantize_onnx(src, dst, per_channel: bool = True, reduce_range: bool = False
     quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel,
                      reduce_range=reduce_range, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     tmp.replace(dst)
-    return reduce_range
 
 
 def session(path, threads: Optional[int] = None):
@@ -376,10 +375,10 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
                                      f"{rec['fp32_max_abs_diff']:.2e} (> 1e-4); "
                                      + ("try --no-fused" if fused else "please report this model"))
         if quantize:
-            rr = quantize_onnx(fp32, tmp / "model.onnx", per_channel=per_channel, reduce_range=reduce_range)
+            quantize_onnx(fp32, tmp / "model.onnx", per_channel=per_channel, reduce_range=reduce_range)
             rec["quantization"] = "onnxruntime dynamic int8 (QInt8 weights" + \
-                (", per channel" if per_channel else "") + (", 7-bit reduce_range)" if rr else ")")
-            rec["reduce_range"] = rr
+                (", per channel" if per_channel else "") + (", 7-bit reduce_range)" if reduce_range else ")")
+            rec["reduce_range"] = reduce_range
         else:
             fp32.replace(tmp / "model.onnx")
         for f in (raw, tmp / "fp32.onnx"):

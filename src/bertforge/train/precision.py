@@ -8,6 +8,7 @@ exactly where it is native, and the Trainer warns when bfloat16 is asked for whe
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -42,8 +43,7 @@ def cpu_flags() -> list:
 def warn_if_emulated(dtype: str, device: str = "cpu") -> bool:
     """Print a one-line warning to stderr when ``dtype`` is "bfloat16" on a CPU without native bf16; returns
     whether it warned (used by the Trainer and by ``translate decode --bf16``)."""
-    import sys
-    if dtype != "bfloat16" or str(device).startswith("cuda") or native_bf16("cpu"):
+    if dtype != "bfloat16" or str(device) != "cpu" or native_bf16("cpu"):
         return False
     sys.stderr.write("bertforge: warning: bfloat16 on a CPU without native bf16 (avx512_bf16/amx_bf16): its bf16 "
                      "matmuls are ~100x slower than float32 here; use float32 (impl.dtype=float32 or auto, or "
