@@ -125,6 +125,50 @@ def test_resume_with_other_batch_size_is_refused(setup):
     assert all(f.read_bytes() == b for f, b in before.items())  # the earlier run is untouched
 
 
+
+def test_resume_from_another_model_dir_is_refused_a_moved_copy_is_not(setup, tmp_path):
+    """The checkpoint weights win on --resume, but the tokenizer saved with the result comes from --model:
+    a dir with other files must be refused; the same files under another path must resume."""
+    d, ckpt, train, ref = setup
+    other, moved = tmp_path / "other", tmp_path / "moved"
+    shutil.copytree(ckpt, other)
+    shutil.copytree(ckpt, moved)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    tok["normalizer"] = None  # same architecture and vocabulary, other tokenization
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    before = {f: f.read_bytes() for f in (ref / "model.safetensors", ref / "metrics.jsonl", ref / "recipe.yaml")}
+    r = run(bertforge_cmd(*_args(other, train, ref), "--resume"))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[-1].startswith("bertforge: error: --resume:") and "Traceback" not in r.stderr
+    assert f"started from --model {ckpt.resolve()}" in lines[-1]
+    assert all(f.read_bytes() == b for f, b in before.items())
+    r = run(bertforge_cmd(*_args(moved, train, ref), "--resume"))
+    assert r.returncode == 0, r.stderr
+
+
+
+def test_distill_resume_with_another_teacher_is_refused(setup, tmp_path):
+    """The teacher is frozen and not in the checkpoint: resuming with other teacher files would silently
+    change the targets mid-run."""
+    d, ckpt, train, ref = setup
+    teacher, out = tmp_path / "teacher", tmp_path / "dst"
+    shutil.copytree(ref, teacher, ignore=shutil.ignore_patterns("checkpoints"))
+    args = ["distill", "--teacher", teacher, "--student", "1L-16H-2A-32I", "--train", train, "--out", out,
+            "--max-steps", 2, "--batch-size", 8, "--max-seq-len", 32, "--no-progress", "train.save_every=1"]
+    r = run(bertforge_cmd(*args))
+    assert r.returncode == 0, r.stderr
+    before = (out / "model.safetensors").read_bytes()
+    cfg = json.loads((teacher / "config.json").read_text())
+    cfg["hidden_dropout_prob"] = 0.3  # another teacher config: the run's checkpoints must not continue with it
+    (teacher / "config.json").write_text(json.dumps(cfg))
+    r = run(bertforge_cmd(*args, "--resume", "--max-steps", 3))
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.splitlines()[-1]
+    assert line.startswith("bertforge: error: --resume:") and "--teacher" in line and "changed since" in line, line
+    assert (out / "model.safetensors").read_bytes() == before
+
+
 # ------------------------------------------------------------------------------------------ in-process
 class _Toy(torch.nn.Module):
     """Linear regression whose loss turns NaN from call ``nan_at`` on."""

@@ -254,7 +254,9 @@ def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
     if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE_WORDS):
         if optional or base is Any:
             return None
-        value = "" if value is None else value
+        if value is None:  # an empty override (`impl.dtype=`) or a YAML null for a key that needs a value
+            raise ConfigError(f"{key}={'' if raw is not _MISSING else 'null'}: a value is needed here; give one "
+                              f"or leave the key out for its default")
     if base is Any:
         return value
     if base in (int, float) and isinstance(value, str) and _NUMBER.fullmatch(value.strip()):

@@ -100,6 +100,27 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         raise
 
 
+#: the files of a model dir that decide what a run computes or saves: config, tokenizer, weights
+FINGERPRINT_GLOBS = ("config.json", "tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt",
+                     "*.model", "*.safetensors", "*.bin")
+
+
+def dir_fingerprint(d) -> dict:
+    """``{"path": resolved dir, "sha256": hex}`` over the names and bytes of ``d``'s top-level
+    :data:`FINGERPRINT_GLOBS` files (≈ 0.3 s for BERT-base's 440 MB), so that ``--resume`` can tell
+    whether a run is continued from the same model dir it started from, even after the dir moved."""
+    import hashlib
+    d = Path(d).resolve()
+    h = hashlib.sha256()
+    files = sorted({f for g in FINGERPRINT_GLOBS for f in d.glob(g) if f.is_file()})
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    return {"path": str(d), "sha256": h.hexdigest()}
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     import json
     with open(path, "a", encoding="utf-8") as f:

@@ -86,10 +86,11 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
         size = read_config(d).get("vocab_size")
         if size != ref_size or load_tokenizer(d).get_vocab() != ref_vocab:
             sizes = f"{size} tokens" + (", other ids" if size == ref_size else "")
+            fix = ("build the student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
+                   "checkpoints that share the teacher's tokenizer" if role == "student" else
+                   "pass teachers that share one tokenizer (fine-tuned from the same checkpoint)")
             raise ConfigError(f"{role} {d} has a different vocabulary ({sizes}) than teacher {dirs[0]} "
-                              f"({ref_size} tokens); distillation feeds the same input_ids to both — build the "
-                              f"student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
-                              f"checkpoints that share the teacher's tokenizer")
+                              f"({ref_size} tokens); distillation feeds the same input_ids to all — {fix}")
 
 
 def run(args) -> int:
@@ -265,6 +266,14 @@ def run(args) -> int:
     out = Path(args.out)
     inputs = (*teacher_dirs, *([student_spec] if Path(str(student_spec)).is_dir() else []))
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)
+    from ..io import dir_fingerprint
+    sources = {("--teacher" if len(teacher_dirs) == 1 else f"--teacher #{i + 1}"): dir_fingerprint(t)
+               for i, t in enumerate(teacher_dirs)}
+    if Path(str(student_spec)).is_dir():
+        sources["--student"] = dir_fingerprint(student_spec)
+    if args.resume:
+        from ..train.trainer import check_resume
+        check_resume(work, len(dataset), recipe.train, sources)  # before anything is written
     try:
         cache = None
         distiller = Distiller(student, teachers, terms)
@@ -279,7 +288,8 @@ def run(args) -> int:
             recipe.train.metric_for_best = task.metrics[0]
         eval_fn = (lambda m: adapter.evaluate(m.student, eval_ds)) if eval_ds is not None else None
         trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
-                          save_fn=lambda m, dst: m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]))
+                          save_fn=lambda m, dst: m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
+                          sources=sources)
         result = trainer.fit(resume=args.resume)
         if cache is not None:
             cache.flush()

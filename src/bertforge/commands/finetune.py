@@ -67,9 +67,11 @@ def run(args) -> int:
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=(model_dir,))
+    from ..io import dir_fingerprint
+    sources = {"--model": dir_fingerprint(model_dir)}
     if args.resume:
         from ..train.trainer import check_resume
-        check_resume(work, len(train_ds), recipe.train)  # before the model is built or anything written
+        check_resume(work, len(train_ds), recipe.train, sources)  # before the model is built or anything written
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
@@ -80,7 +82,7 @@ def run(args) -> int:
             recipe.train.metric_for_best = task.metrics[0]
         eval_fn = (lambda m: adapter.evaluate(m, eval_ds)) if eval_ds is not None else None
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
-                          save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir))
+                          save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir), sources=sources)
         result = trainer.fit(resume=args.resume)
     except BaseException:
         abandon_out_dir(work, out)

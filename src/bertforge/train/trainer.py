@@ -128,20 +128,23 @@ class Trainer:
             steps and at the end; ``train.metric_for_best`` names the key that picks the best checkpoint
             (higher is better unless it contains "loss").
         save_fn: ``save_fn(model, dir)`` writes the model in HF layout (default: ``model.save_pretrained``).
+        sources: flag → :func:`bertforge.io.dir_fingerprint` of each model dir the run reads (``--model``,
+            ``--teacher``…), kept in every checkpoint; ``--resume`` refuses one whose files differ.
     Raises:
         ConfigError: ``train.batch_size`` not divisible by the number of processes or larger than the training
             set, unknown ``impl.parallel``.
         DataError: an empty training set.
         TrainingError: the loss became NaN/inf (the last good checkpoint is kept); a checkpoint write failed.
         CheckpointError: ``--resume`` from a checkpoint that is incomplete or was written for other data /
-            batch settings.
+            batch settings / source model dirs.
     """
 
     def __init__(self, model: nn.Module, train_dataset: Dataset, collate_fn: Callable, recipe: Recipe,
                  out_dir, eval_fn: Optional[Callable[[nn.Module], dict]] = None,
                  save_fn: Optional[Callable[[nn.Module, Path], None]] = None,
-                 global_batch_size: Optional[int] = None):
+                 global_batch_size: Optional[int] = None, sources: Optional[dict] = None):
         self.recipe, self.cfg, self.impl = recipe, recipe.train, recipe.impl
+        self.sources = dict(sources or {})  # flag → {"path", "sha256"} of the dirs the run started from
         self.out_dir = Path(out_dir)
         self.parallel = getattr(self.impl, "parallel", "ddp") or "ddp"
         if self.parallel not in dist_utils.PARALLEL:
@@ -291,7 +294,7 @@ class Trainer:
                 "global_micro_batch": self.global_micro,
                 "n_examples": self.n_examples, "batch_size": self.cfg.batch_size,
                 "grad_accum_steps": self.cfg.grad_accum_steps, "steps_per_epoch": self.steps_per_epoch,
-                "total_steps": self.total_steps,
+                "total_steps": self.total_steps, "sources": self.sources,
                 "running": {k: [float(s), int(c)] for k, (s, c) in
                             _reduce(self._running, self.ctx).items()}}
 
@@ -395,7 +398,7 @@ class Trainer:
         except (ValueError, UnicodeDecodeError) as e:
             raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                                   f"checkpoint") from None
-        _check_state(path, state, self.n_examples, self.cfg, self.global_micro)
+        _check_state(path, state, self.n_examples, self.cfg, self.global_micro, self.sources)
         try:
             from safetensors.torch import load_model
             if self._fsdp:
@@ -692,7 +695,15 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3) -> str:
     return ", ".join(diffs[:limit]) + (f" (+{len(diffs) - limit} more)" if len(diffs) > limit else "")
 
 
-def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None) -> None:
+def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None,
+                 sources: Optional[dict] = None) -> None:
+    for flag, now in (sources or {}).items():  # a model dir the run started from (teacher, tokenizer…)
+        was = (state.get("sources") or {}).get(flag)
+        if was and was.get("sha256") != now.get("sha256"):
+            same = Path(was.get("path", "")) == Path(now.get("path", ""))
+            raise CheckpointError(f"--resume: {path} was written by a run started from {flag} {was.get('path')}"
+                                  f"{', whose files have changed since' if same else ''}; resume with the "
+                                  f"{flag} the run started from, or start a new --out")
     # the seed first: it may also change the data (pretraining's held-out split and duplication draw from it)
     checks = [("seed", cfg.seed), ("n_examples", n_examples), ("batch_size", cfg.batch_size),
               ("grad_accum_steps", cfg.grad_accum_steps)]
@@ -717,10 +728,12 @@ def check_batch_fits(batch_size: int, n_examples: int) -> None:
                           f"--batch-size {n_examples} or less, or more data")
 
 
-def check_resume(out_dir, n_examples: int, train_cfg) -> None:
+def check_resume(out_dir, n_examples: int, train_cfg, sources: Optional[dict] = None) -> None:
     """Validate ``--resume`` before a verb builds its model: the latest checkpoint in ``out_dir`` must have
     been written for the same number of training examples, batch size, accumulation and seed (else the
-    data position would point elsewhere).
+    data position would point elsewhere) and, for each entry of ``sources`` (flag → :func:`bertforge.io.
+    dir_fingerprint`), from a model dir with the same files (else, e.g., a frozen teacher or the tokenizer
+    saved with the result would silently change).
 
     Raises:
         CheckpointError: a mismatch (the message names the setting to restore) or an unreadable state.
@@ -735,7 +748,7 @@ def check_resume(out_dir, n_examples: int, train_cfg) -> None:
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                               f"checkpoint") from None
-    _check_state(path, state, n_examples, train_cfg)
+    _check_state(path, state, n_examples, train_cfg, sources=sources)
 
 
 def _test_delay(step: int) -> None:
