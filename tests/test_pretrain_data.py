@@ -123,3 +123,17 @@ def test_auto_doc_sep_and_nsp_needs_two_documents(tmp_path):
     c = TokenizedCorpus.build([str(b)], tok, tmp_path / "cache")
     with pytest.raises(DataError, match="NSP needs at least two documents"):
         PretrainDataset(c, "nsp", 64, tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]"))
+
+
+def test_wordpiece_training_is_reproducible_and_ids_do_not_change_segmentation(data_dir, monkeypatch):
+    """``tokenizers`` numbers equal-count merges in a per-process random order; the canonical re-numbering
+    must give the same tokenizer every time and split text exactly as the trainer's own model does."""
+    from bertforge.data import tokenizers_train as tt
+    lines = (data_dir / "wikitext-2-raw" / "wiki.valid.raw").read_text(encoding="utf-8").splitlines()[:3000]
+    runs = [train_tokenizer("wordpiece", iter(lines), vocab_size=2000) for _ in range(3)]
+    assert runs[0].to_str() == runs[1].to_str() == runs[2].to_str()
+    monkeypatch.setattr(tt, "_canonical_wordpiece", lambda tok, specials: tok.model)
+    raw = train_tokenizer("wordpiece", iter(lines), vocab_size=2000)
+    assert set(raw.get_vocab()) == set(runs[0].get_vocab())
+    sample = [ln for ln in lines[3000 - 400:] if ln.strip()]
+    assert [e.tokens for e in raw.encode_batch(sample)] == [e.tokens for e in runs[0].encode_batch(sample)]

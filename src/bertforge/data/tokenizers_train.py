@@ -73,6 +73,7 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
                                             special_tokens=specials, continuing_subword_prefix="##",
                                             show_progress=False)
         tok.train_from_iterator(texts, trainer=trainer, length=length)
+        tok.model = _canonical_wordpiece(tok, specials)
         tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
     elif kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token=None))
@@ -95,6 +96,19 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
         tok.train_from_iterator(texts, trainer=trainer, length=length)
         tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
     return tok
+
+
+def _canonical_wordpiece(tok: Tokenizer, specials: list) -> models.WordPiece:
+    """The trained WordPiece model with its ids re-assigned in a fixed order: special tokens first (as
+    trained), then every other token sorted by its string. The trainer numbers tokens by merge order, and
+    merges of equal count come out in a different order in every run (``tokenizers`` iterates Rust hash
+    maps with per-process random seeds), so the same corpus gave other ids each time; WordPiece's
+    greedy longest-match encoding does not depend on the ids, only on the set of tokens."""
+    vocab = tok.get_vocab()
+    rest = sorted(t for t in vocab if t not in specials)
+    ordered = [t for t in specials if t in vocab] + rest
+    return models.WordPiece(vocab={t: i for i, t in enumerate(ordered)}, unk_token="[UNK]",
+                            continuing_subword_prefix="##", max_input_chars_per_word=100)
 
 
 def _take_chars(texts: Iterable[str], max_chars: int) -> Iterator[str]:
