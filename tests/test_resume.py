@@ -145,6 +145,19 @@ def test_resume_from_another_model_dir_is_refused_a_moved_copy_is_not(setup, tmp
     assert all(f.read_bytes() == b for f, b in before.items())
     r = run(bertforge_cmd(*_args(moved, train, ref), "--resume"))
     assert r.returncode == 0, r.stderr
+    last = max((ref / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["sources"]["--model"]["path"] == str(ckpt.resolve())  # where the run started, not the copy
+
+
+def test_resume_with_another_sequence_length_is_refused(setup):
+    d, ckpt, train, ref = setup
+    before = (ref / "model.safetensors").read_bytes()
+    r = run(bertforge_cmd(*_args(ckpt, train, ref), "--resume", "--max-seq-len", 48))
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.splitlines()[-1]
+    assert line.startswith("bertforge: error: --resume:") and "data.max_seq_len 32 → 48" in line, line
+    assert (ref / "model.safetensors").read_bytes() == before
 
 
 
@@ -154,11 +167,15 @@ def test_distill_resume_with_another_teacher_is_refused(setup, tmp_path):
     d, ckpt, train, ref = setup
     teacher, out = tmp_path / "teacher", tmp_path / "dst"
     shutil.copytree(ref, teacher, ignore=shutil.ignore_patterns("checkpoints"))
-    args = ["distill", "--teacher", teacher, "--student", "1L-16H-2A-32I", "--train", train, "--out", out,
+    args = ["distill", "--teacher", teacher, "--student", "1L-16H-2A-32I", "--method", "kd", "--train", train, "--out", out,
             "--max-steps", 2, "--batch-size", 8, "--max-seq-len", 32, "--no-progress", "train.save_every=1"]
     r = run(bertforge_cmd(*args))
     assert r.returncode == 0, r.stderr
     before = (out / "model.safetensors").read_bytes()
+    r = run(bertforge_cmd(*[a if a != "kd" else "pkd" for a in args], "--resume", "--max-steps", 3))
+    assert r.returncode == 2, r.stderr  # another method: other losses mid-run
+    line = r.stderr.splitlines()[-1]
+    assert line.startswith("bertforge: error: --resume:") and "distill.method 'kd' → 'pkd'" in line, line
     cfg = json.loads((teacher / "config.json").read_text())
     cfg["hidden_dropout_prob"] = 0.3  # another teacher config: the run's checkpoints must not continue with it
     (teacher / "config.json").write_text(json.dumps(cfg))

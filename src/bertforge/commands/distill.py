@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import BertforgeError, ConfigError
 from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
                       prepare_out_dir, print_json, resolve_model_dir)
 
@@ -91,6 +91,32 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
                    "pass teachers that share one tokenizer (fine-tuned from the same checkpoint)")
             raise ConfigError(f"{role} {d} has a different vocabulary ({sizes}) than teacher {dirs[0]} "
                               f"({ref_size} tokens); distillation feeds the same input_ids to all — {fix}")
+
+
+def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
+    """Refuse a ``--cache-dir`` that is a file, holds files other than a teacher cache's, is / contains /
+    lies inside an input model dir or the run's ``--out``, or lies inside another run or model dir without
+    being a teacher cache already (an earlier run's ``teacher_cache/`` may be reused)."""
+    from ..distill.cache import is_cache_dir
+    from ._common import enclosing_output
+    if cache.exists() and not cache.is_dir():
+        raise BertforgeError(f"--cache-dir {cache} is a file; pass a directory (new, or an earlier distill "
+                             f"run's teacher_cache)")
+    res = cache.resolve()
+    for d in (*inputs, out):
+        d = Path(d).resolve()
+        if d == res or d in res.parents or res in d.parents:
+            what = "--out" if d == out.resolve() else "the input"
+            if what == "--out" and d in res.parents:
+                continue  # <out>/something, like the default <out>/teacher_cache
+            raise BertforgeError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
+    if not is_cache_dir(cache):
+        raise BertforgeError(f"--cache-dir {cache} holds files that are not a teacher cache; pass a new or "
+                             f"empty directory, or an earlier distill run's teacher_cache")
+    parent = enclosing_output(res)
+    if parent is not None and parent != out.resolve() and not (cache.is_dir() and any(cache.iterdir())):
+        raise BertforgeError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
+                             f"choose a directory outside it")
 
 
 def run(args) -> int:
@@ -265,6 +291,10 @@ def run(args) -> int:
             recipe.extra["distill"].pop("augment", None)
     out = Path(args.out)
     inputs = (*teacher_dirs, *([student_spec] if Path(str(student_spec)).is_dir() else []))
+    if args.cache_dir is not None:
+        if args.no_cache:
+            raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
+        _check_cache_dir(Path(args.cache_dir), inputs, out)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)
     from ..io import dir_fingerprint
     sources = {("--teacher" if len(teacher_dirs) == 1 else f"--teacher #{i + 1}"): dir_fingerprint(t)
@@ -273,7 +303,7 @@ def run(args) -> int:
         sources["--student"] = dir_fingerprint(student_spec)
     if args.resume:
         from ..train.trainer import check_resume
-        check_resume(work, len(dataset), recipe.train, sources)  # before anything is written
+        check_resume(work, len(dataset), recipe.train, sources, recipe)  # before anything is written
     try:
         cache = None
         distiller = Distiller(student, teachers, terms)

@@ -12,7 +12,6 @@ Storage: logits float32 (n, C); hidden (n, T, H), attention maps (n, heads, T, T
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +23,26 @@ from ..io import atomic_write_text
 #: feature kind → index of the sequence axes (after the example axis) that are padded to max_len
 _SEQ_AXES = {"logits": (), "hidden": (0,), "attention_scores": (1, 2), "attentions": (1, 2),
              "values": (1,)}
+
+
+def is_cache_dir(d) -> bool:
+    """Whether ``d`` may serve as a teacher cache: new, empty, or holding only what a
+    :class:`TeacherCache` writes (``meta.json`` with its keys, ``.npy`` files)."""
+    d = Path(d)
+    if not d.exists():
+        return True
+    if not d.is_dir():
+        return False
+    files = list(d.iterdir())
+    if not files:
+        return True
+    if any(not f.is_file() or (f.suffix != ".npy" and f.name != "meta.json") for f in files):
+        return False
+    try:
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and {"n", "shapes", "fingerprint"} <= set(meta)
 
 
 class TeacherCache:
@@ -47,7 +66,8 @@ class TeacherCache:
             except json.JSONDecodeError:
                 old = None
             if old != json.loads(json.dumps(meta)):
-                shutil.rmtree(self.root, ignore_errors=True)
+                for f in [mp, *self.root.glob("*.npy")]:  # only this cache's files (see is_cache_dir)
+                    f.unlink(missing_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
         fresh = not mp.is_file()
         mode = "w+" if fresh else "r+"

@@ -399,6 +399,10 @@ class Trainer:
             raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                                   f"checkpoint") from None
         _check_state(path, state, self.n_examples, self.cfg, self.global_micro, self.sources)
+        _check_fixed(self.out_dir, path, self.recipe)
+        for flag, was in (state.get("sources") or {}).items():  # same files: keep the dir the run started from
+            if flag in self.sources:
+                self.sources[flag] = dict(was)
         try:
             from safetensors.torch import load_model
             if self._fsdp:
@@ -668,10 +672,17 @@ _RESUMABLE = ("train.max_steps", "train.epochs", "train.max_minutes", "train.eva
               "train.keep_checkpoints", "train.log_every", "train.load_best_at_end", "impl.")
 
 
-def _recipe_changes(saved: Path, recipe, limit: int = 3) -> str:
+#: recipe values a resumed run may not change: what the model is and what it learns from (the data's
+#: size, batch and seed are checked against the checkpoint state; the model dirs by fingerprint)
+_FIXED = ("model.", "data.task", "data.max_seq_len", "data.text_columns", "data.label_column", "data.labels",
+          "data.header", "distill.", "pretrain.")
+_FIXED_EXCEPT = ("distill.teachers", "distill.student", "pretrain.max_eval_sequences")
+
+
+def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) -> str:
     """``"key: old → new, …"`` for the (at most ``limit``) recipe values that differ between the run's saved
-    ``recipe.yaml`` and ``recipe``; "" when the file is missing or unreadable or nothing that matters
-    differs."""
+    ``recipe.yaml`` and ``recipe`` (``fixed``: only the :data:`_FIXED` ones); "" when the file is missing or
+    unreadable or nothing that matters differs."""
     try:
         import yaml
         old = yaml.safe_load(saved.read_text(encoding="utf-8"))
@@ -690,9 +701,19 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3) -> str:
                 out[key] = list(v) if isinstance(v, tuple) else v
         return out
     a, b = flat(old), flat(recipe.to_dict())
+    keep = ((lambda k: k.startswith(_FIXED) and not k.startswith(_FIXED_EXCEPT)) if fixed
+            else (lambda k: not k.startswith(_RESUMABLE)))
     diffs = [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
-             if a.get(k) != b.get(k) and not k.startswith(_RESUMABLE)]
+             if a.get(k) != b.get(k) and keep(k)]
     return ", ".join(diffs[:limit]) + (f" (+{len(diffs) - limit} more)" if len(diffs) > limit else "")
+
+
+def _check_fixed(out_dir: Path, path: Path, recipe) -> None:
+    """CheckpointError when ``recipe`` changes a :data:`_FIXED` value of the run's saved ``recipe.yaml``."""
+    changed = _recipe_changes(Path(out_dir) / "recipe.yaml", recipe, fixed=True) if recipe is not None else ""
+    if changed:
+        raise CheckpointError(f"--resume: {path} was written by a run with other options ({changed}); resume "
+                              f"with the options the run was started with, or start a new --out")
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None,
@@ -728,12 +749,13 @@ def check_batch_fits(batch_size: int, n_examples: int) -> None:
                           f"--batch-size {n_examples} or less, or more data")
 
 
-def check_resume(out_dir, n_examples: int, train_cfg, sources: Optional[dict] = None) -> None:
+def check_resume(out_dir, n_examples: int, train_cfg, sources: Optional[dict] = None, recipe=None) -> None:
     """Validate ``--resume`` before a verb builds its model: the latest checkpoint in ``out_dir`` must have
     been written for the same number of training examples, batch size, accumulation and seed (else the
     data position would point elsewhere) and, for each entry of ``sources`` (flag → :func:`bertforge.io.
     dir_fingerprint`), from a model dir with the same files (else, e.g., a frozen teacher or the tokenizer
-    saved with the result would silently change).
+    saved with the result would silently change), and ``recipe`` must keep the run's model, task, sequence
+    length and distillation/pretraining options (:data:`_FIXED`).
 
     Raises:
         CheckpointError: a mismatch (the message names the setting to restore) or an unreadable state.
@@ -749,6 +771,7 @@ def check_resume(out_dir, n_examples: int, train_cfg, sources: Optional[dict] = 
         raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                               f"checkpoint") from None
     _check_state(path, state, n_examples, train_cfg, sources=sources)
+    _check_fixed(out_dir, path, recipe)
 
 
 def _test_delay(step: int) -> None:
