@@ -117,3 +117,37 @@ def test_qnli_sentence_pairs(tmp_path, capsys, minilm_dir, data_dir):
         "--batch-size", "32", "--max-seq-len", "128", "--no-progress"])
     assert rc == 0, err
     assert 0.0 <= json.loads(stdout.strip().splitlines()[-1])["accuracy"] <= 1.0
+
+
+def test_custom_task_model_evaluates_predicts_and_distills_without_its_column_flags(tmp_path, capsys):
+    """A `--task custom` run keeps its columns and labels in config.json; evaluate, predict and a distilled
+    student use them without the data.* flags. Truth: evaluate's accuracy equals the predictions scored by
+    hand against the file's labels."""
+    from resilience_util import make_tiny_checkpoint, sentences
+    tiny = make_tiny_checkpoint(tmp_path / "tiny")
+    rows = sentences(48, 2)
+    data = tmp_path / "reviews.csv"
+    data.write_text("label,review\n" + "".join(f"{'pos' if int(y) else 'neg'},{s}\n" for s, y in rows))
+    flags = ["data.text_columns=[review]", "data.label_column=label", "data.labels=[neg,pos]"]
+    out = tmp_path / "custom"
+    rc, _, err = _run(capsys, ["finetune", "--model", str(tiny), "--task", "custom", "--train", str(data),
+                               "--out", str(out), "--max-steps", "6", "--batch-size", "8", "--lr", "3e-3",
+                               "--max-seq-len", "32", "--no-progress", *flags])
+    assert rc == 0, err
+    rc, stdout, err = _run(capsys, ["evaluate", "--model", str(out), "--data", str(data)])
+    assert rc == 0, err
+    metrics = json.loads(stdout.strip().splitlines()[-1])
+    assert metrics["task"] == "custom" and metrics["n"] == 48
+    preds = tmp_path / "preds.jsonl"
+    rc, _, err = _run(capsys, ["predict", "--model", str(out), "--data", str(data), "--out", str(preds)])
+    assert rc == 0, err
+    got = [json.loads(line)["label"] for line in preds.read_text().splitlines()]
+    gold = ["pos" if int(y) else "neg" for _, y in rows]
+    assert metrics["accuracy"] == pytest.approx(np.mean([g == p for g, p in zip(gold, got)]))
+    student = tmp_path / "student"
+    rc, _, err = _run(capsys, ["distill", "--teacher", str(out), "--student", "layers:0", "--train", str(data),
+                               "--out", str(student), "--max-steps", "2", "--batch-size", "8", "--no-progress"])
+    assert rc == 0, err
+    rc, stdout, err = _run(capsys, ["evaluate", "--model", str(student), "--data", str(data)])
+    assert rc == 0, err
+    assert json.loads(stdout.strip().splitlines()[-1])["task"] == "custom"

@@ -65,8 +65,11 @@ def main(argv=None) -> int:
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         if not getattr(args, "_run", None):
-            parser.print_help()
-            return 2
+            verbs = parser._subparsers._group_actions[0].choices
+            raise BertforgeError(f"no verb given; run `bertforge VERB --help` for one of: {', '.join(verbs)}")
+        for dest, value in vars(args).items():  # an empty path ("--out ''") would mean the cwd
+            if not dest.startswith("_") and isinstance(value, str) and not value.strip():
+                raise BertforgeError(f"--{dest.replace('_', '-')} is empty; pass a value")
         return int(args._run(args) or 0)
     except BertforgeError as e:
         msg = " ".join(str(e).split())

@@ -255,7 +255,7 @@ def check_value(key: str, value: Any, tp, raw: Any = _MISSING) -> Any:
         if optional or base is Any:
             return None
         if value is None:  # an empty override (`impl.dtype=`) or a YAML null for a key that needs a value
-            raise ConfigError(f"{key}={'' if raw is not _MISSING else 'null'}: a value is needed here; give one "
+            raise ConfigError(f"{key}={raw if raw is not _MISSING else 'null'}: a value is needed here; give one "
                               f"or leave the key out for its default")
     if base is Any:
         return value

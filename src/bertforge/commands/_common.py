@@ -76,21 +76,24 @@ def apply_train_flags(r: Recipe, args) -> None:
     """The explicit flags of :func:`add_train_args` onto a recipe (they outrank its file and overrides):
     --epochs/--max-steps/--batch-size/--lr/--seed, --max-seq-len/--max-train-samples, --no-progress (or
     ``$BERTFORGE_NO_PROGRESS``) and ``--bf16`` → ``impl.dtype=bfloat16``, a ConfigError when a ``key=value``
-    override on the same line asks for another dtype (neither silently wins)."""
-    for k in ("epochs", "max_steps", "batch_size", "lr", "seed"):
-        v = getattr(args, k, None)
-        if v is not None:
-            setattr(r.train, k, v)
-    for k in ("max_seq_len", "max_train_samples"):
-        v = getattr(args, k, None)
-        if v is not None:
-            setattr(r.data, k, v)
+    override on the same line asks for another dtype (neither silently wins); likewise ``--lr 1e-4`` with
+    ``train.lr=3e-5``, and so on for each flag."""
+    from ..config import parse_override
+    asked = {k.strip(): v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])}
+    for section, keys in (("train", ("epochs", "max_steps", "batch_size", "lr", "seed")),
+                          ("data", ("max_seq_len", "max_train_samples"))):
+        for k in keys:
+            v = getattr(args, k, None)
+            if v is None:
+                continue
+            sec = getattr(r, section)
+            if f"{section}.{k}" in asked and getattr(sec, k) != v:  # the override's parsed value
+                raise ConfigError(f"--{k.replace('_', '-')} {v:g} conflicts with {section}.{k}="
+                                  f"{asked[f'{section}.{k}']}; pass one of them")
+            setattr(sec, k, v)
     if getattr(args, "bf16", False):
-        from ..config import parse_override
-        asked = [v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])
-                 if k.strip() == "impl.dtype"]
-        if any(v != "bfloat16" for v in asked):
-            raise ConfigError(f"--bf16 conflicts with impl.dtype={asked[-1]}; pass one of them")
+        if asked.get("impl.dtype", "bfloat16") != "bfloat16":
+            raise ConfigError(f"--bf16 conflicts with impl.dtype={asked['impl.dtype']}; pass one of them")
         r.impl.dtype = "bfloat16"
     if getattr(args, "no_progress", False) or os.environ.get("BERTFORGE_NO_PROGRESS"):
         r.impl.progress = False
@@ -222,7 +225,11 @@ def check_out_file(out: Path, protected=(), inputs=(), overwrite: bool = False, 
     """
     out = Path(out)
     if out.is_dir():
-        raise BertforgeError(f"{flag} {out} is a directory; pass a file path such as {out}/{example}")
+        res = out.resolve()
+        taken = (any(Path(d).resolve() == res for d in protected) or _holds_output(res)
+                 or enclosing_output(res) is not None)  # a file there would be refused too
+        hint = f"a file path outside it, such as {example}" if taken else f"a file path such as {out}/{example}"
+        raise BertforgeError(f"{flag} {out} is a directory; pass {hint}")
     target = out.resolve()
     for d in protected:
         if Path(d).resolve() in target.parents:

@@ -93,6 +93,33 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
                               f"({ref_size} tokens); distillation feeds the same input_ids to all — {fix}")
 
 
+#: losses that read a temperature (softened logits)
+_TEMPERATURE_LOSSES = ("kd", "soft_ce", "mlm_soft")
+
+
+def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
+    """ConfigError for a CLI flag the chosen losses would ignore: ``--temperature`` without a soft-logit
+    term, ``--alpha`` without a ``kd`` term (it weighs that term's hard-label CE), ``--layer-map`` without a
+    layer-wise term that follows a map, ``--mlm-prob`` in the task stage."""
+    from ..distill.losses import get_loss
+    names = [e.get("loss") for e in entries]
+    listed = f"--method {method} ({stage} stage) trains {', '.join(map(str, names))}"
+    if args.temperature is not None and not any(n in _TEMPERATURE_LOSSES for n in names):
+        raise ConfigError(f"--temperature softens teacher logits, but {listed}, none of which reads "
+                          f"logits; drop --temperature")
+    if args.alpha is not None and "kd" not in names:
+        raise ConfigError(f"--alpha weighs the kd term against the hard-label loss, but {listed}; drop "
+                          f"--alpha")
+    if args.layer_map is not None and not any(
+            get_loss(e["loss"]).layerwise and e["loss"] != "embedding_mse" and isinstance(e.get("layers", "uniform"), str)
+            for e in entries):
+        raise ConfigError(f"--layer-map pairs student and teacher layers, but {listed}, none of them "
+                          f"layer-wise with a named map; drop --layer-map or choose --method pkd, tinybert or minilm")
+    if args.mlm_prob is not None and stage == "task":
+        raise ConfigError("--mlm-prob corrupts the inputs of general (corpus) distillation; drop it for "
+                          "--stage task")
+
+
 def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
     """Refuse a ``--cache-dir`` that is a file, holds files other than a teacher cache's, is / contains /
     lies inside an input model dir or the run's ``--out``, or lies inside another run or model dir without
@@ -121,7 +148,7 @@ def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
 
 def run(args) -> int:
     from ..adapters import adapter_for
-    from ..data.tasks import get_task
+    from ..data.tasks import get_task, saved_task_spec, task_spec
     from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
     from ..distill.distiller import Distiller, build_terms, has_mlm_head, method_terms, mlm_head_name
     from ..distill.student import build_student
@@ -184,7 +211,9 @@ def run(args) -> int:
             raise ConfigError("--stage task needs --task NAME (the teacher does not record one)")
         if not d.train:
             raise ConfigError("--stage task needs --train FILE (labelled data)")
-        task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
+        # the teacher's column/label settings for its own task, under any given on this command line
+        spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
+        task = get_task(d.task, **spec)
         adapter = adapter_for(task, tok, d.max_seq_len)
         token_task = task.kind in ("token_classification", "qa")  # per-token logits (docs/ner_qa.md)
         if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
@@ -256,6 +285,7 @@ def run(args) -> int:
     terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
                         temperature=temperature, alpha=alpha,
                         layer_map=args.layer_map or ds.get("layer_map"))
+    _check_flags_used(args, entries, method, stage)
     mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability", 0.0)
     from ..errors import require_number
     require_number("--mlm-prob / distill.mlm_probability", mlm_p, 0, 1, open_high=True,
@@ -280,6 +310,7 @@ def run(args) -> int:
                                                        for t in terms]}}
     if task is not None:
         student.config.bertforge["task"] = task.name
+        student.config.bertforge["task_spec"] = spec
     recipe.extra["distill"] = {**ds, "method": method, "stage": stage, "student": student_spec,
                                "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
                                "losses": [{k: v for k, v in e.items()} for e in entries]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..adapters import adapter_for
-from ..data.tasks import get_task
+from ..data.tasks import get_task, task_spec
 from ..errors import ConfigError
 from ..hf import check_seq_len, load_pretrained, read_config
 from ..tokenizer import load_tokenizer
@@ -76,7 +76,7 @@ def run(args) -> int:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
-        model.config.bertforge = {**model.config.bertforge, "task": task.name,
+        model.config.bertforge = {**model.config.bertforge, "task": task.name, "task_spec": task_spec(recipe.data),
                                   "max_seq_len": recipe.data.max_seq_len}
         if recipe.train.metric_for_best is None and eval_ds is not None:
             recipe.train.metric_for_best = task.metrics[0]

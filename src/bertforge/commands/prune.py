@@ -121,12 +121,12 @@ def _task_eval_fn(args, task, adapter):
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
     from ..adapters import adapter_for
-    from ..data.tasks import get_task
+    from ..data.tasks import get_task, saved_task_spec
     meta = cfg.get("bertforge") or {}
     name = task_name or meta.get("task")
     if not name:
         return None, None
-    task = get_task(name, **meta.get("task_spec", {}))
+    task = get_task(name, **saved_task_spec(meta, name))
     return task, adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
 
 

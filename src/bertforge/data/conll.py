@@ -98,6 +98,10 @@ def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
         if max_samples is not None and len(out) >= max_samples:
             break
         cols = line.split()
+        cells = line.split("\t")
+        if len(cells) > 1 and any(" " in c.strip() for c in cells):  # GLUE-style "sentence<TAB>label" rows
+            raise DataError(f"{path}:{lineno} holds tab-separated cells of several words, not a CoNLL line; a "
+                            f"token task reads one token per line (token ... tag), blank lines between sentences")
         if not cols:
             flush()
             start = lineno + 1

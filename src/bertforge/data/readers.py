@@ -77,9 +77,10 @@ def _read_delimited(path: Path, delim: str, task: Task):
         raise DataError(f"{path} has no rows; pass a non-empty file")
     header = None
     has_header = task.header
-    if has_header is None:  # guess: a header row names the columns the task asks for
+    if has_header is None:  # guess: a header row names (some of) the columns the task asks for; a missing
+        # one is then reported against the header's names rather than as "no header row"
         want = [c for c in (*task.text_columns, task.label_column) if isinstance(c, str)]
-        has_header = bool(want) and all(w in rows[0] for w in want)
+        has_header = any(w in [c.strip() for c in rows[0]] for w in want)
     if has_header:
         header, rows = [c.strip() for c in rows[0]], rows[1:]
         if not rows:

@@ -83,6 +83,25 @@ ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "
            "mnli_mismatched": "mnli-mm", "qnli": "qnli"}
 
 
+def task_spec(data_cfg) -> dict:
+    """The column/label settings of a recipe's ``data`` section that define a task beyond its name
+    (``text_columns``, ``label_column``, ``labels``, ``metric``, ``header``; those set), as ``get_task``
+    keywords. Fine-tuned and distilled models keep them in ``config.json`` (``bertforge.task_spec``), so
+    ``evaluate``, ``predict`` and ``prune`` rebuild a ``custom`` task without the flags."""
+    keys = ("text_columns", "label_column", "labels", "metric", "header")
+    return {k: getattr(data_cfg, k) for k in keys if getattr(data_cfg, k, None) is not None}
+
+
+def saved_task_spec(meta: dict, name: str) -> dict:
+    """The ``task_spec`` a model recorded (``config.json`` → ``bertforge``), if it was trained on task
+    ``name`` (aliases count as the same task); {} otherwise."""
+    trained = meta.get("task")
+    if not trained or not name:
+        return {}
+    same = ALIASES.get(trained.lower(), trained.lower()) == ALIASES.get(name.lower(), name.lower())
+    return dict(meta.get("task_spec") or {}) if same else {}
+
+
 def get_task(name: str, text_columns=None, label_column=None, labels=None, metric=None,
              header=None) -> Task:
     """Look a task up by name (case-insensitive, GLUE aliases such as ``SST-2``), or build ``custom``.
