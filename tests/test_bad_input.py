@@ -226,6 +226,12 @@ CASES = [
      ["impl.dtype=: a value is needed", "leave the key out"]),
     ("ft-flag-and-override-disagree", lambda w: _ft(w, "--lr", "1e-4", "train.lr=3e-5"),
      ["--lr 0.0001 conflicts with train.lr=3e-5", "pass one of them"]),
+    ("ft-empty-out", lambda w: ["finetune", "--model", w.tiny, "--task", "sst2", "--train", w.train, "--out", ""],
+     ["--out is empty"]),
+    ("ft-custom-misspelt-column", lambda w: _custom(w, "data.text_columns=[txt]"),
+     ["has no column 'txt' (columns: text, label)"]),
+    ("predict-out-is-the-model-dir", lambda w: ["predict", "--model", w.run, "--data", w.train, "--out", w.run],
+     ["is a directory", "outside it"]),
     ("ft-resume-and-overwrite", lambda w: _ft(w, "--resume", "--overwrite", out=w.run), ["pass one of them"]),
     ("ft-overwrite-a-dir-that-is-not-a-run", lambda w: _ft(w, "--overwrite", out=w.notarun),
      ["not a bertforge run"]),
@@ -400,6 +406,13 @@ def _pt(w, objective, *extra, corpus=None, out=None):
             *extra]
 
 
+def _custom(w, *extra):
+    csv = w.d / "custom.csv"
+    csv.write_text("text,label\ngood film,pos\nbad film,neg\n")
+    return ["finetune", "--model", w.tiny, "--task", "custom", "--train", csv, "--out", w.d / "new",
+            "--max-seq-len", 32, "data.label_column=label", "data.labels=[neg,pos]", *extra]
+
+
 def _tr(w, *extra, src=None, tgt=None):
     return ["translate", "train", "--src", src or w.lines3, "--tgt", tgt or w.lines3, "--valid-src", w.lines3,
             "--valid-tgt", w.lines3, "--out", w.d / "mt", "--no-progress", *extra]
@@ -426,7 +439,8 @@ def test_bad_input(case, w, capsys):
     (lambda w: _ft(w, model=w.gpt2), "model_type='gpt2'"),
     (lambda w: ["finetune", "--model", w.tiny, "--task", "sst2", "--out", w.d / "x"], "--train"),
     (lambda w: ["finetune", "--task", "sst2"], "--model"),  # argparse usage error
-], ids=["missing-file", "unknown-family", "no-train-file", "usage"])
+    (lambda w: [], "no verb given"),
+], ids=["missing-file", "unknown-family", "no-train-file", "usage", "no-verb"])
 def test_bad_input_in_a_fresh_process(w, argv, needle):
     r = run(bertforge_cmd(*argv(w)), timeout=120)
     assert r.returncode == 2, r.stderr

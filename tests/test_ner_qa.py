@@ -506,3 +506,12 @@ def test_qa_distill_cli_on_start_end_logits(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert json.loads((student / "config.json").read_text())["num_hidden_layers"] == 1
     assert res["f1"] > 80, res
+
+
+def test_a_sentence_per_line_file_is_not_read_as_conll(tmp_path):
+    from bertforge.data.conll import read_conll
+    from bertforge.errors import DataError
+    f = tmp_path / "dev.tsv"
+    f.write_text("sentence\tlabel\nit is a good film\t1\n")
+    with pytest.raises(DataError, match=r"dev.tsv:2 holds tab-separated cells of several words"):
+        read_conll(f)
