@@ -167,7 +167,8 @@ def test_distill_resume_with_another_teacher_is_refused(setup, tmp_path):
     d, ckpt, train, ref = setup
     teacher, out = tmp_path / "teacher", tmp_path / "dst"
     shutil.copytree(ref, teacher, ignore=shutil.ignore_patterns("checkpoints"))
-    args = ["distill", "--teacher", teacher, "--student", "1L-16H-2A-32I", "--method", "kd", "--train", train, "--out", out,
+    args = ["distill", "--teacher", teacher, "--student", "1L-16H-2A-32I", "--method", "kd", "--train", train,
+            "--out", out,
             "--max-steps", 2, "--batch-size", 8, "--max-seq-len", 32, "--no-progress", "train.save_every=1"]
     r = run(bertforge_cmd(*args))
     assert r.returncode == 0, r.stderr

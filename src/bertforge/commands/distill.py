@@ -111,8 +111,8 @@ def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
         raise ConfigError(f"--alpha weighs the kd term against the hard-label loss, but {listed}; drop "
                           f"--alpha")
     if args.layer_map is not None and not any(
-            get_loss(e["loss"]).layerwise and e["loss"] != "embedding_mse" and isinstance(e.get("layers", "uniform"), str)
-            for e in entries):
+            get_loss(e["loss"]).layerwise and e["loss"] != "embedding_mse"
+            and isinstance(e.get("layers", "uniform"), str) for e in entries):
         raise ConfigError(f"--layer-map pairs student and teacher layers, but {listed}, none of them "
                           f"layer-wise with a named map; drop --layer-map or choose --method pkd, tinybert or minilm")
     if args.mlm_prob is not None and stage == "task":

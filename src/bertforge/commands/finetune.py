@@ -71,7 +71,7 @@ def run(args) -> int:
     sources = {"--model": dir_fingerprint(model_dir)}
     if args.resume:
         from ..train.trainer import check_resume
-        check_resume(work, len(train_ds), recipe.train, sources, recipe)  # before the model is built or anything written
+        check_resume(work, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
