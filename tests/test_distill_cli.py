@@ -62,6 +62,8 @@ def test_task_stage_kd_copied_student_with_cache_and_augmentation(tiny, capsys):
     import yaml
     rec = yaml.safe_load((out / "recipe.yaml").read_text())["distill"]
     assert rec["temperature"] == 3.0 and rec["alpha"] == 0.7 and rec["augment"]["copies"] == 1
+    assert rec["losses"][0]["loss"] == "kd" and rec["losses"][0]["temperature"] == 3.0  # as applied
+    assert rec["losses"][0]["alpha"] == 0.7
     assert all(Path(t).is_absolute() for t in rec["teachers"])
     again = tiny / "kd-again"
     assert main(["distill", "--recipe", str(out / "recipe.yaml"), "--teacher", str(tiny / "teacher"),

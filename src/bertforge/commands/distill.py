@@ -120,6 +120,20 @@ def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
                           "--stage task")
 
 
+def _applied(entry: dict, term, layer_map) -> dict:
+    """A loss entry as the run applied it, for ``recipe.yaml``: the temperature/alpha that
+    ``--temperature``/``--alpha`` set on the term, the ``--layer-map`` that replaced a named map."""
+    e = dict(entry)
+    if e["loss"] in _TEMPERATURE_LOSSES:
+        e["temperature"] = term.temperature
+    if e["loss"] == "kd":
+        e["alpha"] = term.alpha
+    if layer_map is not None and isinstance(e.get("layers", "uniform"), str) and e["loss"] != "embedding_mse" \
+            and term.pairs:
+        e["layers"] = layer_map
+    return e
+
+
 def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
     """Refuse a ``--cache-dir`` that is a file, holds files other than a teacher cache's, is / contains /
     lies inside an input model dir or the run's ``--out``, or lies inside another run or model dir without
@@ -313,7 +327,8 @@ def run(args) -> int:
         student.config.bertforge["task_spec"] = spec
     recipe.extra["distill"] = {**ds, "method": method, "stage": stage, "student": student_spec,
                                "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
-                               "losses": [{k: v for k, v in e.items()} for e in entries]}
+                               "losses": [_applied(e, t, args.layer_map or ds.get("layer_map"))
+                                          for e, t in zip(entries, terms)]}
     # what this run used, so `--recipe RUN/recipe.yaml` repeats it (CLI flags win over the section)
     for key, value in (("temperature", temperature), ("alpha", alpha), ("augment", aug_record)):
         if value is not None:
