@@ -71,6 +71,15 @@ CASES = [
      ["--int8", "FP32 ONNX graph", "bertforge quantize", "drop --int8"]),
     ("bench-transformers-on-onnx", lambda w: _bench(w, "--backend", "transformers", model=w.onnx),
      ["ONNX graph (model.onnx)", "no model.safetensors", "--backend onnxruntime"]),
+    ("bench-transformers-int8", lambda w: _bench(w, "--backend", "transformers", "--int8", model=w.run),
+     ["--int8 is for bertforge models"]),
+    ("quantize-torch-no-fused", lambda w: ["quantize", "--model", w.run, "--out", w.d / "q", "--backend", "torch",
+                                           "--no-fused"], ["--no-fused applies to the onnxruntime backend",
+                                                           "shapes the exported ONNX graph"]),
+    ("quantize-task-without-eval", lambda w: ["quantize", "--model", w.run, "--out", w.d / "q", "--task", "stsb"],
+     ["--task sets up the accuracy check of --eval"]),
+    ("export-fusions-without-optimizer", lambda w: ["export", "--model", w.run, "--out", w.d / "x", "--no-optimize",
+                                                    "--fusions", "all"], ["--no-optimize", "pass one of them"]),
     ("bench-transformers-on-int8", lambda w: _bench(w, "--backend", "transformers", model=w.int8),
      ["PyTorch INT8 model (model.int8.safetensors)", "no model.safetensors", "--backend torch"]),
     # ---- prune: numeric flags (bug 6)
@@ -99,6 +108,10 @@ CASES = [
                                                              "share above 0"]),
     ("prune-magnitude-with-fraction", lambda w: _prune(w, "--magnitude", 0.5, "--fraction", 0.3, data=False),
      ["--magnitude", "--fraction", "cannot be combined"]),
+    ("prune-magnitude-with-importance-data", lambda w: _prune(w, "--magnitude", 0.5),
+     ["--data belongs to head/FFN importance pruning", "drop --data"]),
+    ("prune-magnitude-with-steps", lambda w: _prune(w, "--magnitude", 0.5, "--steps", 3, data=False),
+     ["--steps belongs to head/FFN importance pruning"]),
     ("prune-magnitude-with-ffn-fraction", lambda w: _prune(w, "--magnitude", 0.5, "--ffn-fraction", 0.3,
                                                             data=False), ["--magnitude", "--ffn-fraction"]),
     # ---- prune: mlm loss without an MLM head (bug 7), unreachable min-heads (bug 9)
@@ -285,3 +298,24 @@ def test_recipe_file_values_are_type_checked(tmp_path):
     p.write_text("distill:\n  temperature: hot\n")
     with pytest.raises(ConfigError, match="distill.temperature=hot"):
         load_recipe(str(p), extra_sections=("distill",))
+
+
+def test_evaluate_and_predict_score_export_and_int8_dirs(w, capsys):
+    """An ONNX export (FP32, within 1e-4 of PyTorch) scores the same accuracy as its checkpoint; the torch
+    INT8 dir scores what `quantize --eval` reported for it; predict writes one line per example."""
+    from bertforge.cli import main
+
+    def evaluate(model):
+        assert main(["evaluate", "--model", str(model), "--data", str(w.train)]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    fp32, onnx_fp32, int8 = evaluate(w.run), evaluate(w.onnx), evaluate(w.int8)
+    assert onnx_fp32["accuracy"] == fp32["accuracy"] and onnx_fp32["n"] == fp32["n"] == 24
+    q = w.d / "int8-eval"
+    assert main(["quantize", "--model", str(w.run), "--out", str(q), "--backend", "torch", "--eval",
+                 str(w.train)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["eval"]["int8"]["accuracy"] == \
+        int8["accuracy"]
+    preds = w.d / "onnx-preds.jsonl"
+    assert main(["predict", "--model", str(w.onnx), "--data", str(w.train), "--out", str(preds)]) == 0
+    assert len(preds.read_text().splitlines()) == 24

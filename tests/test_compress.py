@@ -411,3 +411,14 @@ def test_onnx_int8_records_reduce_range(tmp_path):
     rec = O.deploy(tiny(), tmp_path / "b", quantize=True, check=False, reduce_range=True)
     assert rec["reduce_range"] is True and "7-bit" in rec["quantization"]
     assert json.loads((tmp_path / "b" / "onnx.json").read_text())["reduce_range"] is True
+
+
+def test_prune_heads_refuses_a_layer_or_head_out_of_range_and_leaves_the_model_intact():
+    from bertforge.errors import ConfigError
+    m = tiny()
+    n_layers, before = len(m.encoder.layers), P.head_counts(m)
+    with pytest.raises(ConfigError, match=f"layer {n_layers} does not exist"):
+        P.prune_heads(m, {n_layers: [0]})
+    with pytest.raises(ConfigError, match="cannot prune head"):
+        P.prune_heads(m, {0: [before[0]]})
+    assert P.head_counts(m) == before

@@ -177,3 +177,9 @@ def test_packed_path_equals_padded_path_forward_and_backward():
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()
     assert max((grads[0][k] - grads[1][k]).abs().max().item() for k in grads[0]) < 1e-6
+
+
+def test_load_pretrained_takes_the_embedded_name_as_the_cli_does(minilm_dir):
+    from bertforge import load_pretrained
+    a, b = load_pretrained("minilm"), load_pretrained(minilm_dir)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

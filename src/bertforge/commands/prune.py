@@ -38,16 +38,16 @@ def add_arguments(p) -> None:
     p.add_argument("--eval", help="labelled file whose task metric is tracked after each step")
     p.add_argument("--fraction", type=float, default=0.0, help="fraction of all heads to remove (0–1)")
     p.add_argument("--ffn-fraction", type=float, default=0.0, help="fraction of all FFN units to remove")
-    p.add_argument("--steps", type=int, default=1, help="pruning rounds, importance re-scored before each")
-    p.add_argument("--loss", default="auto", choices=["auto", "task", "fisher", "mlm"],
-                   help="importance loss: task labels, label-free fisher (sampled own predictions), mlm")
-    p.add_argument("--importance-norm", default="layer", choices=["layer", "none"],
+    p.add_argument("--steps", type=int, help="pruning rounds, importance re-scored before each (default 1)")
+    p.add_argument("--loss", choices=["auto", "task", "fisher", "mlm"],
+                   help="importance loss: task labels, label-free fisher (sampled own predictions), mlm (default auto)")
+    p.add_argument("--importance-norm", choices=["layer", "none"],
                    help="layer: L2-normalise scores within each layer before the global ranking (Michel et "
-                        "al. 2019 §4.1); none: rank raw |dL/dxi| across layers")
-    p.add_argument("--min-heads-per-layer", type=int, default=0,
+                        "al. 2019 §4.1; the default); none: rank raw |dL/dxi| across layers")
+    p.add_argument("--min-heads-per-layer", type=int,
                    help="heads every layer keeps (0: a layer may lose every head; must be below the heads "
                         "per layer)")
-    p.add_argument("--max-samples", type=int, default=512, help="examples used to score importance")
+    p.add_argument("--max-samples", type=int, help="examples used to score importance (default 512)")
     p.add_argument("--max-eval-samples", type=int)
     p.add_argument("--max-seq-len", type=int,
                    help="tokens per example, 2 … the model's positions (default: the model's fine-tuning "
@@ -64,8 +64,19 @@ def check_args(args) -> None:
     """Reject option values that would crash, hang or silently do nothing — before the model is loaded.
 
     Raises:
-        ConfigError: naming the flag and its valid range.
+        ConfigError: naming the flag and its valid range; an importance option given with ``--magnitude``.
     """
+    importance = {"--data": args.data, "--steps": args.steps, "--loss": args.loss,
+                  "--importance-norm": args.importance_norm, "--min-heads-per-layer": args.min_heads_per_layer,
+                  "--max-samples": args.max_samples}
+    given = [flag for flag, v in importance.items() if v is not None]
+    if args.magnitude is not None and given:
+        raise ConfigError(f"{given[0]} belongs to head/FFN importance pruning; --magnitude zeroes the smallest "
+                          f"weights and scores nothing, so drop {given[0]}")
+    for key, default in (("steps", 1), ("loss", "auto"), ("importance_norm", "layer"),
+                         ("min_heads_per_layer", 0), ("max_samples", 512)):
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     for flag, value, minimum, note in (
             ("--batch-size", args.batch_size, 1, ""),
             ("--max-samples", args.max_samples, 1, "examples used to score importance"),

@@ -46,8 +46,15 @@ def run(args) -> int:
         used = [f for f, on in (("--reduce-range", args.reduce_range), ("--no-fused", args.no_fused),
                                 ("--fusions", args.fusions is not None)) if on]
         if used:
-            raise ConfigError(f"{used[0]} applies to the onnxruntime backend (PyTorch's fbgemm already quantizes "
-                              f"activations to 7 bits); drop it or use --backend onnxruntime")
+            why = ("PyTorch's fbgemm already quantizes activations to 7 bits" if used[0] == "--reduce-range"
+                   else "it shapes the exported ONNX graph")
+            raise ConfigError(f"{used[0]} applies to the onnxruntime backend ({why}); drop it or use "
+                              f"--backend onnxruntime")
+    if not args.eval:
+        unused = [f for f, v in (("--task", args.task), ("--max-eval-samples", args.max_eval_samples),
+                                           ("--max-seq-len", args.max_seq_len)) if v]
+        if unused:
+            raise ConfigError(f"{unused[0]} sets up the accuracy check of --eval FILE; pass --eval or drop it")
     require_at_least("--max-eval-samples", args.max_eval_samples, 1)
     require_at_least("--max-seq-len", args.max_seq_len, 2)
     eval_data = None
@@ -67,7 +74,7 @@ def run(args) -> int:
     else:
         qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
         bq.save_quantized(qmodel, model, out, tokenizer_dir=model_dir)
-        rec.update(quantization=bq.SCHEME, file_mb=bq.file_size_mb(out / bq.INT8_FILE))
+        rec.update(quantization=bq.scheme(not args.per_tensor), file_mb=bq.file_size_mb(out / bq.INT8_FILE))
     # output agreement on a random padded batch
     x = bo.dummy_inputs(model, batch=4, seq=32, seed=3)
     with torch.no_grad():

@@ -23,7 +23,10 @@ from torch import nn
 from ..errors import CheckpointError
 
 INT8_FILE = "model.int8.safetensors"
-SCHEME = "torch dynamic int8 (qint8 weights, Linear only)"
+def scheme(per_channel: bool = True) -> str:
+    """The quantization recorded in ``config.json`` (``bertforge.quantization``) and printed by ``quantize``."""
+    return (f"torch dynamic int8 (qint8 weights, one scale per {'output channel' if per_channel else 'matrix'}, "
+            f"Linear only)")
 
 
 def quantizable_linears(model) -> set:
@@ -83,9 +86,11 @@ def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
     from ..io import atomic_dir
     from ..tokenizer import copy_tokenizer_files
     cfg = config_to_hf(fp32_model.config, fp32_model.head_name)
-    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": SCHEME}
+    state = int8_state(qmodel)
+    per_channel = any(k.endswith(".weight.axis") for k in state)
+    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": scheme(per_channel)}
     with atomic_dir(Path(out_dir)) as tmp:
-        save_file(int8_state(qmodel), str(tmp / INT8_FILE), metadata={"format": "pt"})
+        save_file(state, str(tmp / INT8_FILE), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
         if tokenizer_dir is not None:
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
@@ -150,4 +155,4 @@ def file_size_mb(path) -> float:
     return round(Path(path).stat().st_size / 2**20, 3)
 
 
-__all__ = ["quantize_dynamic", "save_quantized", "load_quantized", "is_quantized_dir", "int8_state"]
+__all__ = ["quantize_dynamic", "scheme", "save_quantized", "load_quantized", "is_quantized_dir", "int8_state"]

@@ -228,6 +228,8 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     if backend == "auto":
         backend = "onnxruntime" if has_onnx else "torch"
     check_threads(threads)
+    if int8 and backend == "transformers":
+        raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
     if int8 and backend == "onnxruntime" and has_onnx and not _onnx_is_int8(model_dir / "model.onnx"):
         raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
                           f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
@@ -290,8 +292,6 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         except Exception as e:
             raise CheckpointError(f"transformers cannot load {model_dir} ({str(e).splitlines()[0][:160]}); "
                                   f"use --backend torch") from None
-        if int8:
-            raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
         info.update(parameters=sum(p.numel() for p in model.parameters()), precision="fp32",
                     threads=torch.get_num_threads(), library=f"transformers {transformers.__version__}")
 
