@@ -208,6 +208,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--emulated-bf16", action="store_true",
+                    help="time bf16 even on a CPU without native bf16: both sides then run PyTorch's emulated bf16 "
+                         "GEMMs (~1-2 GFLOP/s on an AVX2 CPU; MLM + ELECTRA take ~10 min with --iters 1 --rounds 1)")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "bench_pretrain.txt"))
     a = ap.parse_args()
     if a.threads:
@@ -234,13 +237,17 @@ def main() -> int:
     ratios = {}
     from bertforge.train.precision import native_bf16
     for dtype in a.dtypes.split(","):
-        if dtype == "bf16" and not native_bf16("cpu"):  # emulated bf16 GEMMs: ~100x slower, both sides
+        emulated = dtype == "bf16" and not native_bf16("cpu")
+        if emulated and not a.emulated_bf16:  # emulated bf16 GEMMs: ~100x slower, both sides
             lines.append("bf16: skipped — this CPU has no native bf16 (avx512_bf16/amx_bf16); its emulated bf16 "
-                         "matmuls are ~100x slower than FP32 on both sides (bertforge/train/precision.py)")
+                         "matmuls are ~100x slower than FP32 on both sides (bertforge/train/precision.py); "
+                         "--emulated-bf16 times them anyway")
             print(lines[-1], flush=True)
             continue
-        peak = matmul_peak(dtype)
-        lines.append(f"measured matmul peak ({dtype}, 2048³): {peak / 1e9:.1f} GFLOP/s")
+        n = 1024 if emulated else 2048  # an emulated 2048³ bf16 matmul takes ~15 s (512³ reads too low a peak)
+        peak = matmul_peak(dtype, n=n)
+        lines.append(f"measured matmul peak ({dtype}, {n}³): {peak / 1e9:.1f} GFLOP/s"
+                     + (" — emulated bf16 (no native bf16 on this CPU), both sides" if emulated else ""))
         print(lines[-1], flush=True)
         ratios[("MLM", dtype)] = compare("MLM", ours_mlm(), hf_mlm(), dtype, a.iters, a.rounds,
                                          f_ours_mlm, f_ref_mlm, peak, lines)
