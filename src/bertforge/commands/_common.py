@@ -13,6 +13,7 @@ from ..config import Recipe, load_recipe
 from ..errors import BertforgeError, ConfigError, require_at_least
 from ..hf import EMBEDDED, resolve_model_dir  # noqa: F401  (re-exported for the verbs)
 
+
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
     p.add_argument("--recipe", default=default_recipe, help="YAML recipe (model/data/train/impl sections)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -77,7 +78,8 @@ def apply_train_flags(r: Recipe, args) -> None:
 
 def check_recipe(r: Recipe) -> Recipe:
     """The checks every training command makes on its final recipe (one-line ConfigError each): dtype (``auto``
-    resolved), batch size, gradient accumulation, learning rate, epochs, step and length limits, schedule, parallel mode."""
+    resolved), batch size, gradient accumulation, learning rate, epochs, step and length limits, schedule,
+    parallel mode."""
     from ..train.precision import DTYPES, resolve_dtype
     if r.impl.dtype not in DTYPES:
         raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose one of {', '.join(DTYPES)}")

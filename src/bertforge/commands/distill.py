@@ -93,26 +93,20 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
                               f"({ref_size} tokens); distillation feeds the same input_ids to all — {fix}")
 
 
-#: losses that read a temperature (softened logits)
-_TEMPERATURE_LOSSES = ("kd", "soft_ce", "mlm_soft")
-
-
 def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
     """ConfigError for a CLI flag the chosen losses would ignore: ``--temperature`` without a soft-logit
     term, ``--alpha`` without a ``kd`` term (it weighs that term's hard-label CE), ``--layer-map`` without a
     layer-wise term that follows a map, ``--mlm-prob`` in the task stage."""
-    from ..distill.losses import get_loss
-    names = [e.get("loss") for e in entries]
-    listed = f"--method {method} ({stage} stage) trains {', '.join(map(str, names))}"
-    if args.temperature is not None and not any(n in _TEMPERATURE_LOSSES for n in names):
+    from ..distill.distiller import follows_layer_map, reads_logits
+    names = [e["loss"] for e in entries]
+    listed = f"--method {method} ({stage} stage) trains {', '.join(names)}"
+    if args.temperature is not None and not any(map(reads_logits, names)):
         raise ConfigError(f"--temperature softens teacher logits, but {listed}, none of which reads "
                           f"logits; drop --temperature")
     if args.alpha is not None and "kd" not in names:
         raise ConfigError(f"--alpha weighs the kd term against the hard-label loss, but {listed}; drop "
                           f"--alpha")
-    if args.layer_map is not None and not any(
-            get_loss(e["loss"]).layerwise and e["loss"] != "embedding_mse"
-            and isinstance(e.get("layers", "uniform"), str) for e in entries):
+    if args.layer_map is not None and not any(map(follows_layer_map, entries)):
         raise ConfigError(f"--layer-map pairs student and teacher layers, but {listed}, none of them "
                           f"layer-wise with a named map; drop --layer-map or choose --method pkd, tinybert or minilm")
     if args.mlm_prob is not None and stage == "task":
@@ -123,13 +117,13 @@ def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
 def _applied(entry: dict, term, layer_map) -> dict:
     """A loss entry as the run applied it, for ``recipe.yaml``: the temperature/alpha that
     ``--temperature``/``--alpha`` set on the term, the ``--layer-map`` that replaced a named map."""
+    from ..distill.distiller import follows_layer_map, reads_logits
     e = dict(entry)
-    if e["loss"] in _TEMPERATURE_LOSSES:
+    if reads_logits(e["loss"]):
         e["temperature"] = term.temperature
     if e["loss"] == "kd":
         e["alpha"] = term.alpha
-    if layer_map is not None and isinstance(e.get("layers", "uniform"), str) and e["loss"] != "embedding_mse" \
-            and term.pairs:
+    if layer_map is not None and follows_layer_map(e):
         e["layers"] = layer_map
     return e
 
@@ -143,19 +137,16 @@ def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
     if cache.exists() and not cache.is_dir():
         raise BertforgeError(f"--cache-dir {cache} is a file; pass a directory (new, or an earlier distill "
                              f"run's teacher_cache)")
-    res = cache.resolve()
-    for d in (*inputs, out):
-        d = Path(d).resolve()
-        if d == res or d in res.parents or res in d.parents:
-            what = "--out" if d == out.resolve() else "the input"
-            if what == "--out" and d in res.parents:
-                continue  # <out>/something, like the default <out>/teacher_cache
+    res, out_res = cache.resolve(), out.resolve()
+    overlaps = [("the input", Path(d).resolve()) for d in inputs] + [("--out", out_res)]
+    for what, d in overlaps:  # <out>/something, like the default <out>/teacher_cache, is fine
+        if d == res or res in d.parents or (d in res.parents and d != out_res):
             raise BertforgeError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
     if not is_cache_dir(cache):
         raise BertforgeError(f"--cache-dir {cache} holds files that are not a teacher cache; pass a new or "
                              f"empty directory, or an earlier distill run's teacher_cache")
     parent = enclosing_output(res)
-    if parent is not None and parent != out.resolve() and not (cache.is_dir() and any(cache.iterdir())):
+    if parent is not None and parent != out_res and not (cache.is_dir() and any(cache.iterdir())):
         raise BertforgeError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
                              f"choose a directory outside it")
 

@@ -52,7 +52,7 @@ def run(args) -> int:
                               f"--backend onnxruntime")
     if not args.eval:
         unused = [f for f, v in (("--task", args.task), ("--max-eval-samples", args.max_eval_samples),
-                                           ("--max-seq-len", args.max_seq_len)) if v]
+                                 ("--max-seq-len", args.max_seq_len)) if v]
         if unused:
             raise ConfigError(f"{unused[0]} sets up the accuracy check of --eval FILE; pass --eval or drop it")
     require_at_least("--max-eval-samples", args.max_eval_samples, 1)

@@ -413,4 +413,5 @@ class OrtModel(nn.Module):
         return ModelOutput(logits=out)
 
 
-__all__ = ["OrtModel", "ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range", "session", "parity", "deploy"]
+__all__ = ["OrtModel", "ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
+           "session", "parity", "deploy"]

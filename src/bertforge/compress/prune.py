@@ -298,8 +298,9 @@ def prune_heads(model, heads_to_prune: dict) -> dict:
         idx = sorted(set(int(i) for i in idx))
         if not idx:
             continue
-        if not 0 <= layer < len(model.encoder.layers):
-            raise ConfigError(f"layer {layer} does not exist; the model has layers 0–{len(model.encoder.layers) - 1}")
+        n_layers = len(model.encoder.layers)
+        if not 0 <= layer < n_layers:
+            raise ConfigError(f"layer {layer} does not exist; the model has layers 0–{n_layers - 1}")
         att = model.encoder.layers[layer].attention
         n, d = att.num_heads, att.head_dim
         if idx[0] < 0 or idx[-1] >= n:

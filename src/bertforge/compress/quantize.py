@@ -23,6 +23,8 @@ from torch import nn
 from ..errors import CheckpointError
 
 INT8_FILE = "model.int8.safetensors"
+
+
 def scheme(per_channel: bool = True) -> str:
     """The quantization recorded in ``config.json`` (``bertforge.quantization``) and printed by ``quantize``."""
     return (f"torch dynamic int8 (qint8 weights, one scale per {'output channel' if per_channel else 'matrix'}, "
@@ -79,6 +81,11 @@ def int8_state(qmodel) -> dict:
     return out
 
 
+def _per_channel(state: dict) -> bool:
+    """Whether an :func:`int8_state` dict holds per-channel weights (they carry a quantization axis)."""
+    return any(k.endswith(".weight.axis") for k in state)
+
+
 def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
     """Write ``config.json`` + ``model.int8.safetensors`` (+ tokenizer files) atomically to ``out_dir``."""
     from safetensors.torch import save_file
@@ -87,8 +94,7 @@ def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
     from ..tokenizer import copy_tokenizer_files
     cfg = config_to_hf(fp32_model.config, fp32_model.head_name)
     state = int8_state(qmodel)
-    per_channel = any(k.endswith(".weight.axis") for k in state)
-    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": scheme(per_channel)}
+    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": scheme(_per_channel(state))}
     with atomic_dir(Path(out_dir)) as tmp:
         save_file(state, str(tmp / INT8_FILE), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
@@ -117,8 +123,7 @@ def load_quantized(path):
     head = d.get("bertforge_head") or _head_from_arch(d) or "base"
     fp32 = TaskModel(config, head=head)
     state = load_file(str(path / INT8_FILE))
-    per_channel = any(k.endswith(".weight.axis") for k in state)
-    qmodel = quantize_dynamic(fp32, per_channel=per_channel)
+    qmodel = quantize_dynamic(fp32, per_channel=_per_channel(state))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, m in qmodel.named_modules():

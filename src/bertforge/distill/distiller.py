@@ -106,6 +106,18 @@ def method_terms(method: str, stage: str) -> list:
     return [dict(t) for t in METHODS[method][stage]]
 
 
+def follows_layer_map(entry: dict) -> bool:
+    """Whether a ``--layer-map`` replaces this loss entry's layer map: a layer-wise loss whose ``layers`` is a
+    strategy name (default ``uniform``), except ``embedding_mse`` (always the embedding pair)."""
+    return (get_loss(entry["loss"]).layerwise and entry["loss"] != "embedding_mse"
+            and isinstance(entry.get("layers", "uniform"), str))
+
+
+def reads_logits(loss: str) -> bool:
+    """Whether a loss compares (softened) logits, so that a temperature applies to it."""
+    return get_loss(loss).feature in ("logits", "mlm_logits")
+
+
 def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = None,
                 alpha: Optional[float] = None, layer_map=None) -> list:
     """Term dicts → :class:`Term` list with layer maps resolved against student depth ``m`` and teacher
@@ -131,7 +143,7 @@ def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = No
             lay = e.get("layers", "uniform")
             if e["loss"] == "embedding_mse":
                 lay = [[0, 0]]
-            elif layer_map is not None and isinstance(lay, str):
+            elif layer_map is not None and follows_layer_map(e):
                 lay = layer_map
             pairs = resolve_map(lay, m, n)
             if spec.feature in ("attention_scores", "attentions", "values"):

@@ -362,9 +362,7 @@ class Trainer:
                 shutil.rmtree(p, ignore_errors=True)
 
     def latest_checkpoint(self) -> Optional[Path]:
-        root = self._ckpt_root()
-        ckpts = [p for p in root.glob("step-*") if (p / "trainer_state.json").is_file()]
-        return max(ckpts, key=_step_of) if ckpts else None
+        return _latest_checkpoint(self._ckpt_root())
 
     def resume(self, path: Optional[Path] = None) -> bool:
         """Load model/optimizer/scheduler/RNG (this rank's) and the data position from ``path`` (default:
@@ -393,13 +391,9 @@ class Trainer:
         if missing:
             raise CheckpointError(f"checkpoint {path} has no {missing[0]}; resume from another "
                                   f"checkpoint or run without --resume")
-        try:
-            state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
-                                  f"checkpoint") from None
-        _check_state(path, state, self.n_examples, self.cfg, self.global_micro, self.sources)
-        _check_fixed(self.out_dir, path, self.recipe)
+        state = _read_state(path)
+        _check_state(path, state, self.n_examples, self.cfg, self.global_micro, self.sources,
+                     self.out_dir, self.recipe)
         for flag, was in (state.get("sources") or {}).items():  # same files: keep the dir the run started from
             if flag in self.sources:
                 self.sources[flag] = dict(was)
@@ -710,14 +704,17 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) ->
 
 def _check_fixed(out_dir: Path, path: Path, recipe) -> None:
     """CheckpointError when ``recipe`` changes a :data:`_FIXED` value of the run's saved ``recipe.yaml``."""
-    changed = _recipe_changes(Path(out_dir) / "recipe.yaml", recipe, fixed=True) if recipe is not None else ""
+    changed = _recipe_changes(Path(out_dir) / "recipe.yaml", recipe, fixed=True)
     if changed:
         raise CheckpointError(f"--resume: {path} was written by a run with other options ({changed}); resume "
                               f"with the options the run was started with, or start a new --out")
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None,
-                 sources: Optional[dict] = None) -> None:
+                 sources: Optional[dict] = None, out_dir=None, recipe=None) -> None:
+    """CheckpointError unless checkpoint ``path`` (its ``state``) can be continued by this run: same source
+    model files, seed, data size, batch and accumulation (and process layout), and, with ``recipe``, the
+    :data:`_FIXED` values of ``out_dir/recipe.yaml``."""
     for flag, now in (sources or {}).items():  # a model dir the run started from (teacher, tokenizer…)
         was = (state.get("sources") or {}).get(flag)
         if was and was.get("sha256") != now.get("sha256"):
@@ -739,6 +736,8 @@ def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Op
             fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
             raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
                                   f"{now}; resume with {fix}, or start a new --out")
+    if recipe is not None:
+        _check_fixed(out_dir, path, recipe)
 
 
 def check_batch_fits(batch_size: int, n_examples: int) -> None:
@@ -760,18 +759,23 @@ def check_resume(out_dir, n_examples: int, train_cfg, sources: Optional[dict] = 
     Raises:
         CheckpointError: a mismatch (the message names the setting to restore) or an unreadable state.
     """
-    root = Path(out_dir) / "checkpoints"
+    path = _latest_checkpoint(Path(out_dir) / "checkpoints")
+    if path is not None:
+        _check_state(path, _read_state(path), n_examples, train_cfg, sources=sources, out_dir=out_dir,
+                     recipe=recipe)
+
+
+def _latest_checkpoint(root: Path) -> Optional[Path]:
     ckpts = [p for p in root.glob("step-*") if (p / "trainer_state.json").is_file()]
-    if not ckpts:
-        return
-    path = max(ckpts, key=_step_of)
+    return max(ckpts, key=_step_of) if ckpts else None
+
+
+def _read_state(path: Path) -> dict:
     try:
-        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}/trainer_state.json is unreadable ({e}); resume from another "
                               f"checkpoint") from None
-    _check_state(path, state, n_examples, train_cfg, sources=sources)
-    _check_fixed(out_dir, path, recipe)
 
 
 def _test_delay(step: int) -> None:
