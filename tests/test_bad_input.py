@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from resilience_util import bertforge_cmd, cli_error_line, make_tiny_checkpoint, run, sentences, write_tsv
+from resilience_util import REPO, bertforge_cmd, cli_error_line, make_tiny_checkpoint, run, sentences, write_tsv
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ CASES = [
      ["written with 42 seed but this run has 7", "train.seed=42"]),
     ("pretrain-resume-other-objective-named",
      lambda w: _pt(w, "electra", "--resume", "--batch-size", 1, out=w.pt_run),
-     ["started with other options", "objective 'roberta' → 'electra'"]),
+     ["with other options", "objective 'roberta' → 'electra'"]),
     ("pretrain-resume-other-length-named", lambda w: _pt(w, "roberta", "--resume", "--batch-size", 1,
                                                          "--max-seq-len", 16, out=w.pt_run),
      ["data.max_seq_len"]),
@@ -396,6 +396,23 @@ CASES = [
      ["--mlm-prob / distill.mlm_probability=2.0"]),
     ("pretrain-tokenizer-unknown", lambda w: _pt(w, "bert", "--tokenizer", "nosuch"),
      ["neither a kind", "wordpiece"]),
+    ("pretrain-dupe-factor-with-dynamic-masking", lambda w: _pt(w, "roberta", "--dupe-factor", 3),
+     ["--dupe-factor / pretrain.dupe_factor=3", "--masking static"]),
+    ("override-given-twice", lambda w: _pt(w, "roberta", "train.lr=1e-3", "train.lr=5e-3"),
+     ["train.lr is given twice", "train.lr=1e-3 and train.lr=5e-3"]),
+    ("pretrain-size-disagrees-with-recipe", lambda w: _pt(w, "roberta", "--size", "small", "--recipe",
+                                                          REPO / "recipes" / "pretrain" / "tiny.yaml"),
+     ["--size small sets model.hidden_size=256", "drop --size"]),
+    ("pretrain-mlm-probability-zero", lambda w: _pt(w, "roberta", "pretrain.mlm_probability=0"),
+     ["pretrain.mlm_probability=0"]),
+    ("pretrain-resume-a-finetune-run", lambda w: _pt(w, "roberta", "--resume", out=w.run),
+     ["is a `bertforge finetune` run, not a `bertforge pretrain` one"]),
+    ("pretrain-cache-dir-is-a-file", lambda w: _pt(w, "bert", "--cache-dir", w.lines3), ["is a file"]),
+    ("pretrain-cache-dir-inside-out", lambda w: _pt(w, "bert", "--cache-dir", w.d / "ptc" / "cache",
+                                                    out=w.d / "ptc"), ["overlaps --out"]),
+    ("pretrain-cache-dir-is-a-run", lambda w: _pt(w, "bert", "--cache-dir", w.run), ["holds a bertforge run"]),
+    ("pretrain-cache-dir-inside-a-run", lambda w: _pt(w, "bert", "--cache-dir", w.run / "cache"),
+     ["holds a bertforge run"]),
 
 ]
 
@@ -518,3 +535,41 @@ def test_model_inputs_of_the_wrong_shape_are_value_errors():
                          ((torch.randint(3, 50, (1, 9)),), "sequence length 9 exceeds the model's 8")]:
         with pytest.raises(ValueError, match=re.escape(needle)):
             m(*args)
+
+
+def test_refused_cache_dir_writes_nothing(w, capsys):
+    """The --cache-dir checks run before the tokenizer is trained: neither the cache nor --out appear."""
+    cli_error_line([str(a) for a in _pt(w, "bert", "--cache-dir", w.d / "ptd" / "cache", out=w.d / "ptd")],
+                   capsys, untouched=w.run)
+    cli_error_line([str(a) for a in _pt(w, "bert", "--cache-dir", w.run / "cache2")], capsys, untouched=w.run)
+    assert not (w.d / "ptd").exists() and not (w.run / "cache2").exists()
+
+
+def test_resume_message_compares_paths_resolved_and_names_each_change_once(w, capsys):
+    """A relative and an absolute path to the same corpus file are the same value; the real difference
+    (the batch size) is named, and only once."""
+    import os
+    rel = os.path.relpath(w.lines3)
+    line = cli_error_line([str(a) for a in _pt(w, "roberta", "--resume", "--batch-size", 2, corpus=rel,
+                                                out=w.pt_run)], capsys, untouched=w.run)
+    assert "batch_size" in line and "data.corpus" not in line, line
+    line = cli_error_line([str(a) for a in _pt(w, "roberta", "--resume", "--batch-size", 1,
+                                                "model.hidden_size=64", out=w.pt_run)], capsys, untouched=w.run)
+    assert line.count("model.hidden_size") == 1, line
+
+
+def test_dynamic_masking_serves_each_sequence_once_per_epoch(w, capsys):
+    """BERT's static masking copies the data (dupe_factor 10); with --masking dynamic the default is one
+    copy, as for RoBERTa."""
+    from bertforge.cli import main
+    docs = w.d / "docs.txt"
+    docs.write_text("\n\n".join(" ".join(s.capitalize() + "." for s, _ in sentences(4, i)) for i in range(6)) + "\n")
+    sizes = {}
+    for name, flags in (("static", ()), ("static-once", ("--dupe-factor", 1)), ("dynamic", ("--masking", "dynamic"))):
+        out = w.d / f"pt-{name}"
+        assert main([str(a) for a in _pt(w, "bert", *flags, "--doc-sep", "blank", "--batch-size", 1,
+                                         corpus=docs, out=out)]) == 0
+        sizes[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["train_sequences"]
+        shutil.rmtree(out)
+    # the ten static copies draw their own pairs and lengths, so they hold about, not exactly, 10× as many
+    assert sizes["dynamic"] == sizes["static-once"] > 0 and sizes["static"] > 5 * sizes["dynamic"]

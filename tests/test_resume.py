@@ -322,7 +322,8 @@ def test_resume_with_another_lr_continues_the_schedule_from_the_new_peak(setup, 
     for name, lr in (("same", "1e-3"), ("tenfold", "1e-2")):
         out = tmp_path / name
         shutil.copytree(ref, out)
-        r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", STEPS + 3, f"train.lr={lr}"))
+        args = [a for a in _args(ckpt, train, out) if a != "train.lr=1e-3"]  # a key may be given once
+        r = run(bertforge_cmd(*args, "--resume", "--max-steps", STEPS + 3, f"train.lr={lr}"))
         assert r.returncode == 0, r.stderr
         notes = [x for x in r.stderr.splitlines() if "with train.lr=" in x]
         assert len(notes) == (1 if name == "tenfold" else 0), r.stderr
@@ -332,3 +333,75 @@ def test_resume_with_another_lr_continues_the_schedule_from_the_new_peak(setup, 
     assert logged["same"][STEPS + 1] > 0  # linear decay: the last step's rate is 0
     for step, lr in logged["same"].items():
         assert logged["tenfold"][step] == pytest.approx(10 * lr, rel=1e-9, abs=1e-15)
+
+
+def test_sigterm_during_overwrite_cleans_up_and_keeps_the_old_run(setup):
+    """``kill`` (SIGTERM) is handled like Ctrl-C: exit 143, one line, the staging dir of the ``--overwrite``
+    run removed, the earlier run byte-for-byte as it was."""
+    from resilience_util import snapshot
+    d, ckpt, train, ref = setup
+    old = d / "old-term"
+    shutil.copytree(ref, old)
+    before = snapshot(old)
+    p = _popen(_args(ckpt, train, old, "--overwrite", "--max-steps", 100000))
+    _wait_for(lambda: any((s / "checkpoints").is_dir() for s in d.glob(".old-term.staging-*")), p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "bertforge: terminated" and "Traceback" not in err, err
+    assert not list(d.glob(".old-term.*")), list(d.glob(".old-term.*"))
+    assert snapshot(old) == before
+
+
+def test_staging_dirs_of_killed_runs_are_removed_by_the_next_run(setup, tmp_path):
+    """SIGKILL cannot be handled: the next run on that --out removes the staging dirs whose writer (this host,
+    pid in the name) is gone, and keeps those of a live process and of another host."""
+    from bertforge.io import owner_tag
+    d, ckpt, train, ref = setup
+    old = tmp_path / "run"
+    shutil.copytree(ref, old)
+    p = _popen(_args(ckpt, train, old, "--overwrite", "--max-steps", 100000))
+    _wait_for(lambda: any((s / "checkpoints").is_dir() for s in tmp_path.glob(".run.staging-*")), p)
+    p.kill()
+    p.wait()
+    killed = list(tmp_path.glob(".run.staging-*"))
+    assert len(killed) == 1 and f"_{p.pid}_" in killed[0].name
+    host = owner_tag().split("_")[0]
+    live = tmp_path / f".run.staging-{host}_{os.getppid()}_abc"  # a running process (pytest's parent)
+    other = tmp_path / f".run.staging-otherhost{host}_{p.pid}_abc"  # another machine on a shared disk
+    for k in (live, other):
+        k.mkdir()
+    r = run(bertforge_cmd(*_args(ckpt, train, old, "--overwrite", "--max-steps", 1)))
+    assert r.returncode == 0, r.stderr
+    assert sorted(tmp_path.glob(".run.*")) == sorted([live, other])
+
+
+def test_resume_past_the_new_total_is_refused_and_a_constant_schedule_needs_no_note(setup, tmp_path):
+    """A checkpoint already beyond --max-steps cannot be continued (exit 2, nothing trained, the run as it
+    was); a schedule that does not depend on the total (constant, fixed warm-up) resumes without the note."""
+    from resilience_util import snapshot
+    d, ckpt, train, ref = setup
+    out = tmp_path / "past"
+    shutil.copytree(ref, out)
+    before = snapshot(out)
+    r = run(bertforge_cmd(*_args(ckpt, train, out), "--resume", "--max-steps", 5))
+    assert r.returncode == 2 and f"is at step {STEPS}, past this run's 5 steps" in r.stderr, r.stderr
+    assert snapshot(out) == before
+    const = tmp_path / "const"
+    flags = ("train.schedule=constant", "train.warmup_steps=2")
+    r = run(bertforge_cmd(*_args(ckpt, train, const, "--max-steps", 4, *flags)))
+    assert r.returncode == 0, r.stderr
+    r = run(bertforge_cmd(*_args(ckpt, train, const, "--max-steps", 6, "--resume", *flags)))
+    assert r.returncode == 0 and "schedule is recomputed" not in r.stderr, r.stderr
+    assert [m["step"] for m in read_metrics(const) if "loss" in m][-1] == 6
+
+
+def test_load_pretrained_returns_a_model_ready_for_inference(setup):
+    """As transformers' from_pretrained: eval mode, so two calls on the same input agree (dropout off)."""
+    from bertforge import load_pretrained
+    d, ckpt, train, ref = setup
+    model = load_pretrained(ref)
+    assert not model.training
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, model(ids).logits)

@@ -48,8 +48,31 @@ def build_parser() -> argparse.ArgumentParser:
 _OVERRIDE = re.compile(r"^[A-Za-z_]\w*(\.\w+)+=")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler's stop), raised in the main thread like Ctrl-C so that the same
+    clean-up runs: staging and half-written dirs are removed, an earlier run stays as it was."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    import signal
+    import threading
+    previous = None
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)  # restored on return (main() as a library call)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv) -> int:
     try:
         parser = build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -75,6 +98,9 @@ def main(argv=None) -> int:
         msg = " ".join(str(e).split())
         sys.stderr.write(f"bertforge: error: {msg}\n")
         return 2
+    except Terminated:
+        sys.stderr.write("bertforge: terminated\n")
+        return 143
     except KeyboardInterrupt:
         sys.stderr.write("bertforge: interrupted\n")
         return 130

@@ -355,7 +355,8 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             in ``extra_sections``), or ``None`` for defaults.
         overrides: strings ``section.key=value``.
     Raises:
-        ConfigError: unreadable YAML, unknown section or key, malformed override.
+        ConfigError: unreadable YAML, unknown section or key, malformed override, a key overridden twice
+            with different values.
     """
     raw: dict = {}
     if path:
@@ -375,8 +376,12 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
                                   f"'{k}: {{key: value}}'), not {v!r}; fix the file")
     raw = deep_merge(defaults or {}, raw)
     raw = {k: dict(v or {}) for k, v in raw.items()}
+    given: dict = {}
     for ov in overrides or []:
         key, value = parse_override(ov)
+        if key in given and given[key] != value:  # "the last one wins" would hide a typo or a stale copy
+            raise ConfigError(f"{key} is given twice ({key}={given[key]} and {key}={value}); keep one")
+        given[key] = value
         section, sub = key.split(".", 1)
         parsed = _coerce(value)
         types = (_section_types(_SECTIONS[section]) if section in _SECTIONS

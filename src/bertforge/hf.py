@@ -323,6 +323,9 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
             ``base``. A head whose weights are absent is freshly initialised (e.g. fine-tuning from a
             pretrained encoder).
         config_overrides: ModelConfig fields to change (``num_labels``, ``id2label``, dropouts…).
+    Returns:
+        the model in eval mode (dropout off), as ``transformers``' ``from_pretrained``; the Trainer switches
+        it to training mode itself.
     Raises:
         CheckpointError: missing dir/config/weights, unknown family, weights that do not fit.
     """
@@ -383,7 +386,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if model.head is not None and hasattr(model.head, "tie_weights"):
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
-    return model
+    return model.eval()  # ready for inference, as transformers' from_pretrained; training calls .train()
 
 
 def _head_from_arch(d: dict) -> Optional[str]:

@@ -5,7 +5,9 @@ A kill during a write leaves the previous file (or directory) in place and loada
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,41 @@ def _explain(e: OSError, path: Path) -> BertforgeError:
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return BertforgeError(f"permission denied writing {path}; choose a writable output location")
     return BertforgeError(f"cannot write {path} ({e.strerror}); check the path")
+
+
+def owner_tag() -> str:
+    """``HOST_PID_``: put into the names of temporary siblings so that a later process on this host can tell
+    that their writer was killed (``kill -9``, power loss) and remove them (:func:`remove_stale_siblings`)."""
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
+    return f"{host}_{os.getpid()}_"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. EPERM: a process of another user holds that pid
+        return True
+    return True
+
+
+def remove_stale_siblings(path: Path) -> list:
+    """Delete the temporaries ``.NAME.…HOST_PID_…`` beside ``path`` (staging dirs, half-written dirs,
+    renamed-away old dirs) whose writer on this host is no longer running. Those of live processes and of
+    other hosts (a shared filesystem) stay. Returns the removed paths."""
+    path = Path(path)
+    host = owner_tag().split("_")[0]
+    pattern = re.compile(r"^\." + re.escape(path.name) + r"\.(?:staging-|old-)?" + re.escape(host) + r"_(\d+)_")
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for sib in path.parent.iterdir():
+        m = pattern.match(sib.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(sib, ignore_errors=True) if sib.is_dir() else sib.unlink(missing_ok=True)
+            removed.append(sib)
+    return removed
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -77,7 +114,8 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        remove_stale_siblings(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{owner_tag()}", suffix=".tmp", dir=path.parent))
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the result gets a normal dir's mode
     except OSError as e:
         raise _explain(e, path) from None
@@ -87,7 +125,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
             normal_file_mode(f)
         old = None
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f".{path.name}.old-{owner_tag()}")
             os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:

@@ -144,6 +144,8 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()
         raise BertforgeError("--resume continues the run in --out and --overwrite replaces it; pass one of them")
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory path")
+    from ..io import remove_stale_siblings
+    remove_stale_siblings(out.resolve())  # staging dirs of runs killed (kill -9) before they could clean up
     busy = out.is_dir() and any(out.iterdir())
     if busy and overwrite:
         _check_replaceable(out)
@@ -153,7 +155,7 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()
         return out
     _check_placement(out, inputs)
     if busy and not overwrite:
-        if not _holds_output(out):
+        if not holds_output(out):
             raise BertforgeError(f"--out {out} is a non-empty directory that holds no run; pass an empty or "
                                  f"new --out")
         raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
@@ -165,8 +167,8 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()
             st = res.with_name(f".{res.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
-        from ..io import current_umask
-        st = Path(tempfile.mkdtemp(prefix=f".{res.name}.staging-", dir=res.parent))
+        from ..io import current_umask, owner_tag
+        st = Path(tempfile.mkdtemp(prefix=f".{res.name}.staging-{owner_tag()}", dir=res.parent))
         os.chmod(st, 0o777 & ~current_umask())  # the run dir it becomes gets a normal dir's mode
         return st
     existed = out.exists()
@@ -182,13 +184,13 @@ def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()
 _OUTPUT_MARKERS = ("recipe.yaml", "config.json", "checkpoints", "model.onnx")
 
 
-def _holds_output(out: Path) -> bool:
+def holds_output(out: Path) -> bool:
     return any((out / f).exists() for f in _OUTPUT_MARKERS)
 
 
 def enclosing_output(path: Path):
     """The nearest directory above ``path`` (resolved) that holds a run, checkpoint or export, or None."""
-    return next((p for p in Path(path).resolve().parents if _holds_output(p)), None)
+    return next((p for p in Path(path).resolve().parents if holds_output(p)), None)
 
 
 def check_out_file(out: Path, protected=(), inputs=(), overwrite: bool = False, flag: str = "--out",
@@ -204,7 +206,7 @@ def check_out_file(out: Path, protected=(), inputs=(), overwrite: bool = False, 
     out = Path(out)
     if out.is_dir():
         res = out.resolve()
-        taken = (any(Path(d).resolve() == res for d in protected) or _holds_output(res)
+        taken = (any(Path(d).resolve() == res for d in protected) or holds_output(res)
                  or enclosing_output(res) is not None)  # a file there would be refused too
         hint = f"a file path outside it, such as {example}" if taken else f"a file path such as {out}/{example}"
         raise BertforgeError(f"{flag} {out} is a directory; pass {hint}")
@@ -242,7 +244,7 @@ def _check_replaceable(out: Path) -> None:
     if res == cwd or res in cwd.parents:
         raise BertforgeError(f"--out {out} is the current directory or contains it; --overwrite cannot replace "
                              f"it, pass a path below it")
-    if not _holds_output(out):
+    if not holds_output(out):
         raise BertforgeError(f"--out {out} holds files that are not a bertforge run; --overwrite replaces only "
                              f"a run or checkpoint dir, pass an empty or new --out")
 
@@ -271,7 +273,8 @@ def finish_out_dir(work: Path, out: Path) -> None:
     if work == out or int(os.environ.get("RANK", "0")) != 0:
         return
     import shutil
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    from ..io import owner_tag
+    old = out.with_name(f".{out.name}.old-{owner_tag()}")
     os.replace(out, old)
     os.replace(work, out)
     shutil.rmtree(old, ignore_errors=True)

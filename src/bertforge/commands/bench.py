@@ -1,7 +1,10 @@
 """Time inference of a model dir (bertforge, ONNX, INT8 or plain transformers); prints one JSON object.
 
-Fields: latency p50/p90 (ms), throughput (sequences/s), parameters, file size (MB), GFLOPs per sequence,
-achieved GFLOP/s, threads, CPU flags. The same timing loop serves every backend.
+Fields: latency p50/p90 (ms), throughput (sequences/s), parameters (each distinct weight once — a tied
+embedding once — so one dir gives one count on every backend), file size (MB), GFLOPs per sequence,
+achieved GFLOP/s, threads, CPU flags. The same timing loop serves every backend. `--backend transformers`
+loads the class of the config's ``architectures`` (``model_class``) and lists any checkpoint weights it
+leaves out (``checkpoint_weights_unused``, e.g. SpanBERT's SBO head) or initialises fresh.
 
 Examples:
   bertforge bench --model runs/sst2 --seq-len 128 --batch-size 1

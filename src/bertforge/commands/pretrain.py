@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 
@@ -27,9 +28,10 @@ def add_arguments(p) -> None:
     from ..objectives.pretrain import OBJECTIVES, SIZES
     p.add_argument("--objective", required=True, choices=sorted(OBJECTIVES))
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="text files (or HF dataset names with a 'text' column)")
+                   help="text files, or HF hub dataset names (NAME or NAME:CONFIG, a 'text' column; streamed)")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--size", choices=sorted(SIZES), default="tiny", help="model/train shape (default tiny)")
+    p.add_argument("--size", choices=sorted(SIZES), help="model/train shape (default tiny; a --recipe's own "
+                                                         "values must agree with it)")
     p.add_argument("--tokenizer", help="wordpiece | wordpiece-cased | bpe | unigram (trained on the corpus) "
                                        "or a checkpoint dir / 'minilm' to reuse its tokenizer")
     p.add_argument("--vocab-size", type=int, help="vocabulary size of a trained tokenizer")
@@ -50,7 +52,9 @@ def build_pretrain_recipe(args):
     """Shape defaults (--size) < recipe file < KEY=VALUE overrides < explicit flags."""
     from ..objectives.pretrain import SIZES
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",),
-                    defaults=SIZES[args.size])
+                    defaults=SIZES[args.size or "tiny"])
+    if args.size and args.recipe:
+        _check_size_against_recipe(args.size, args.recipe)
     apply_train_flags(r, args)
     sec = r.extra.setdefault("pretrain", {})
     for a, k in (("tokenizer", "tokenizer"), ("vocab_size", "vocab_size"), ("masking", "masking"),
@@ -73,9 +77,24 @@ def build_pretrain_recipe(args):
     return check_recipe(r)
 
 
+def _check_size_against_recipe(size: str, path: str) -> None:
+    """ConfigError when ``--size`` and a recipe file both set a shape key (model, data or train) to different
+    values: the recipe would silently win (a recipe only for ``pretrain.*`` options combines freely)."""
+    import yaml
+    from ..objectives.pretrain import SIZES
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}  # load_recipe has validated it
+    for section, values in SIZES[size].items():
+        for key, value in values.items():
+            mine = (raw.get(section) or {}).get(key, value)
+            if mine != value:
+                raise ConfigError(f"--size {size} sets {section}.{key}={value} but --recipe {path} sets "
+                                  f"{section}.{key}={mine}; drop --size (the recipe sets the shape) or the "
+                                  f"recipe's value")
+
+
 def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_dir: Path):
     """A trained (cached) tokenizer of kind ``spec``, or the tokenizer of a checkpoint dir."""
-    from ..data.tokenizers_train import KINDS, iter_lines, train_tokenizer
+    from ..data.tokenizers_train import KINDS, train_tokenizer
     from ..tokenizer import load_tokenizer
     spec = spec or kind_default
     if spec not in KINDS:
@@ -86,9 +105,13 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
         return load_tokenizer(d)
     from tokenizers import Tokenizer
 
-    from ..data.corpus import require_corpus_file
+    from ..data.corpus import hub_dataset, iter_corpus_lines, open_hub_dataset, require_corpus_file
     meta = []
     for c in corpus:
+        if hub_dataset(c):  # reached now, so that an offline or misspelt name fails before training
+            open_hub_dataset(c)
+            meta.append([c, 0, 0])
+            continue
         p = require_corpus_file(c)
         st = p.stat()
         if st.st_size == 0:
@@ -98,10 +121,30 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
     path = cache_dir / f"tokenizer-{spec}-{vocab_size}-{key}.json"
     if path.is_file():
         return Tokenizer.from_file(str(path))
-    tok = train_tokenizer(spec, iter_lines(corpus), vocab_size)
+    tok = train_tokenizer(spec, iter_corpus_lines(corpus), vocab_size)
     from ..io import atomic_write_text
     atomic_write_text(path, tok.to_str())
     return tok
+
+
+def check_cache_dir(cache: Path, out: Path, inputs: tuple = ()) -> None:
+    """Refuse a ``--cache-dir`` that is a file, is / contains / lies inside ``--out`` or an input model dir
+    (a reused tokenizer's), or lies inside (or is) another run, model, checkpoint or export dir: cache files
+    would land in a run that bertforge promises not to write into. Checked before anything is written.
+
+    Raises:
+        ConfigError: one line naming the overlap and the fix."""
+    from ._common import holds_output, enclosing_output
+    if cache.exists() and not cache.is_dir():
+        raise ConfigError(f"--cache-dir {cache} is a file; pass a directory (new, or an earlier --cache-dir)")
+    res = cache.resolve()
+    for what, d in [("--out", Path(out).resolve())] + [("the input", Path(i).resolve()) for i in inputs]:
+        if d == res or res in d.parents or d in res.parents:
+            raise ConfigError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
+    parent = res if (cache.is_dir() and holds_output(res)) else enclosing_output(res)
+    if parent is not None:
+        raise ConfigError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
+                          f"choose a directory outside it")
 
 
 def run(args) -> int:
@@ -118,6 +161,8 @@ def run(args) -> int:
                                             if k != "objective"})
     recipe.extra["pretrain"] = {k: v for k, v in opts.items() if k not in ("family", "head")}
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    reused = opts.get("tokenizer") not in (None, *KINDS) and Path(str(opts["tokenizer"])).is_dir()
+    check_cache_dir(cache, Path(args.out), (Path(opts["tokenizer"]),) if reused else ())
     tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
                         int(opts["vocab_size"]), cache)
     tok_inputs = ()  # a checkpoint dir whose tokenizer is reused: --out must stay out of it
@@ -155,6 +200,9 @@ def run(args) -> int:
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=tok_inputs)
+    if args.resume:
+        from ..train.trainer import check_resume
+        check_resume(work, len(train_ds), recipe.train, None, recipe)  # before the model is built
     try:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
@@ -170,6 +218,9 @@ def run(args) -> int:
         abandon_out_dir(work, out)
         raise
     finish_out_dir(work, out)
+    if opts.get("tokenizer") in (None, *KINDS) and tok.get_vocab_size() < int(opts["vocab_size"]):  # on success
+        print(f"bertforge: the corpus yields {tok.get_vocab_size()} tokens, fewer than --vocab-size / "
+              f"pretrain.vocab_size {opts['vocab_size']}; the model uses {tok.get_vocab_size()}", file=sys.stderr)
     print_json({"out": str(out), "objective": args.objective, "train_sequences": len(train_ds),
                 "corpus_tokens": corpus.num_tokens, **{k: v for k, v in result.items()
                                                         if not isinstance(v, (list, dict))}})

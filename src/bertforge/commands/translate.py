@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 from ..config import load_recipe
-from ..errors import ConfigError, require_number
+from ..errors import ConfigError, DataError, require_number
 from ._common import (
     abandon_out_dir,
     add_train_args,
@@ -135,6 +135,15 @@ def _check_translate_recipe(r, sec: dict) -> None:
                        note="4 ids are the special tokens" if key == "vocab_size" else "")
 
 
+def length_limit(max_len: int, max_positions: int) -> tuple[int, str]:
+    """(longest side in tokens a training pair may have, the setting that sets it): ``translate.max_len``,
+    or ``model.max_positions`` − 1 when that is smaller (a decoder input is ``<s>`` + the target)."""
+    if max_len <= max_positions - 1:
+        return max_len, f"translate.max_len (now {max_len})"
+    return max_positions - 1, (f"model.max_positions (now {max_positions}; a side may have up to "
+                               f"max_positions − 1 tokens)")
+
+
 def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, dtype: str):
     """eval_fn for the Trainer: ``val_loss`` / ``val_nll`` (per target token, all of the validation set)
     and ``bleu`` (sacreBLEU of greedy or beam output on the first ``eval_bleu_sentences`` sentences)."""
@@ -143,7 +152,11 @@ def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, 
 
     from ..data.translation import TokenBatchDataset, encode_pairs
     from ..models.decoding import translate_texts
-    s_ids, t_ids, _ = encode_pairs(tokenizer, valid_src, valid_tgt, model.config.max_positions - 1)
+    s_ids, t_ids, dropped = encode_pairs(tokenizer, valid_src, valid_tgt, model.config.max_positions - 1)
+    if not s_ids:  # val_loss would divide by zero at the first evaluation
+        raise DataError(f"all {dropped} sentence pairs of --valid-src/--valid-tgt are longer than "
+                        f"{model.config.max_positions - 1} tokens (</s> included), so none can be "
+                        f"evaluated; raise model.max_positions (now {model.config.max_positions})")
     val = TokenBatchDataset(s_ids, t_ids, max(4000, int(sec["max_tokens"])))
     n_bleu = int(sec.get("eval_bleu_sentences") or 0)
 
@@ -192,16 +205,22 @@ def run_train(args) -> int:
         if args.resume and tok_file.is_file():
             tok = Tokenizer.from_file(str(tok_file))
         else:
-            tok = train_joint_tokenizer(src + tgt, int(sec["vocab_size"]), str(sec["tokenizer"]))
+            tok = train_joint_tokenizer(src + tgt, int(sec["vocab_size"]), str(sec["tokenizer"]),
+                                        name="translate.vocab_size")
         cfg = TransformerConfig.from_dict({**r.model, "vocab_size": tok.get_vocab_size()})
-        s_ids, t_ids, dropped = encode_pairs(tok, src, tgt, min(int(sec["max_len"]), cfg.max_positions - 1))
+        limit, limit_key = length_limit(int(sec["max_len"]), cfg.max_positions)
+        s_ids, t_ids, dropped = encode_pairs(tok, src, tgt, limit)
+        if not s_ids:
+            raise DataError(f"all {dropped} sentence pairs of --src/--tgt are longer than {limit} tokens "
+                            f"(</s> included) and were dropped, so nothing is left to train on; raise "
+                            f"{limit_key}")
         torch.manual_seed(r.train.seed)
         model = TransformerSeq2Seq(cfg)
         model.explicit_attention = r.impl.dtype == "bfloat16"  # faster on CPU under bf16; same numbers
         ds = TokenBatchDataset(s_ids, t_ids, int(sec["max_tokens"]), seed=r.train.seed)
         prep_s = time.perf_counter() - t0
         if r.impl.progress:
-            print(f"bertforge: {len(s_ids)} pairs ({dropped} longer than {sec['max_len']} dropped), vocab "
+            print(f"bertforge: {len(s_ids)} pairs ({dropped} longer than {limit} tokens dropped), vocab "
                   f"{tok.get_vocab_size()}, {len(ds)} batches/epoch, {model.num_parameters():,} parameters",
                   file=sys.stderr)
 

@@ -138,19 +138,58 @@ def iter_documents(path: str, doc_sep: str = "auto") -> Iterator[list]:
         yield doc
 
 
-def _iter_hub_documents(name: str) -> Iterator[list]:
+def hub_dataset(source: str) -> Optional[tuple]:
+    """``(name, config or None)`` when ``source`` names a HF hub dataset (``wikitext:wikitext-2-raw-v1``,
+    ``Salesforce/wikitext``, ``NAME:CONFIG``) rather than a local file; None for anything path-like: an
+    existing path, one starting with ``.``, ``/`` or ``~``, one whose name has a file extension, or one whose
+    folder exists here (then a missing file is reported as missing)."""
+    p = Path(source)
+    if p.exists() or source.startswith((".", "/", "~")) or "\\" in source:
+        return None
+    name, _, config = source.partition(":")
+    if not re.fullmatch(r"[\w-]+(/[\w.-]+)?", name) or "." in name.rsplit("/", 1)[-1]:
+        return None
+    if "/" in name and Path(name).parent.is_dir():
+        return None
+    return name, (config or None)
+
+
+def open_hub_dataset(source: str):
+    """``datasets.load_dataset(name, config, split="train", streaming=True)`` for a :func:`hub_dataset` name.
+
+    Raises:
+        DataError: the dataset cannot be reached (offline, misspelt, private, no ``train`` split)."""
+    name, config = hub_dataset(source)
     try:
         import datasets
-        ds = datasets.load_dataset(name, split="train", streaming=True)
+        return datasets.load_dataset(name, config, split="train", streaming=True)
     except Exception as e:
-        raise DataError(f"corpus {name!r} is not a file and could not be loaded with datasets "
-                        f"({str(e).splitlines()[0][:100]}); pass text files") from None
-    for row in ds:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise DataError(f"corpus {source!r} is not a local file and could not be streamed from the HF hub "
+                        f"({first}); pass text files, or a dataset name (NAME or NAME:CONFIG with a 'text' "
+                        f"column) while online") from None
+
+
+def _iter_hub_documents(source: str) -> Iterator[list]:
+    for row in open_hub_dataset(source):
         text = row.get("text") if isinstance(row, dict) else None
         if text:
             sents = split_sentences(text)
             if sents:
                 yield sents
+
+
+def iter_corpus_lines(sources: list) -> Iterator[str]:
+    """The non-blank lines of ``sources`` (text files, or the ``text`` rows of :func:`hub_dataset` names),
+    stripped: what a tokenizer is trained on."""
+    from .tokenizers_train import iter_lines
+    for src in sources:
+        if hub_dataset(str(src)):
+            for row in open_hub_dataset(str(src)):
+                text = row.get("text") if isinstance(row, dict) else None
+                yield from (ln.strip() for ln in (text or "").splitlines() if ln.strip())
+        else:
+            yield from iter_lines([src])
 
 
 def require_corpus_file(path, hint: str = "pass text files") -> Path:
@@ -209,7 +248,7 @@ def _tokenized_rows(sources_json: str, doc_sep: str, tokenizer_json: str, batch_
         buf_text.clear()
 
     for src in sources:
-        docs = iter_documents(src, doc_sep) if Path(src).is_file() else _iter_hub_documents(src)
+        docs = _iter_hub_documents(src) if hub_dataset(src) else iter_documents(src, doc_sep)
         for sents in docs:
             for s in sents:
                 buf_doc.append(doc_id)
@@ -255,13 +294,11 @@ class TokenizedCorpus:
         meta = []
         for s in sources:
             p = Path(s)
-            if p.is_file():
-                st = p.stat()
-                meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
-            elif p.exists() or s.startswith((".", "/", "~")) or "/" not in s and "." in s:
-                require_corpus_file(p)
-            else:
+            if hub_dataset(s):
                 meta.append([s, 0, 0])
+            else:
+                st = require_corpus_file(p).stat()
+                meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
         tj = tokenizer.to_str()
         key = hashlib.sha256(json.dumps([CACHE_VERSION, meta, doc_sep,
                                          hashlib.sha256(tj.encode()).hexdigest()]).encode()).hexdigest()[:16]
@@ -269,6 +306,9 @@ class TokenizedCorpus:
         path = root / f"corpus-{key}"
         if (path / "meta.json").is_file():
             return cls(path)
+        for src in sources:  # reach the hub now: inside from_generator a failure would be a DatasetGenerationError
+            if hub_dataset(src):
+                open_hub_dataset(src)
         import datasets
         datasets.disable_progress_bars()
         with atomic_dir(path) as tmp:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<s>", "</s>"]
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -49,12 +49,28 @@ def read_parallel(src_path, tgt_path) -> tuple[list, list]:
     return src, tgt
 
 
+def min_vocab_size(texts: list, kind: str = "bpe") -> int:
+    """The smallest ``vocab_size`` :func:`train_joint_tokenizer` can honour on ``texts``: every distinct
+    character after NFKC normalisation (a space counts as the word-boundary mark ``▁``) has a token of its
+    own, plus the 4 special tokens; the ``unigram`` trainer needs one more. Below it, BPE silently
+    returns this many tokens anyway and Unigram fails."""
+    from tokenizers import normalizers
+    norm = normalizers.NFKC()
+    chars = {"▁"}
+    for i in range(0, len(texts), 10000):  # in chunks: one normalizer call each, no copy of the corpus
+        chars.update(norm.normalize_str("\n".join(texts[i:i + 10000])))
+    chars -= {" ", "\n"}
+    return len(chars) + len(SPECIAL_TOKENS) + (1 if kind == "unigram" else 0)
+
+
 def train_joint_tokenizer(texts: list, vocab_size: int = 8000, kind: str = "bpe",
-                          min_frequency: int = 2):
+                          min_frequency: int = 2, name: str = "vocab_size"):
     """Learn one subword vocabulary on ``texts`` (source and target sentences together).
 
-    Returns a ``tokenizers.Tokenizer`` whose ids 0–3 are ``<pad> <unk> <s> </s>`` and whose decoder
-    turns ids back into detokenized text. Raises DataError: unknown ``kind``.
+    Returns a ``tokenizers.Tokenizer`` of at most ``vocab_size`` tokens whose ids 0–3 are
+    ``<pad> <unk> <s> </s>`` and whose decoder turns ids back into detokenized text.
+    Raises DataError: unknown ``kind``. ConfigError: ``vocab_size`` below :func:`min_vocab_size` (the
+    message names the minimum and calls the setting ``name``, e.g. ``translate.vocab_size``).
     """
     from tokenizers import (
         Tokenizer,
@@ -74,12 +90,21 @@ def train_joint_tokenizer(texts: list, vocab_size: int = 8000, kind: str = "bpe"
                                           unk_token="<unk>", show_progress=False)
     else:
         raise DataError(f"tokenizer kind {kind!r}; choose bpe or unigram")
+    need = min_vocab_size(texts, kind)
+    if vocab_size < need:
+        raise ConfigError(f"{name}={vocab_size} is too small for these files: the {kind} tokenizer needs "
+                          f"at least {need} (one token per distinct character + {len(SPECIAL_TOKENS)} "
+                          f"special tokens); use {name}={need} or more")
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
         pre_tokenizers.Punctuation(behavior="isolated")])  # punctuation never merges into words
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    if tok.get_vocab_size() > vocab_size:  # a trainer quirk min_vocab_size did not foresee: never exceed
+        n = tok.get_vocab_size()
+        raise ConfigError(f"{name}={vocab_size} is too small for these files: the {kind} tokenizer came "
+                          f"out with {n} tokens; use {name}={n} or more")
     for i, s in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(s) != i:
             raise DataError(f"special token {s} got id {tok.token_to_id(s)}, expected {i}")
@@ -94,7 +119,8 @@ def encode_source(tokenizer, sentences: list, eos_id: int = EOS, max_positions: 
 
 def encode_pairs(tokenizer, src: list, tgt: list, max_len: int | None = None) -> tuple[list, list, int]:
     """(source ids + </s>, target ids + </s>) per pair; pairs with a side longer than ``max_len``
-    tokens are dropped. Returns (src_ids, tgt_ids, n_dropped)."""
+    tokens (``</s>`` included) are dropped. Returns (src_ids, tgt_ids, n_dropped); the lists are empty
+    when every pair was dropped (callers say which setting to raise, see ``translate train``)."""
     s_ids = encode_source(tokenizer, src, EOS, 10**9)
     t_ids = encode_source(tokenizer, tgt, EOS, 10**9)
     if max_len is None:
@@ -169,7 +195,6 @@ class TokenBatchDataset(Dataset):
 def unwrap_collate(items: list) -> dict:
     """Collate for :class:`TokenBatchDataset` with ``batch_size = 1``: the item is already a batch."""
     if len(items) != 1:
-        from ..errors import ConfigError
         raise ConfigError("translation batches are built by token count; keep train.batch_size=1 and set "
                           "translate.max_tokens instead")
     return items[0]
@@ -181,6 +206,7 @@ __all__ = [
     "collate_pairs",
     "encode_pairs",
     "encode_source",
+    "min_vocab_size",
     "read_lines",
     "read_parallel",
     "token_batches",

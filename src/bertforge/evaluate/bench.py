@@ -214,8 +214,16 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     ``int8`` = dynamic INT8 Linear layers; a dir written by
     ``bertforge quantize --backend torch`` is INT8 already), ``onnxruntime`` (the dir's ``model.onnx``; a
     checkpoint without one is exported on the fly with fused attention + ORT optimisation, INT8 when
-    ``int8``), ``transformers`` (``AutoModel…`` of the dir, FP32). ``auto``: onnxruntime when the dir has
+    ``int8``), ``transformers`` (the dir's ``architectures[0]`` class, else ``AutoModel``; FP32). ``auto``: onnxruntime when the dir has
     ``model.onnx``, else torch.
+
+    ``info["parameters"]`` counts each distinct weight once (tied input/output embeddings once, buffers and
+    quantization scales not at all), so every backend reports the same number for the same dir: torch the
+    loaded model, onnxruntime the model it exported on the fly or, for a dir's own ``model.onnx``, the
+    model of its ``config.json`` (not the graph's initializers, which repeat a tied embedding), transformers
+    the class named by ``architectures[0]`` (``model_class``; ``AutoModel`` if transformers has no such
+    class). Where the transformers model is not the checkpoint's (a head it has no class for), the fields
+    ``weights_initialised_fresh`` / ``checkpoint_weights_unused`` list the weights that differ.
     Raises:
         ConfigError: unknown backend; CheckpointError: unusable dir.
     """
@@ -262,7 +270,10 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         names = [i.name for i in sess.get_inputs()]
         import onnx
         g = onnx.load(str(path), load_external_data=False).graph
-        info["parameters"] = int(sum(int(np.prod(t.dims)) for t in g.initializer if len(t.dims) > 0))
+        if tmpdir is not None:  # exported from `model` just now: its distinct weights, as --backend torch
+            info["parameters"] = count_parameters(model)
+        else:
+            info.update(_onnx_dir_parameters(cfg, g))
         info["precision"] = "int8" if any(n.op_type in _INT8_OPS for n in g.node) else "fp32"
         rec_path = path.parent / "onnx.json"  # how bertforge export/quantize made the graph (8- or 7-bit weights…)
         if tmpdir is None and rec_path.is_file():
@@ -283,17 +294,21 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
             raise CheckpointError(f"{model_dir} has per-layer pruned shapes, which transformers cannot build "
                                   "(it ignores pruned_heads since v5); use --backend torch or onnxruntime")
-        archs = cfg.get("architectures") or []
-        cls = transformers.AutoModel
-        if archs and archs[0].endswith("ForSequenceClassification"):
-            cls = transformers.AutoModelForSequenceClassification
+        cls = _transformers_class(cfg)
         try:
-            model = cls.from_pretrained(str(model_dir)).eval()
+            model, loading = cls.from_pretrained(str(model_dir), output_loading_info=True)
         except Exception as e:
             raise CheckpointError(f"transformers cannot load {model_dir} ({str(e).splitlines()[0][:160]}); "
                                   f"use --backend torch") from None
-        info.update(parameters=sum(p.numel() for p in model.parameters()), precision="fp32",
+        model.eval()
+        info.update(parameters=count_parameters(model), precision="fp32", model_class=type(model).__name__,
                     threads=torch.get_num_threads(), library=f"transformers {transformers.__version__}")
+        fresh = sorted(loading.get("missing_keys") or [])
+        unused = sorted(loading.get("unexpected_keys") or [])
+        if fresh:  # the timed model is not the checkpoint's: these weights were initialised at random
+            info["weights_initialised_fresh"] = fresh
+        if unused:  # … or it leaves out part of the checkpoint (a head transformers has no class for)
+            info["checkpoint_weights_unused"] = unused
 
         def call(x):
             with torch.inference_mode():
@@ -307,7 +322,7 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     else:
         from ..hf import load_pretrained
         model = load_pretrained(model_dir).eval()
-        info["parameters"] = sum(p.numel() for p in model.parameters())
+        info["parameters"] = count_parameters(model)
         if int8:
             model = bq.quantize_dynamic(model)
         else:  # FP32: GEMM weights pre-packed once for MKL (same results, see compress/packed.py)
@@ -326,6 +341,41 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
 
 
 _INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention")
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct weights (elements) of ``model``: a tensor shared by several modules (tied input
+    and output embeddings, ALBERT's shared layers) is counted once, buffers are not counted."""
+    return int(sum(p.numel() for p in model.parameters()))  # parameters() yields a shared tensor once
+
+
+def _transformers_class(cfg: dict):
+    """The ``transformers`` class of the dir's ``architectures[0]`` (e.g. ``RobertaForMaskedLM``), so that
+    ``--backend transformers`` times the same head as ``torch``/``onnxruntime``; ``AutoModel`` (the bare
+    encoder) when the config names no architecture or one this transformers lacks."""
+    import transformers
+    archs = cfg.get("architectures") or []
+    cls = getattr(transformers, archs[0], None) if archs and isinstance(archs[0], str) else None
+    return cls if isinstance(cls, type) and hasattr(cls, "from_pretrained") else transformers.AutoModel
+
+
+def _onnx_dir_parameters(cfg: dict, graph) -> dict:
+    """``{"parameters": n}`` for a dir's own ``model.onnx``: the distinct weights of the model its
+    ``config.json`` describes (built without weights on the meta device), so an exported or INT8 dir
+    counts as the checkpoint it came from. The graph's initializers are not a weight count: a tied output
+    projection is stored again, transposed, and the exporter merges initializers that happen to hold
+    equal values. For a config bertforge cannot build, the initializer elements are counted and
+    ``parameters_counted`` says so."""
+    try:
+        from ..hf import config_from_hf, saved_head_name
+        from ..models.heads import TaskModel
+        with torch.device("meta"):
+            model = TaskModel(config_from_hf(cfg), head=saved_head_name(cfg) or "base")
+        return {"parameters": count_parameters(model)}
+    except Exception:  # noqa: BLE001 - a foreign ONNX dir: fall back to the graph
+        n = int(sum(int(np.prod(t.dims)) for t in graph.initializer if len(t.dims) > 0))
+        return {"parameters": n, "parameters_counted": "onnx initializer elements (tied weights may be "
+                                                        "counted twice)"}
 
 
 def _onnx_is_int8(path: Path) -> bool:
@@ -349,9 +399,11 @@ def _check_transformers_dir(model_dir: Path) -> None:
 
 
 def _count_params_int8(model) -> int:
+    """Weights of a PyTorch INT8 model, as many as its FP32 source has: the INT8 matrices, biases and the
+    FP32 rest, not the quantization metadata (``.scale`` / ``.zero_point`` / per-channel ``.axis``)."""
     from ..compress.quantize import int8_state
     return int(sum(v.numel() for k, v in int8_state(model).items()
-                   if not k.endswith((".scale", ".zero_point"))))
+                   if not k.endswith((".scale", ".zero_point", ".axis"))))
 
 
 def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int = 1,
@@ -380,6 +432,6 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     return rec
 
 
-__all__ = ["bench", "load_runner", "check_bench_args", "check_threads", "check_memory",
+__all__ = ["bench", "load_runner", "count_parameters", "check_bench_args", "check_threads", "check_memory",
            "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "cpu_flags", "summarize",
            "random_inputs"]

@@ -433,7 +433,7 @@ class TransformerSeq2Seq(nn.Module):
         if missing or unexpected:
             raise CheckpointError(f"{wf} does not fit the config (missing {missing[:3]}, unexpected "
                                   f"{unexpected[:3]}); the checkpoint is damaged or from another version")
-        return model
+        return model.eval()  # ready for decoding (dropout off), as load_pretrained
 
 
 __all__ = [

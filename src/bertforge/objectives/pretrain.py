@@ -84,6 +84,12 @@ def resolve_options(objective: str, section: dict) -> dict:
     if opts["masking"] not in ("static", "dynamic"):
         raise ConfigError(f"pretrain.masking={opts['masking']!r}; choose static or dynamic")
     _check_ranges(opts)
+    if opts["masking"] == "dynamic":  # copies exist to give static masking several masks (Devlin et al. §A.2)
+        if section.get("dupe_factor") not in (None, 1):
+            raise ConfigError(f"--dupe-factor / pretrain.dupe_factor={section['dupe_factor']} copies the data "
+                              f"for static masking; dynamic masking draws a fresh mask each time a sequence "
+                              f"is served, so drop it or pass --masking static")
+        opts["dupe_factor"] = 1
     return opts
 
 
@@ -91,7 +97,8 @@ def resolve_options(objective: str, section: dict) -> dict:
 _RANGES = {"short_seq_prob": dict(low=0.0, high=1.0), "eval_fraction": dict(low=0.0, high=1.0, open_high=True),
            "generator_size": dict(low=0.0, high=1.0, open_low=True), "rtd_weight": dict(low=0.0, open_low=True),
            "geometric_p": dict(low=0.0, high=1.0, open_low=True), "max_span": dict(low=1, whole=True),
-           "dupe_factor": dict(low=1, whole=True), "max_eval_sequences": dict(low=1, whole=True)}
+           "dupe_factor": dict(low=1, whole=True), "max_eval_sequences": dict(low=1, whole=True),
+           "mlm_probability": dict(low=0.0, high=1.0, open_low=True, open_high=True)}
 
 
 def _check_ranges(opts: dict) -> None:

@@ -191,8 +191,7 @@ class Trainer:
             self.total_steps = int(self.cfg.max_steps)
         else:
             self.total_steps = max(1, int(math.ceil(self.cfg.epochs * self.steps_per_epoch)))
-        warm = self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(
-            self.cfg.warmup_ratio * self.total_steps)
+        warm = self._warmup(self.total_steps)
         # FSDP shards the parameters in place: keep a weightless (meta) skeleton to rebuild a plain module
         # from a gathered state dict at save time, and wrap before the optimizer sees the parameters
         self._skeleton = None
@@ -377,10 +376,14 @@ class Trainer:
             return self._resume(path)
         except CheckpointError as e:
             changed = _recipe_changes(self.out_dir / "recipe.yaml", self.recipe) if self.recipe else ""
-            if not changed:
+            if not changed or getattr(e, "explained", False):
                 raise
             raise CheckpointError(f"{e}. The run was started with other options: {changed}; resume with "
                                   f"those") from None
+
+    def _warmup(self, total: int) -> int:
+        """Warm-up steps of a run of ``total`` steps: ``train.warmup_steps``, else ``warmup_ratio · total``."""
+        return self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(self.cfg.warmup_ratio * total)
 
     def _resume(self, path: Optional[Path] = None) -> bool:
         path = Path(path) if path else self.latest_checkpoint()
@@ -394,6 +397,10 @@ class Trainer:
         state = _read_state(path)
         _check_state(path, state, self.n_examples, self.cfg, self.global_micro, self.sources,
                      self.out_dir, self.recipe)
+        if state["step"] > self.total_steps:
+            raise ConfigError(f"--resume: {path} is at step {state['step']}, past this run's {self.total_steps} "
+                              f"steps (train.max_steps / --max-steps, or train.epochs); pass more steps to "
+                              f"train further, or use the run as it is")
         for flag, was in (state.get("sources") or {}).items():  # same files: keep the dir the run started from
             if flag in self.sources:
                 self.sources[flag] = dict(was)
@@ -434,7 +441,10 @@ class Trainer:
         self.step, self.best, self.best_step = state["step"], state["best"], state["best_step"]
         self._apply_peak_lr(path)
         planned = state.get("total_steps")
-        if planned is not None and planned != self.total_steps and self.is_main:
+        # linear and cosine decay over the total; constant and inverse_sqrt only through a warm-up ratio
+        moves = self.cfg.schedule in ("linear", "cosine") or self._warmup(planned or 0) != self._warmup(
+            self.total_steps)
+        if planned is not None and planned != self.total_steps and moves and self.is_main:
             print(f"bertforge: resuming at step {self.step} a run planned for {planned} steps as one of "
                   f"{self.total_steps}: the learning-rate schedule is recomputed over {self.total_steps} steps "
                   f"(the rate jumps), so this is not the same as one run of {self.total_steps} steps",
@@ -685,6 +695,11 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) ->
     if not isinstance(old, dict):
         return ""
 
+    def same_path(v):  # "data/x.txt" and "/abs/data/x.txt" name one file: compare them resolved
+        if isinstance(v, (list, tuple)):
+            return [same_path(x) for x in v]
+        return str(Path(v).resolve()) if isinstance(v, str) and v and Path(v).exists() else v
+
     def flat(d, prefix=""):
         out = {}
         for k, v in (d or {}).items():
@@ -692,7 +707,7 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) ->
             if isinstance(v, dict):
                 out.update(flat(v, key + "."))
             else:
-                out[key] = list(v) if isinstance(v, tuple) else v
+                out[key] = same_path(v)
         return out
     a, b = flat(old), flat(recipe.to_dict())
     keep = ((lambda k: k.startswith(_FIXED) and not k.startswith(_FIXED_EXCEPT)) if fixed
@@ -702,26 +717,56 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) ->
     return ", ".join(diffs[:limit]) + (f" (+{len(diffs) - limit} more)" if len(diffs) > limit else "")
 
 
+#: the recipe section each training verb adds (a recipe without one is a fine-tuning run's)
+_VERB_SECTIONS = {"pretrain": "pretrain", "distill": "distill", "translate": "translate train"}
+
+
+def _run_verb(sections) -> str:
+    return next((verb for sec, verb in _VERB_SECTIONS.items() if sec in sections), "finetune")
+
+
+def _explained(e: CheckpointError) -> CheckpointError:
+    """Mark an error whose message already names what differs (:meth:`Trainer.resume` adds nothing to it)."""
+    e.explained = True
+    return e
+
+
 def _check_fixed(out_dir: Path, path: Path, recipe) -> None:
-    """CheckpointError when ``recipe`` changes a :data:`_FIXED` value of the run's saved ``recipe.yaml``."""
-    changed = _recipe_changes(Path(out_dir) / "recipe.yaml", recipe, fixed=True)
+    """CheckpointError when the run's saved ``recipe.yaml`` comes from another verb, or ``recipe`` changes
+    one of its :data:`_FIXED` values."""
+    saved = Path(out_dir) / "recipe.yaml"
+    try:
+        import yaml
+        old = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    except Exception:
+        old = None
+    if isinstance(old, dict) and _run_verb(old) != _run_verb(recipe.to_dict()):
+        raise _explained(CheckpointError(
+            f"--resume: {out_dir} is a `bertforge {_run_verb(old)}` run, not a `bertforge "
+            f"{_run_verb(recipe.to_dict())}` one; resume it with `bertforge {_run_verb(old)}`, or start a new --out"))
+    changed = _recipe_changes(saved, recipe, fixed=True)
     if changed:
-        raise CheckpointError(f"--resume: {path} was written by a run with other options ({changed}); resume "
-                              f"with the options the run was started with, or start a new --out")
+        raise _explained(CheckpointError(
+            f"--resume: {path} was written by a run with other options ({changed}); resume with the options the "
+            f"run was started with, or start a new --out"))
 
 
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None,
                  sources: Optional[dict] = None, out_dir=None, recipe=None) -> None:
     """CheckpointError unless checkpoint ``path`` (its ``state``) can be continued by this run: same source
     model files, seed, data size, batch and accumulation (and process layout), and, with ``recipe``, the
-    :data:`_FIXED` values of ``out_dir/recipe.yaml``."""
+    :data:`_FIXED` values of ``out_dir/recipe.yaml`` (checked first: another model, task or sequence length
+    also changes the data size)."""
+    if recipe is not None:
+        _check_fixed(out_dir, path, recipe)
     for flag, now in (sources or {}).items():  # a model dir the run started from (teacher, tokenizer…)
         was = (state.get("sources") or {}).get(flag)
         if was and was.get("sha256") != now.get("sha256"):
             same = Path(was.get("path", "")) == Path(now.get("path", ""))
-            raise CheckpointError(f"--resume: {path} was written by a run started from {flag} {was.get('path')}"
-                                  f"{', whose files have changed since' if same else ''}; resume with the "
-                                  f"{flag} the run started from, or start a new --out")
+            raise _explained(CheckpointError(
+                f"--resume: {path} was written by a run started from {flag} {was.get('path')}"
+                f"{', whose files have changed since' if same else ''}; resume with the {flag} the run started "
+                f"from, or start a new --out"))
     # the seed first: it may also change the data (pretraining's held-out split and duplication draw from it)
     checks = [("seed", cfg.seed), ("n_examples", n_examples), ("batch_size", cfg.batch_size),
               ("grad_accum_steps", cfg.grad_accum_steps)]
@@ -736,8 +781,6 @@ def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Op
             fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
             raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
                                   f"{now}; resume with {fix}, or start a new --out")
-    if recipe is not None:
-        _check_fixed(out_dir, path, recipe)
 
 
 def check_batch_fits(batch_size: int, n_examples: int) -> None:
