@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import BertforgeError, ConfigError
-from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
-                      prepare_out_dir, print_json, resolve_model_dir)
+from ..errors import ConfigError
+from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, check_cache_dir,
+                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -126,29 +126,6 @@ def _applied(entry: dict, term, layer_map) -> dict:
     if layer_map is not None and follows_layer_map(e):
         e["layers"] = layer_map
     return e
-
-
-def _check_cache_dir(cache: Path, inputs: tuple, out: Path) -> None:
-    """Refuse a ``--cache-dir`` that is a file, holds files other than a teacher cache's, is / contains /
-    lies inside an input model dir or the run's ``--out``, or lies inside another run or model dir without
-    being a teacher cache already (an earlier run's ``teacher_cache/`` may be reused)."""
-    from ..distill.cache import is_cache_dir
-    from ._common import enclosing_output
-    if cache.exists() and not cache.is_dir():
-        raise BertforgeError(f"--cache-dir {cache} is a file; pass a directory (new, or an earlier distill "
-                             f"run's teacher_cache)")
-    res, out_res = cache.resolve(), out.resolve()
-    overlaps = [("the input", Path(d).resolve()) for d in inputs] + [("--out", out_res)]
-    for what, d in overlaps:  # <out>/something, like the default <out>/teacher_cache, is fine
-        if d == res or res in d.parents or (d in res.parents and d != out_res):
-            raise BertforgeError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
-    if not is_cache_dir(cache):
-        raise BertforgeError(f"--cache-dir {cache} holds files that are not a teacher cache; pass a new or "
-                             f"empty directory, or an earlier distill run's teacher_cache")
-    parent = enclosing_output(res)
-    if parent is not None and parent != out_res and not (cache.is_dir() and any(cache.iterdir())):
-        raise BertforgeError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
-                             f"choose a directory outside it")
 
 
 def run(args) -> int:
@@ -331,7 +308,9 @@ def run(args) -> int:
     if args.cache_dir is not None:
         if args.no_cache:
             raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
-        _check_cache_dir(Path(args.cache_dir), inputs, out)
+        from ..distill.cache import is_cache_dir
+        check_cache_dir(Path(args.cache_dir), out, inputs, reuse_hint="an earlier distill run's teacher_cache",
+                        kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)
     from ..io import dir_fingerprint
     sources = {("--teacher" if len(teacher_dirs) == 1 else f"--teacher #{i + 1}"): dir_fingerprint(t)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..config import load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
-from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_recipe, finish_out_dir,
-                      prepare_out_dir, print_json, resolve_model_dir)
+from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_cache_dir, check_recipe,
+                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -105,46 +105,20 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
         return load_tokenizer(d)
     from tokenizers import Tokenizer
 
-    from ..data.corpus import hub_dataset, iter_corpus_lines, open_hub_dataset, require_corpus_file
-    meta = []
-    for c in corpus:
-        if hub_dataset(c):  # reached now, so that an offline or misspelt name fails before training
-            open_hub_dataset(c)
-            meta.append([c, 0, 0])
-            continue
-        p = require_corpus_file(c)
-        st = p.stat()
-        if st.st_size == 0:
+    from ..data.corpus import iter_corpus_lines, reach_hub_sources, source_meta
+    meta = source_meta(corpus)
+    for c, (_, size, _) in zip(corpus, meta):
+        if size == 0 and Path(c).is_file():
             raise DataError(f"corpus file {c} is empty; pass text files with sentences")
-        meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
     key = hashlib.sha256(json.dumps([spec, vocab_size, meta]).encode()).hexdigest()[:16]
     path = cache_dir / f"tokenizer-{spec}-{vocab_size}-{key}.json"
     if path.is_file():
         return Tokenizer.from_file(str(path))
+    reach_hub_sources(corpus)  # an offline or misspelt dataset name fails here, before training
     tok = train_tokenizer(spec, iter_corpus_lines(corpus), vocab_size)
     from ..io import atomic_write_text
     atomic_write_text(path, tok.to_str())
     return tok
-
-
-def check_cache_dir(cache: Path, out: Path, inputs: tuple = ()) -> None:
-    """Refuse a ``--cache-dir`` that is a file, is / contains / lies inside ``--out`` or an input model dir
-    (a reused tokenizer's), or lies inside (or is) another run, model, checkpoint or export dir: cache files
-    would land in a run that bertforge promises not to write into. Checked before anything is written.
-
-    Raises:
-        ConfigError: one line naming the overlap and the fix."""
-    from ._common import holds_output, enclosing_output
-    if cache.exists() and not cache.is_dir():
-        raise ConfigError(f"--cache-dir {cache} is a file; pass a directory (new, or an earlier --cache-dir)")
-    res = cache.resolve()
-    for what, d in [("--out", Path(out).resolve())] + [("the input", Path(i).resolve()) for i in inputs]:
-        if d == res or res in d.parents or d in res.parents:
-            raise ConfigError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
-    parent = res if (cache.is_dir() and holds_output(res)) else enclosing_output(res)
-    if parent is not None:
-        raise ConfigError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
-                          f"choose a directory outside it")
 
 
 def run(args) -> int:
@@ -161,13 +135,13 @@ def run(args) -> int:
                                             if k != "objective"})
     recipe.extra["pretrain"] = {k: v for k, v in opts.items() if k not in ("family", "head")}
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    reused = opts.get("tokenizer") not in (None, *KINDS) and Path(str(opts["tokenizer"])).is_dir()
-    check_cache_dir(cache, Path(args.out), (Path(opts["tokenizer"]),) if reused else ())
+    trained = opts.get("tokenizer") in (None, *KINDS)
+    # a checkpoint dir whose tokenizer is reused: neither --out nor the cache may lie in it
+    tok_inputs = (Path(opts["tokenizer"]),) if not trained and Path(str(opts["tokenizer"])).is_dir() else ()
+    check_cache_dir(cache, Path(args.out), tok_inputs, reuse_hint="an earlier --cache-dir")
     tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
                         int(opts["vocab_size"]), cache)
-    tok_inputs = ()  # a checkpoint dir whose tokenizer is reused: --out must stay out of it
-    if opts.get("tokenizer") not in (None, *KINDS):  # a reused tokenizer: its size is the vocabulary
-        tok_inputs = (Path(opts["tokenizer"]),) if Path(opts["tokenizer"]).is_dir() else ()
+    if not trained:  # a reused tokenizer: its size is the vocabulary
         if args.vocab_size is not None and args.vocab_size != tok.get_vocab_size():
             raise ConfigError(f"--vocab-size {args.vocab_size} applies to a tokenizer trained on the corpus; "
                               f"--tokenizer {opts['tokenizer']} has {tok.get_vocab_size()} tokens; drop "
@@ -218,7 +192,7 @@ def run(args) -> int:
         abandon_out_dir(work, out)
         raise
     finish_out_dir(work, out)
-    if opts.get("tokenizer") in (None, *KINDS) and tok.get_vocab_size() < int(opts["vocab_size"]):  # on success
+    if trained and tok.get_vocab_size() < int(opts["vocab_size"]):  # said once the run has succeeded
         print(f"bertforge: the corpus yields {tok.get_vocab_size()} tokens, fewer than --vocab-size / "
               f"pretrain.vocab_size {opts['vocab_size']}; the model uses {tok.get_vocab_size()}", file=sys.stderr)
     print_json({"out": str(out), "objective": args.objective, "train_sequences": len(train_ds),

@@ -170,13 +170,19 @@ def open_hub_dataset(source: str):
                         f"column) while online") from None
 
 
-def _iter_hub_documents(source: str) -> Iterator[list]:
+def _hub_texts(source: str) -> Iterator[str]:
+    """The non-empty ``text`` values of a :func:`hub_dataset`'s rows (one row = one document)."""
     for row in open_hub_dataset(source):
         text = row.get("text") if isinstance(row, dict) else None
         if text:
-            sents = split_sentences(text)
-            if sents:
-                yield sents
+            yield text
+
+
+def _iter_hub_documents(source: str) -> Iterator[list]:
+    for text in _hub_texts(source):
+        sents = split_sentences(text)
+        if sents:
+            yield sents
 
 
 def iter_corpus_lines(sources: list) -> Iterator[str]:
@@ -185,11 +191,32 @@ def iter_corpus_lines(sources: list) -> Iterator[str]:
     from .tokenizers_train import iter_lines
     for src in sources:
         if hub_dataset(str(src)):
-            for row in open_hub_dataset(str(src)):
-                text = row.get("text") if isinstance(row, dict) else None
-                yield from (ln.strip() for ln in (text or "").splitlines() if ln.strip())
+            for text in _hub_texts(str(src)):
+                yield from (ln.strip() for ln in text.splitlines() if ln.strip())
         else:
             yield from iter_lines([src])
+
+
+def source_meta(sources: list) -> list:
+    """Per source, what a cache key needs: ``[resolved path, size, mtime]`` of a file (checked with
+    :func:`require_corpus_file`), ``[name, 0, 0]`` of a :func:`hub_dataset` name. Reaches no network."""
+    meta = []
+    for s in map(str, sources):
+        if hub_dataset(s):
+            meta.append([s, 0, 0])
+        else:
+            p = require_corpus_file(s)
+            st = p.stat()
+            meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
+    return meta
+
+
+def reach_hub_sources(sources: list) -> None:
+    """Open every hub dataset among ``sources`` now, before a cache is built from them, so that an offline
+    or misspelt name is one DataError (inside the builders it would surface as their own error)."""
+    for s in map(str, sources):
+        if hub_dataset(s):
+            open_hub_dataset(s)
 
 
 def require_corpus_file(path, hint: str = "pass text files") -> Path:
@@ -291,14 +318,7 @@ class TokenizedCorpus:
             DataError: a file is missing or the corpus has no text.
         """
         sources = [str(s) for s in sources]
-        meta = []
-        for s in sources:
-            p = Path(s)
-            if hub_dataset(s):
-                meta.append([s, 0, 0])
-            else:
-                st = require_corpus_file(p).stat()
-                meta.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
+        meta = source_meta(sources)
         tj = tokenizer.to_str()
         key = hashlib.sha256(json.dumps([CACHE_VERSION, meta, doc_sep,
                                          hashlib.sha256(tj.encode()).hexdigest()]).encode()).hexdigest()[:16]
@@ -306,9 +326,7 @@ class TokenizedCorpus:
         path = root / f"corpus-{key}"
         if (path / "meta.json").is_file():
             return cls(path)
-        for src in sources:  # reach the hub now: inside from_generator a failure would be a DatasetGenerationError
-            if hub_dataset(src):
-                open_hub_dataset(src)
+        reach_hub_sources(sources)  # inside from_generator a failure would be a DatasetGenerationError
         import datasets
         datasets.disable_progress_bars()
         with atomic_dir(path) as tmp:

@@ -363,29 +363,19 @@ class Trainer:
     def latest_checkpoint(self) -> Optional[Path]:
         return _latest_checkpoint(self._ckpt_root())
 
+    def _warmup(self, total: int) -> int:
+        """Warm-up steps of a run of ``total`` steps: ``train.warmup_steps``, else ``warmup_ratio · total``."""
+        return self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(self.cfg.warmup_ratio * total)
+
     def resume(self, path: Optional[Path] = None) -> bool:
         """Load model/optimizer/scheduler/RNG (this rank's) and the data position from ``path`` (default:
         the latest checkpoint). Returns False when there is none.
 
         Raises:
-            CheckpointError: a file is missing or unreadable, or the checkpoint was written for a
-                different training set size, batch size or accumulation; the message also names the
-                recipe values that differ from the run's ``recipe.yaml`` (the likely cause).
+            CheckpointError: a file is missing or unreadable, or the checkpoint cannot be continued by this
+                run (:func:`_check_state`: another verb, model, task or source files, training set size —
+                with the recipe values that differ, the likely cause —, batch size or accumulation).
         """
-        try:
-            return self._resume(path)
-        except CheckpointError as e:
-            changed = _recipe_changes(self.out_dir / "recipe.yaml", self.recipe) if self.recipe else ""
-            if not changed or getattr(e, "explained", False):
-                raise
-            raise CheckpointError(f"{e}. The run was started with other options: {changed}; resume with "
-                                  f"those") from None
-
-    def _warmup(self, total: int) -> int:
-        """Warm-up steps of a run of ``total`` steps: ``train.warmup_steps``, else ``warmup_ratio · total``."""
-        return self.cfg.warmup_steps if self.cfg.warmup_steps is not None else int(self.cfg.warmup_ratio * total)
-
-    def _resume(self, path: Optional[Path] = None) -> bool:
         path = Path(path) if path else self.latest_checkpoint()
         if path is None:
             return False
@@ -683,18 +673,20 @@ _FIXED = ("model.", "data.task", "data.max_seq_len", "data.text_columns", "data.
 _FIXED_EXCEPT = ("distill.teachers", "distill.student", "pretrain.max_eval_sequences")
 
 
-def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) -> str:
-    """``"key: old → new, …"`` for the (at most ``limit``) recipe values that differ between the run's saved
-    ``recipe.yaml`` and ``recipe`` (``fixed``: only the :data:`_FIXED` ones); "" when the file is missing or
-    unreadable or nothing that matters differs."""
+def _saved_recipe(out_dir) -> Optional[dict]:
+    """The run's ``recipe.yaml`` as a dict; None when it is missing or unreadable."""
     try:
         import yaml
-        old = yaml.safe_load(saved.read_text(encoding="utf-8"))
+        old = yaml.safe_load((Path(out_dir) / "recipe.yaml").read_text(encoding="utf-8"))
     except Exception:
-        return ""
-    if not isinstance(old, dict):
-        return ""
+        return None
+    return old if isinstance(old, dict) else None
 
+
+def _recipe_changes(old: dict, new: dict, limit: int = 3, fixed: bool = False) -> str:
+    """``"key old → new, …"`` for the (at most ``limit``) values that differ between a run's saved recipe
+    ``old`` and this run's ``new`` (``fixed``: only the :data:`_FIXED` ones, else all but the
+    :data:`_RESUMABLE` ones); paths are compared resolved; "" when nothing that matters differs."""
     def same_path(v):  # "data/x.txt" and "/abs/data/x.txt" name one file: compare them resolved
         if isinstance(v, (list, tuple)):
             return [same_path(x) for x in v]
@@ -709,7 +701,7 @@ def _recipe_changes(saved: Path, recipe, limit: int = 3, fixed: bool = False) ->
             else:
                 out[key] = same_path(v)
         return out
-    a, b = flat(old), flat(recipe.to_dict())
+    a, b = flat(old), flat(new)
     keep = ((lambda k: k.startswith(_FIXED) and not k.startswith(_FIXED_EXCEPT)) if fixed
             else (lambda k: not k.startswith(_RESUMABLE)))
     diffs = [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
@@ -725,48 +717,31 @@ def _run_verb(sections) -> str:
     return next((verb for sec, verb in _VERB_SECTIONS.items() if sec in sections), "finetune")
 
 
-def _explained(e: CheckpointError) -> CheckpointError:
-    """Mark an error whose message already names what differs (:meth:`Trainer.resume` adds nothing to it)."""
-    e.explained = True
-    return e
-
-
-def _check_fixed(out_dir: Path, path: Path, recipe) -> None:
-    """CheckpointError when the run's saved ``recipe.yaml`` comes from another verb, or ``recipe`` changes
-    one of its :data:`_FIXED` values."""
-    saved = Path(out_dir) / "recipe.yaml"
-    try:
-        import yaml
-        old = yaml.safe_load(saved.read_text(encoding="utf-8"))
-    except Exception:
-        old = None
-    if isinstance(old, dict) and _run_verb(old) != _run_verb(recipe.to_dict()):
-        raise _explained(CheckpointError(
-            f"--resume: {out_dir} is a `bertforge {_run_verb(old)}` run, not a `bertforge "
-            f"{_run_verb(recipe.to_dict())}` one; resume it with `bertforge {_run_verb(old)}`, or start a new --out"))
-    changed = _recipe_changes(saved, recipe, fixed=True)
-    if changed:
-        raise _explained(CheckpointError(
-            f"--resume: {path} was written by a run with other options ({changed}); resume with the options the "
-            f"run was started with, or start a new --out"))
-
-
 def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Optional[int] = None,
                  sources: Optional[dict] = None, out_dir=None, recipe=None) -> None:
-    """CheckpointError unless checkpoint ``path`` (its ``state``) can be continued by this run: same source
-    model files, seed, data size, batch and accumulation (and process layout), and, with ``recipe``, the
-    :data:`_FIXED` values of ``out_dir/recipe.yaml`` (checked first: another model, task or sequence length
-    also changes the data size)."""
-    if recipe is not None:
-        _check_fixed(out_dir, path, recipe)
+    """CheckpointError unless checkpoint ``path`` (its ``state``) can be continued by this run. With
+    ``recipe``, first against ``out_dir/recipe.yaml``: the same verb and the same :data:`_FIXED` values
+    (another model, task or sequence length also changes the data size); then the same source model files,
+    seed, data size (a mismatch names the recipe values that differ, the likely cause), batch and
+    accumulation (and process layout)."""
+    old = _saved_recipe(out_dir) if recipe is not None else None
+    new = recipe.to_dict() if old is not None else None
+    if old is not None:
+        if _run_verb(old) != _run_verb(new):
+            raise CheckpointError(f"--resume: {out_dir} is a `bertforge {_run_verb(old)}` run, not a `bertforge "
+                                  f"{_run_verb(new)}` one; resume it with `bertforge {_run_verb(old)}`, or start "
+                                  f"a new --out")
+        changed = _recipe_changes(old, new, fixed=True)
+        if changed:
+            raise CheckpointError(f"--resume: {path} was written by a run with other options ({changed}); resume "
+                                  f"with the options the run was started with, or start a new --out")
     for flag, now in (sources or {}).items():  # a model dir the run started from (teacher, tokenizer…)
         was = (state.get("sources") or {}).get(flag)
         if was and was.get("sha256") != now.get("sha256"):
             same = Path(was.get("path", "")) == Path(now.get("path", ""))
-            raise _explained(CheckpointError(
-                f"--resume: {path} was written by a run started from {flag} {was.get('path')}"
-                f"{', whose files have changed since' if same else ''}; resume with the {flag} the run started "
-                f"from, or start a new --out"))
+            raise CheckpointError(f"--resume: {path} was written by a run started from {flag} {was.get('path')}"
+                                  f"{', whose files have changed since' if same else ''}; resume with the "
+                                  f"{flag} the run started from, or start a new --out")
     # the seed first: it may also change the data (pretraining's held-out split and duplication draw from it)
     checks = [("seed", cfg.seed), ("n_examples", n_examples), ("batch_size", cfg.batch_size),
               ("grad_accum_steps", cfg.grad_accum_steps)]
@@ -779,8 +754,10 @@ def _check_state(path: Path, state: dict, n_examples: int, cfg, global_micro: Op
                                       f"with pre-built batches; resume with the same number of processes")
             what = "training examples" if key == "n_examples" else key
             fix = "the same training data" if key == "n_examples" else f"train.{key}={state[key]}"
+            cause = _recipe_changes(old, new) if (key == "n_examples" and old is not None) else ""
             raise CheckpointError(f"--resume: {path} was written with {state[key]} {what} but this run has "
-                                  f"{now}; resume with {fix}, or start a new --out")
+                                  f"{now}" + (f" (the run was started with other options: {cause})" if cause
+                                              else "") + f"; resume with {fix}, or start a new --out")
 
 
 def check_batch_fits(batch_size: int, n_examples: int) -> None:
