@@ -192,8 +192,11 @@ def main(argv=None) -> int:
                 return q(**x)
         return call
 
-    def ort_file(path):
-        sess = bo.session(path, threads)
+    def ort_file(path):  # the plain path: ONNX Runtime's default session, only the thread count set
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        sess = onnxruntime.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         return lambda x: sess.run(None, {n: x[n].numpy() for n in names})
 
