@@ -89,3 +89,16 @@ def test_bench_transformers_says_when_it_runs_a_different_model(tmp_path, capsys
     unused = hf_rec["checkpoint_weights_unused"]
     assert unused and all(k.startswith("cls.sbo.") for k in unused)
     assert hf_rec["model_class"] == "BertForMaskedLM" and hf_rec["parameters"] < torch_rec["parameters"]
+
+
+def test_bench_transformers_prints_no_loading_bar(mlm_dir, capsys):
+    """stderr carries no transformers "Loading weights" progress bar, and the caller's bar setting is kept."""
+    pytest.importorskip("transformers")
+    from transformers.utils import logging as hf_logging
+    d, _ = mlm_dir
+    hf_logging.enable_progress_bar()
+    rc = main(["bench", "--model", str(d), "--backend", "transformers", "--seq-len", "8", "--iters", "1",
+               "--warmup", "0", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "Loading weights" not in err
+    assert hf_logging.is_progress_bar_enabled()

@@ -104,3 +104,12 @@ def test_errors_are_one_line(corpus, tmp_path, capsys):
                "pretrain.nonsense=1"])
     assert rc == 2
     assert "pretrain.nonsense" in capsys.readouterr().err
+    # byte-level BPE below its 256 byte symbols + specials: refused before training, even when an earlier
+    # version cached an oversized tokenizer under that size, and nothing is written
+    out = tmp_path / "o3"
+    rc = _run(["--objective", "roberta", "--corpus", *files, "--out", str(out), "--cache-dir", cache,
+               "--vocab-size", "100"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["bertforge: error: --vocab-size 100 is too small for a bpe tokenizer; use at "
+                               "least 261 (its 256 byte symbols + 5 special tokens)"]
+    assert not out.exists()

@@ -4,7 +4,7 @@ import pytest
 
 from bertforge.data.corpus import (PretrainDataset, TokenizedCorpus, iter_documents, split_documents,
                                    split_sentences)
-from bertforge.data.tokenizers_train import KINDS, SPECIALS, train_tokenizer
+from bertforge.data.tokenizers_train import KINDS, SPECIALS, min_vocab_size, train_tokenizer
 from bertforge.errors import ConfigError, DataError
 
 WIKI = """ = Alpha Article = 
@@ -49,6 +49,34 @@ def test_tokenizer_errors():
         train_tokenizer("sentencepiece", iter(TEXT), 300)
     with pytest.raises(ConfigError):
         train_tokenizer("wordpiece", iter(TEXT), 10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokenizer_vocab_floor(kind):
+    """Byte-level BPE always holds its 256 byte symbols + 5 specials (before: --vocab-size 100 gave a
+    261-token model without a word); below each kind's floor the error names it."""
+    need = min_vocab_size(kind)
+    assert need == (261 if kind == "bpe" else 69)
+    with pytest.raises(ConfigError, match=f"use at least {need}"):
+        train_tokenizer(kind, iter(TEXT), need - 1, min_frequency=1)
+    assert train_tokenizer(kind, iter(TEXT), need, min_frequency=1).get_vocab_size() <= need
+
+
+def test_tokenizer_more_characters_than_vocab():
+    """A corpus with 300 distinct characters: WordPiece keeps them all whatever the budget and Unigram's
+    trainer raised a bare Exception; both now refuse in one line with the size that works."""
+    rng = np.random.default_rng(0)
+    chars = [chr(0x4E00 + i) for i in range(300)]
+    lines = ["".join(rng.choice(chars, 40)) for _ in range(400)]
+    assert len(set("".join(lines))) == 300
+    with pytest.raises(ConfigError, match="came out with 305 tokens.*use --vocab-size 305"):
+        train_tokenizer("wordpiece", iter(lines), 100)
+    assert train_tokenizer("wordpiece", iter(lines), 305).get_vocab_size() == 305
+    # Unigram: 300 characters + "▁" + 5 specials + 1; one less fails inside the trainer
+    for v in (100, 306):
+        with pytest.raises(ConfigError, match="unigram tokenizer needs 307 tokens.*use --vocab-size 307"):
+            train_tokenizer("unigram", iter(lines), v)
+    assert train_tokenizer("unigram", iter(lines), 307).get_vocab_size() <= 307
 
 
 def test_sentences_and_documents(tmp_path):

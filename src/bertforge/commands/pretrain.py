@@ -94,7 +94,7 @@ def _check_size_against_recipe(size: str, path: str) -> None:
 
 def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_dir: Path):
     """A trained (cached) tokenizer of kind ``spec``, or the tokenizer of a checkpoint dir."""
-    from ..data.tokenizers_train import KINDS, train_tokenizer
+    from ..data.tokenizers_train import KINDS, check_trained_size, check_vocab_size, train_tokenizer
     from ..tokenizer import load_tokenizer
     spec = spec or kind_default
     if spec not in KINDS:
@@ -112,8 +112,11 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
             raise DataError(f"corpus file {c} is empty; pass text files with sentences")
     key = hashlib.sha256(json.dumps([spec, vocab_size, meta]).encode()).hexdigest()[:16]
     path = cache_dir / f"tokenizer-{spec}-{vocab_size}-{key}.json"
+    check_vocab_size(spec, vocab_size)
     if path.is_file():
-        return Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_file(str(path))
+        check_trained_size(tok, spec, vocab_size)  # cached by a version that let it grow past vocab_size
+        return tok
     reach_hub_sources(corpus)  # an offline or misspelt dataset name fails here, before training
     tok = train_tokenizer(spec, iter_corpus_lines(corpus), vocab_size)
     from ..io import atomic_write_text

@@ -50,7 +50,8 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
         max_chars: stop reading texts after this many characters (Unigram training is
             super-linear; by default it reads the first 2M characters).
     Raises:
-        ConfigError: unknown kind or a vocabulary too small for the special tokens.
+        ConfigError: unknown kind, ``vocab_size`` below :func:`min_vocab_size`, or a corpus whose distinct
+            characters alone need more than ``vocab_size`` tokens.
     """
     if kind not in KINDS:
         raise ConfigError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)} or pass a "
@@ -60,8 +61,7 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
         max_chars = 2_000_000
     if max_chars:
         texts = _take_chars(texts, max_chars)
-    if vocab_size < len(specials) + 64:
-        raise ConfigError(f"vocab size {vocab_size} is too small; use at least {len(specials) + 64}")
+    check_vocab_size(kind, vocab_size)
     if kind.startswith("wordpiece"):
         lower = kind == "wordpiece"
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
@@ -93,9 +93,53 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
                                           unk_token="<unk>", show_progress=False)
-        tok.train_from_iterator(texts, trainer=trainer, length=length)
+        seen: set = set()  # the characters read, to name the size needed if the trainer refuses
+
+        def noting(lines):
+            for line in lines:
+                seen.update(line)
+                yield line
+        try:
+            tok.train_from_iterator(noting(texts), trainer=trainer, length=length)
+        except Exception as e:  # tokenizers raises a bare Exception
+            if "not large enough" not in str(e):
+                raise
+        # below this (each character, "▁", the specials and one more) the trainer fails or overshoots
+        need = len(set(tok.normalizer.normalize_str("".join(seen))) - {" ", "\n"}) + 1 + len(specials) + 1
+        if vocab_size < need:
+            _too_small(kind, vocab_size, need)
         tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
+    check_trained_size(tok, kind, vocab_size)
     return tok
+
+
+def min_vocab_size(kind: str) -> int:
+    """Smallest vocabulary :func:`train_tokenizer` accepts for ``kind``: byte-level BPE holds its 256 byte
+    symbols + the special tokens (Radford et al. 2019, §2.2); the others the special tokens + 64."""
+    return len(SPECIALS[kind]) + (256 if kind == "bpe" else 64)
+
+
+def check_vocab_size(kind: str, vocab_size: int) -> None:
+    """Raise ConfigError when ``vocab_size`` is below :func:`min_vocab_size` of ``kind``."""
+    need = min_vocab_size(kind)
+    if vocab_size < need:
+        raise ConfigError(f"--vocab-size {vocab_size} is too small for a {kind} tokenizer; use at least {need}"
+                          + (" (its 256 byte symbols + 5 special tokens)" if kind == "bpe" else ""))
+
+
+def check_trained_size(tok: Tokenizer, kind: str, vocab_size: int) -> None:
+    """Raise ConfigError when a tokenizer trained for ``vocab_size`` came out larger: the WordPiece trainer
+    keeps every character of the corpus whatever the budget."""
+    if tok.get_vocab_size() > vocab_size:
+        n = tok.get_vocab_size()
+        raise ConfigError(f"--vocab-size {vocab_size} is too small for this corpus: the {kind} tokenizer came "
+                          f"out with {n} tokens (one per distinct character at least); use --vocab-size {n} "
+                          f"or more")
+
+
+def _too_small(kind: str, vocab_size: int, need: int):
+    raise ConfigError(f"--vocab-size {vocab_size} is too small for this corpus: the {kind} tokenizer needs "
+                      f"{need} tokens for its characters alone; use --vocab-size {need} or more") from None
 
 
 def _canonical_wordpiece(tok: Tokenizer, specials: list) -> models.WordPiece:
@@ -134,4 +178,5 @@ def iter_lines(files: Iterable[str]) -> Iterator[str]:
                     yield line
 
 
-__all__ = ["KINDS", "SPECIALS", "train_tokenizer", "default_kind", "iter_lines"]
+__all__ = ["KINDS", "SPECIALS", "train_tokenizer", "min_vocab_size", "check_vocab_size",
+           "check_trained_size", "default_kind", "iter_lines"]

@@ -294,12 +294,18 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
             raise CheckpointError(f"{model_dir} has per-layer pruned shapes, which transformers cannot build "
                                   "(it ignores pruned_heads since v5); use --backend torch or onnxruntime")
+        from transformers.utils import logging as hf_logging
         cls = _transformers_class(cfg)
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Loading weights" bar is not bench output
         try:
             model, loading = cls.from_pretrained(str(model_dir), output_loading_info=True)
         except Exception as e:
             raise CheckpointError(f"transformers cannot load {model_dir} ({str(e).splitlines()[0][:160]}); "
                                   f"use --backend torch") from None
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
         model.eval()
         info.update(parameters=count_parameters(model), precision="fp32", model_class=type(model).__name__,
                     threads=torch.get_num_threads(), library=f"transformers {transformers.__version__}")
