@@ -153,6 +153,56 @@ def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tin
     assert "cosine" in m[0] and "mlm_soft" not in m[0]
 
 
+def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys):
+    """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text. The hard L_mlm term was
+    missing, and without --mlm-prob the inputs were not masked at all; the default is now BERT's 15%."""
+    import yaml
+    import bertforge.hf  # noqa: F401  (registers the mlm head)
+    from bertforge.distill.distiller import Distiller, build_terms, method_terms
+    from bertforge.distill.student import build_student
+    from bertforge.hf import load_pretrained
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64)
+    tdir = tiny / "mlm-teacher"
+    if not tdir.exists():
+        TaskModel(cfg, head="mlm").save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+    # the Distiller's mlm term is 2 × the student's own masked-token cross-entropy, computed here apart
+    teacher = load_pretrained(tdir)
+    student = build_student("layers:0,2", teacher, head="mlm")
+    terms = build_terms(method_terms("distilbert", "general"), 2, 4)
+    dist = Distiller(student, [teacher], terms).eval()
+    ids = torch.randint(1000, 30000, (2, 9))
+    labels = torch.full_like(ids, -100)
+    labels[0, 3], labels[1, 5] = ids[0, 3], ids[1, 5]
+    masked = ids.clone()
+    masked[labels != -100] = 103
+    with torch.no_grad():
+        out = dist(masked, torch.ones_like(ids), mlm_labels=labels)
+        z = student(masked, torch.ones_like(ids)).logits
+    own = torch.nn.functional.cross_entropy(z[labels != -100], labels[labels != -100])
+    assert set(out.terms) == {"mlm_soft", "mlm", "cosine"}
+    assert float(out.terms["mlm"]) == pytest.approx(2.0 * float(own), rel=1e-5)
+    assert float(out.loss) == pytest.approx(float(sum(out.terms.values())), rel=1e-5)
+    # end to end: every term is logged and the run records the 15% masking it used
+    out_dir = tiny / "db-mlm"
+    assert main(["distill", "--stage", "general", "--teacher", str(tdir), "--student", "layers:0,2",
+                 "--method", "distilbert", "--corpus", str(tiny / "corpus.txt"), "--out", str(out_dir),
+                 "--max-steps", "2", "--batch-size", "4", "--max-seq-len", "16", "train.log_every=1"]) == 0
+    capsys.readouterr()
+    m = _metrics(out_dir)
+    assert {"mlm_soft", "mlm", "cosine"} <= set(m[0])
+    assert yaml.safe_load((out_dir / "recipe.yaml").read_text())["distill"]["mlm_probability"] == 0.15
+    # the hard MLM term cannot learn from unmasked inputs: refused in one line, nothing written
+    from resilience_util import cli_error_line
+    bad = tiny / "db-nomask"
+    line = cli_error_line(["distill", "--stage", "general", "--teacher", tdir, "--student", "layers:0",
+                           "--method", "distilbert", "--corpus", tiny / "corpus.txt", "--out", bad,
+                           "--max-steps", "1", "--mlm-prob", "0"], capsys, tdir)
+    assert "mlm term predicts masked tokens" in line and "--mlm-prob" in line
+    assert not bad.exists()
+
+
 def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys):
     """--augment-prob 0 is a valid rate (no word replaced) and is recorded as given, not replaced by the
     0.4 default; --augment / --augment-prob in the general stage, or --augment-prob alone, are refused."""

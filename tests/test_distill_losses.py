@@ -51,6 +51,16 @@ def test_mlm_soft_only_masked_positions():
     assert L.mlm_soft_loss(zs, zt, mlm_labels=labels).item() == pytest.approx(KL_34_VS_HALF, abs=1e-6)
 
 
+def test_mlm_hard_loss_is_the_students_cross_entropy_at_masked_positions():
+    """DistilBERT's L_mlm: CE of the student's logits at the masked positions only; the teacher is not read."""
+    zs = torch.tensor([[[9.0, -9.0], [math.log(3.0), 0.0]]])
+    labels = torch.tensor([[-100, 0]])
+    assert L.mlm_loss(zs, None, mlm_labels=labels).item() == pytest.approx(-math.log(0.75), abs=1e-6)
+    assert L.mlm_loss(zs, None, mlm_labels=torch.full_like(labels, -100)).item() == 0.0
+    with pytest.raises(ConfigError, match="--mlm-prob"):
+        L.mlm_loss(zs, None, mlm_labels=None)
+
+
 def test_cosine_hand_value_and_mask():
     hs = torch.tensor([[[1.0, 0.0], [1.0, 1.0], [5.0, -3.0]]])
     ht = torch.tensor([[[0.0, 1.0], [2.0, 2.0], [1.0, 9.0]]])
@@ -126,7 +136,7 @@ def test_value_relation_hand_value_and_head_counts():
 
 def test_registry_names():
     assert {"kd", "soft_ce", "cosine", "hidden_mse", "embedding_mse", "attention_mse", "attention_kl", "pkd",
-            "value_relation_kl", "mlm_soft"} <= set(L.LOSSES)
+            "value_relation_kl", "mlm_soft", "mlm"} <= set(L.LOSSES)
     with pytest.raises(ConfigError):
         L.get_loss("nope")
 

@@ -132,7 +132,8 @@ def run(args) -> int:
     from ..adapters import adapter_for
     from ..data.tasks import get_task, saved_task_spec, task_spec
     from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
-    from ..distill.distiller import Distiller, build_terms, has_mlm_head, method_terms, mlm_head_name
+    from ..distill.distiller import (MLM_LOSSES, Distiller, build_terms, has_mlm_head, method_terms,
+                                      mlm_head_name)
     from ..distill.student import build_student
     from ..hf import check_seq_len, load_pretrained, read_config
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
@@ -254,25 +255,31 @@ def run(args) -> int:
     if overridden:
         sys.stderr.write(f"bertforge distill: note: --method {args.method} replaces the recipe's losses list"
                          f"{' (method ' + str(ds['method']) + ')' if ds.get('method') else ''}\n")
-    if stage == "general" and not has_mlm_head(teacher):
-        dropped = [e for e in entries if e.get("loss") == "mlm_soft"]
-        entries = [e for e in entries if e.get("loss") != "mlm_soft"]
+    if stage == "general" and not has_mlm_head(teacher):  # the student's head follows the teacher's
+        dropped = [e for e in entries if e.get("loss") in MLM_LOSSES]
+        entries = [e for e in entries if e.get("loss") not in MLM_LOSSES]
         if dropped and not entries:
             raise ConfigError(f"--method {method} in the general stage needs an MLM head on the teacher, and "
                               f"{teacher_dirs[0]} has none; use --method tinybert or minilm")
         if dropped:
-            sys.stderr.write(f"bertforge distill: warning: {teacher_dirs[0]} has no MLM head, so the mlm_soft "
-                             f"term of --method {method} is dropped; training uses "
-                             f"{', '.join(e.get('loss', '?') for e in entries)} only\n")
+            sys.stderr.write(f"bertforge distill: warning: {teacher_dirs[0]} has no MLM head, so the "
+                             f"{' and '.join(e['loss'] for e in dropped)} term(s) of --method {method} are "
+                             f"dropped; training uses {', '.join(e.get('loss', '?') for e in entries)} only\n")
     terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
                         temperature=temperature, alpha=alpha,
                         layer_map=args.layer_map or ds.get("layer_map"))
     _check_flags_used(args, entries, method, stage)
-    mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability", 0.0)
+    # masked-LM terms read MLM-corrupted inputs: BERT's 15% unless set (Devlin et al. 2019 §3.1; Sanh et al. §3)
+    reads_mlm = stage == "general" and any(e.get("loss") in MLM_LOSSES for e in entries)
+    mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability",
+                                                                    0.15 if reads_mlm else 0.0)
     from ..errors import require_number
     require_number("--mlm-prob / distill.mlm_probability", mlm_p, 0, 1, open_high=True,
                    note="the fraction of input tokens corrupted")
     mlm_p = float(mlm_p)
+    if mlm_p == 0 and any(e.get("loss") == "mlm" for e in entries):
+        raise ConfigError("the mlm term predicts masked tokens, but --mlm-prob / distill.mlm_probability is 0; "
+                          "set it above 0 (BERT: 0.15) or drop the mlm term")
     tr = recipe.train
     seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(items)
     # the cache pays off only when examples are seen again (more than one epoch), inputs are fixed
@@ -298,6 +305,8 @@ def run(args) -> int:
                                "losses": [_applied(e, t, args.layer_map or ds.get("layer_map"))
                                           for e, t in zip(entries, terms)]}
     # what this run used, so `--recipe RUN/recipe.yaml` repeats it (CLI flags win over the section)
+    if stage == "general":
+        recipe.extra["distill"]["mlm_probability"] = mlm_p
     for key, value in (("temperature", temperature), ("alpha", alpha), ("augment", aug_record)):
         if value is not None:
             recipe.extra["distill"][key] = value

@@ -57,6 +57,7 @@ METHODS: dict = {
         "task": [{"loss": "kd", "weight": 1.0, "temperature": 2.0, "alpha": 0.5},
                  {"loss": "cosine", "weight": 1.0, "layers": "last"}],
         "general": [{"loss": "mlm_soft", "weight": 5.0, "temperature": 2.0},
+                    {"loss": "mlm", "weight": 2.0},
                     {"loss": "cosine", "weight": 1.0, "layers": "last"}],
     },
     "pkd": {  # Sun et al. 2019: (1−α)·CE + α·T²·KL + β·Σ PT, β = 100 (Table 1 grid {10,100,500,1000})
@@ -81,6 +82,9 @@ METHODS: dict = {
                     {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
     },
 }
+
+#: losses that read masked-LM logits (the general stage's MLM-corrupted inputs and MLM heads)
+MLM_LOSSES = ("mlm_soft", "mlm")
 
 _TERM_KEYS = {"loss", "weight", "layers", "temperature", "alpha", "relation_heads", "name"}
 
@@ -168,7 +172,7 @@ class Distiller(nn.Module):
         terms: :class:`Term` list (see :func:`build_terms`).
         cache: optional :class:`TeacherCache`; requires ``example_index`` (B,) in every batch.
     Batch: ``input_ids``/``attention_mask``/``token_type_ids`` (B, T); ``labels`` (B,) for kd α < 1;
-    ``mlm_labels`` (B, T) with −100 at unmasked positions for ``mlm_soft`` (optional).
+    ``mlm_labels`` (B, T) with −100 at unmasked positions for ``mlm_soft`` (optional) and ``mlm`` (required).
     Raises:
         ConfigError: a term needs a feature the models cannot give (e.g. ``mlm_soft`` without MLM heads).
     """
@@ -194,6 +198,9 @@ class Distiller(nn.Module):
             if spec.feature == "mlm_logits" and not (has_mlm_head(student) and has_mlm_head(self.teacher)):
                 raise ConfigError(f"loss {term.loss} needs masked-LM heads on teacher and student; this "
                                   f"teacher has none: use representation losses (--method tinybert or minilm)")
+            if spec.feature == "student_mlm" and not has_mlm_head(student):
+                raise ConfigError(f"loss {term.loss} needs a masked-LM head on the student; use --stage "
+                                  f"general with a teacher that has one, or drop the {term.loss} term")
             if spec.feature == "logits" and (student.head is None or self.teacher.head is None):
                 raise ConfigError(f"loss {term.loss} needs task heads (logits) on teacher and student; use "
                                   f"--stage task or representation losses")
@@ -237,6 +244,8 @@ class Distiller(nn.Module):
         need = {}
         for term in self.terms:
             kind = term.spec.feature
+            if kind == "student_mlm":  # the student's own loss: no teacher feature
+                continue
             if kind in ("logits", "mlm_logits"):
                 ks = range(len(self._teachers)) if kind == "logits" else [0]
                 for k in ks:
@@ -318,7 +327,9 @@ class Distiller(nn.Module):
         for term in self.terms:
             spec = term.spec
             kind = spec.feature
-            if kind in ("logits", "mlm_logits"):
+            if kind == "student_mlm":
+                value = spec.fn(out_S.logits, mlm_labels=mlm_labels)
+            elif kind in ("logits", "mlm_logits"):
                 zt = self._combined_logits(feats, term.temperature, kind)
                 value = spec.fn(out_S.logits, zt, temperature=term.temperature, labels=labels,
                                 alpha=term.alpha, mask=attention_mask, mlm_labels=mlm_labels)

@@ -18,6 +18,7 @@ name                   source
 ``pkd``                BERT-PKD (Sun et al. 2019) eq. 3: ‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖² on [CLS]
 ``value_relation_kl``  MiniLM eq. 6 (relation heads as MiniLMv2, Wang et al. 2021 §3.1)
 ``mlm_soft``           DistilBERT L_ce: T²·KL of MLM distributions at masked (or all) positions
+``mlm``                DistilBERT L_mlm: the student's own masked-LM cross-entropy (no teacher)
 =====================  ==========================================================================
 
 ``attention_mse``/``attention_kl`` need equal head counts; when they differ, both sides are averaged over
@@ -39,7 +40,7 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class LossSpec:
     """``feature``: what the loss reads (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions``
-    | ``values`` | ``mlm_logits``); ``layerwise``: True when it is applied to layer pairs of a map;
+    | ``values`` | ``mlm_logits`` | ``student_mlm``: the student's MLM logits only); ``layerwise``: True when it is applied to layer pairs of a map;
     ``projects``: True when a learned W (student H → teacher H) is inserted when the widths differ."""
 
     name: str
@@ -142,6 +143,24 @@ def mlm_soft_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: f
     zs, zt = logits_S[sel].float() / t, logits_T[sel].float() / t
     return F.kl_div(F.log_softmax(zs, -1), F.log_softmax(zt, -1), reduction="batchmean",
                     log_target=True) * t * t
+
+
+@register_loss("mlm", "student_mlm", layerwise=False)
+def mlm_loss(logits_S: torch.Tensor, logits_T: Optional[torch.Tensor] = None,
+             mlm_labels: Optional[torch.Tensor] = None, **_) -> torch.Tensor:
+    """DistilBERT's L_mlm (Sanh et al. 2019 §3): the student's own masked-LM loss as in BERT pretraining
+    (Devlin et al. 2019 §3.1), cross-entropy of its logits (B, T, V) against ``mlm_labels`` (B, T), averaged
+    over the masked positions (label ≠ −100); the teacher is not read. 0 for a batch without masked tokens.
+
+    Raises:
+        ConfigError: no ``mlm_labels`` (inputs were not MLM-corrupted: ``--mlm-prob 0``)."""
+    if mlm_labels is None:
+        raise ConfigError("loss mlm predicts masked tokens, but the inputs are not masked; set --mlm-prob "
+                          "(e.g. 0.15) or drop the mlm term")
+    sel = mlm_labels != -100
+    if not bool(sel.any()):
+        return logits_S.sum() * 0.0
+    return F.cross_entropy(logits_S[sel].float(), mlm_labels[sel])
 
 
 # ------------------------------------------------------------------------------------- hidden states
