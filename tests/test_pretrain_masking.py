@@ -62,6 +62,26 @@ def test_token_masking_rates_over_1m_tokens():
     _check_replacement(ids, out)
 
 
+def test_electra_generator_input_is_85_mask_15_kept():
+    """ELECTRA's reference masking (google-research/electra pretrain_helpers.mask): 85% of the selected
+    tokens become [MASK], 15% stay, none is replaced by a random token; the electra objective uses it and
+    every other objective BERT's 80/10/10; other splits are refused in one line."""
+    from bertforge.errors import ConfigError
+    from bertforge.objectives.pretrain import resolve_options
+    assert resolve_options("electra", {})["replace_probs"] == [0.85, 0.0, 0.15]
+    for objective in ("bert", "roberta", "albert", "spanbert"):
+        assert resolve_options(objective, {})["replace_probs"] == [0.8, 0.1, 0.1]
+    for bad in ([0.9, 0.2, 0.1], [0.5, 0.5], "0.8", [0.8, -0.1, 0.3]):
+        with pytest.raises(ConfigError, match="pretrain.replace_probs"):
+            resolve_options("bert", {"replace_probs": bad})
+    ids, special, _ = synthetic_batch(2)
+    out = mask_tokens(ids, special, np.random.default_rng(3), MASK, RANDOM_IDS,
+                      replace_probs=tuple(resolve_options("electra", {})["replace_probs"]))
+    got, orig = out.input_ids[out.selected], ids[out.selected]
+    assert abs((got == MASK).mean() - 0.85) < 0.005 and abs((got == orig).mean() - 0.15) < 0.005
+    assert ((got == MASK) | (got == orig)).all()  # no random token
+
+
 def test_whole_word_masking_selects_whole_words():
     ids, special, ws = synthetic_batch(2)
     out = mask_tokens(ids, special, np.random.default_rng(3), MASK, RANDOM_IDS, word_starts=ws)

@@ -28,8 +28,10 @@ OBJECTIVES = {
                 "scheme": "token", "short_seq_prob": 0.0},
     "albert": {"family": "albert", "head": "mlm_sop", "mode": "sop", "masking": "dynamic", "dupe_factor": 1,
                "scheme": "token", "short_seq_prob": 0.1},
+    # ELECTRA's generator input: 85% [MASK], 15% kept, no random token (google-research/electra,
+    # pretrain_helpers.mask); the others BERT's 80/10/10 (Devlin et al. 2019 §3.1)
     "electra": {"family": "electra", "head": "electra", "mode": "full", "masking": "dynamic",
-                "dupe_factor": 1, "scheme": "token", "short_seq_prob": 0.0},
+                "dupe_factor": 1, "scheme": "token", "short_seq_prob": 0.0, "replace_probs": [0.85, 0.0, 0.15]},
     "spanbert": {"family": "bert", "head": "mlm_sbo", "mode": "doc", "masking": "dynamic", "dupe_factor": 1,
                  "scheme": "span", "short_seq_prob": 0.0},
 }
@@ -64,7 +66,7 @@ PRETRAIN_KEYS = {"objective": None, "tokenizer": None, "vocab_size": 30522, "mod
                  "dupe_factor": None, "scheme": None, "whole_word": False, "mlm_probability": 0.15,
                  "short_seq_prob": None, "doc_sep": "auto", "eval_fraction": 0.02,
                  "max_eval_sequences": 256, "generator_size": 0.25, "rtd_weight": 50.0,
-                 "geometric_p": 0.2, "max_span": 10}
+                 "geometric_p": 0.2, "max_span": 10, "replace_probs": [0.8, 0.1, 0.1]}
 
 
 def resolve_options(objective: str, section: dict) -> dict:
@@ -106,6 +108,12 @@ def _check_ranges(opts: dict) -> None:
     for key, bounds in _RANGES.items():
         if opts.get(key) is not None:
             require_number(f"pretrain.{key}", opts[key], **bounds)
+    rp = opts.get("replace_probs")
+    ok = isinstance(rp, (list, tuple)) and len(rp) == 3 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in rp)
+    if not ok or abs(sum(rp) - 1.0) > 1e-6:
+        raise ConfigError(f"pretrain.replace_probs={rp!r}; give [mask, random, keep] fractions of the selected "
+                          f"tokens that sum to 1, e.g. [0.8, 0.1, 0.1] (BERT)")
 
 
 def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> ModelConfig:
