@@ -122,3 +122,32 @@ def test_metrics_hand_computed():
     assert c["spearman"] == pytest.approx(0.8)
     xm, ym = x - x.mean(), y - y.mean()
     assert c["pearson"] == pytest.approx((xm @ ym) / np.sqrt((xm @ xm) * (ym @ ym)))
+
+
+def test_hub_mnli_labels_follow_their_names(monkeypatch):
+    """The hub's glue/mnli numbers its ClassLabel entailment, neutral, contradiction; the task (and the GLUE
+    TSVs) contradiction, entailment, neutral. Hub ids are mapped by name, so one sentence pair gets the
+    same label from either source (before, hub 'entailment' (0) was read as 'contradiction')."""
+    datasets = pytest.importorskip("datasets")
+    rows = {"premise": ["p0", "p1", "p2"], "hypothesis": ["h0", "h1", "h2"], "label": [0, 1, 2]}
+    hub_names = ["entailment", "neutral", "contradiction"]
+
+    def fake_load_dataset(name, config=None, split=None, **kw):
+        assert (name, config) == ("glue", "mnli")
+        feats = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                   "label": datasets.ClassLabel(names=hub_names)})
+        return datasets.Dataset.from_dict(rows, features=feats)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    task = get_task("mnli")
+    got = [task.labels[e.label] for e in read_examples("glue:train", task)]
+    assert got == hub_names
+    # a hub set whose names are not the task's labels (SST-2: negative/positive for "0"/"1") keeps its ids
+    sst2 = get_task("sst2")
+    hub_names = ["negative", "positive"]
+    rows = {"sentence": ["bad", "good"], "label": [0, 1]}
+
+    def fake_sst2(name, config=None, split=None, **kw):
+        feats = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=hub_names)})
+        return datasets.Dataset.from_dict(rows, features=feats)
+    monkeypatch.setattr(datasets, "load_dataset", fake_sst2)
+    assert [e.label for e in read_examples("glue:train", sst2)] == [0, 1]

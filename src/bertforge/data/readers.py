@@ -191,6 +191,18 @@ def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
     return label_map[key]
 
 
+def _hub_label_ids(ds, column: str, task: Task) -> Optional[list]:
+    """Hub class id → the task's label id, when the dataset's ``ClassLabel`` names are the task's label
+    names in another order (GLUE MNLI on the hub: entailment, neutral, contradiction; the task and the GLUE
+    TSVs: contradiction, entailment, neutral). None when the ids already agree or carry no names."""
+    names = getattr(getattr(ds, "features", {}).get(column), "names", None)
+    if task.kind != "classification" or not names or list(names) == list(task.labels):
+        return None
+    if sorted(names) != sorted(task.labels):
+        return None  # ids without matching names (e.g. SST-2's negative/positive for labels 0/1)
+    return [list(task.labels).index(n) for n in names]
+
+
 def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: str = "train") -> list:
     """Read a Hugging Face hub dataset (``datasets.load_dataset``), e.g. ``glue/sst2:validation``.
 
@@ -215,6 +227,7 @@ def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: st
         raise DataError(f"cannot load hub dataset {name!r} ({str(e).splitlines()[0]}); check the name "
                         f"or pass a local file") from None
     cols = task.hub_columns or (*task.text_columns, task.label_column)
+    remap = _hub_label_ids(ds, cols[-1], task)
     out = []
     for i, row in enumerate(ds):
         if max_samples is not None and i >= max_samples:
@@ -223,6 +236,8 @@ def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: st
         lab = row.get(cols[-1])
         if lab is not None and task.kind == "classification" and isinstance(lab, int) and lab < 0:
             lab = None  # GLUE test split
+        elif lab is not None and remap is not None:
+            lab = remap[lab]
         out.append(Example(texts[0], texts[1] if len(texts) > 1 else None,
                            float(lab) if task.kind == "regression" and lab is not None else lab, str(i)))
     return out
