@@ -203,6 +203,50 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     assert not bad.exists()
 
 
+def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys):
+    """TinyBERT §3.3: single-piece words are replaced by a masked LM's top-K predictions. The task-stage
+    teacher is a classifier, so before --augment-mlm every word came from embedding neighbours (silently);
+    now --augment-mlm DIR supplies the masked LM, and without it a note says what is used."""
+    import yaml
+    import bertforge.hf  # noqa: F401  (registers the mlm head)
+    from resilience_util import cli_error_line
+    from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
+    from bertforge.hf import load_pretrained
+    from bertforge.tokenizer import load_tokenizer
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64)
+    mlm_dir = tiny / "aug-mlm"
+    TaskModel(cfg, head="mlm").save_pretrained(mlm_dir, tokenizer_dir=tiny / "teacher")
+    tok, mlm = load_tokenizer(tiny / "teacher"), load_pretrained(mlm_dir)
+    aug = default_augmenter(tok, load_pretrained(tiny / "teacher"), p=1.0, k=3, mlm_model=mlm)
+    words = "the movie is dull".split()  # "dull": one word piece in the MiniLM vocabulary
+    assert len(tok.encode("dull", add_special_tokens=False).ids) == 1
+    expect = MaskedLMPredictor(tok, lambda x: mlm(x).logits).candidates(words, 3, 3)
+    assert aug.candidates(words)[3] == expect and len(expect) == 3
+    assert all(c.split()[3] in expect for c in aug.augment(" ".join(words), 5))
+    # CLI: the masked LM is used and recorded; without it, a note
+    out = tiny / "aug-kd"
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0", "--task", "sst2",
+                 "--train", str(tiny / "train.tsv"), "--out", str(out), "--max-steps", "1", "--augment", "1",
+                 "--augment-mlm", str(mlm_dir)]) == 0
+    assert "--augment-mlm" not in capsys.readouterr().err
+    rec = yaml.safe_load((out / "recipe.yaml").read_text())["distill"]["augment"]
+    assert rec["mlm"] == str(mlm_dir.resolve())
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0", "--task", "sst2",
+                 "--train", str(tiny / "train.tsv"), "--out", str(tiny / "aug-kd2"), "--max-steps", "1",
+                 "--augment", "1"]) == 0
+    assert "pass --augment-mlm DIR" in capsys.readouterr().err
+    # refused in one line: a classifier as the masked LM, no --augment, the general stage
+    base = ["distill", "--teacher", tiny / "teacher", "--student", "layers:0", "--task", "sst2",
+            "--train", tiny / "train.tsv", "--max-steps", "1"]
+    line = cli_error_line(base + ["--out", tiny / "aug-bad1", "--augment", "1", "--augment-mlm",
+                                  tiny / "teacher"], capsys, tiny / "teacher")
+    assert "not a masked-LM one" in line
+    line = cli_error_line(base + ["--out", tiny / "aug-bad2", "--augment-mlm", mlm_dir], capsys, mlm_dir)
+    assert "pass --augment N too" in line
+
+
 def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys):
     """--augment-prob 0 is a valid rate (no word replaced) and is recorded as given, not replaced by the
     0.4 default; --augment / --augment-prob in the general stage, or --augment-prob alone, are refused."""

@@ -41,6 +41,11 @@ def add_arguments(p) -> None:
     p.add_argument("--augment", type=int, default=None, metavar="N",
                    help="TinyBERT augmentation: N augmented copies per training example (task stage)")
     p.add_argument("--augment-prob", type=float, help="per-word replacement probability (default 0.4)")
+    p.add_argument("--augment-mlm", metavar="DIR",
+                   help="masked LM whose top-K predictions replace single-piece words (TinyBERT §3.3): a "
+                        "checkpoint with an MLM head and the teacher's tokenizer, e.g. the pretrained model "
+                        "the teacher was fine-tuned from (default: nearest neighbours in the teacher's "
+                        "embeddings for every word)")
     p.add_argument("--mlm-prob", type=float, help="general stage: MLM-corrupt inputs with this probability")
     p.add_argument("--no-cache", action="store_true", help="run the teacher every step (no disk cache)")
     p.add_argument("--cache-dir", help="where teacher outputs are cached (default: <out>/teacher_cache)")
@@ -67,6 +72,27 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
         st = Path(t) / "model.safetensors"
         teach.append([str(t), st.stat().st_mtime if st.is_file() else None])
     return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
+
+
+#: keys of the recipe's ``distill.augment`` mapping
+AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
+
+#: saved heads whose ``logits`` are masked-LM logits (B, T, V)
+_MLM_HEADS = ("mlm", "mlm_nsp", "mlm_sop", "mlm_sbo")
+
+
+def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
+    """ConfigError unless ``mlm_dir`` holds a masked LM (saved MLM head) with the teacher's vocabulary."""
+    from ..hf import read_config, saved_head_name
+    from ..tokenizer import load_tokenizer
+    head = saved_head_name(read_config(mlm_dir))
+    if head not in _MLM_HEADS:
+        raise ConfigError(f"--augment-mlm {mlm_dir} has {'a ' + head if head not in (None, 'base') else 'no'} "
+                          f"head, not a masked-LM one; pass a checkpoint saved with an MLM head (e.g. a "
+                          f"`bertforge pretrain` run or a *ForMaskedLM dir)")
+    if load_tokenizer(mlm_dir).get_vocab() != load_tokenizer(teacher_dir).get_vocab():
+        raise ConfigError(f"--augment-mlm {mlm_dir} has another vocabulary than teacher {teacher_dir}; its "
+                          f"predictions are teacher word pieces, so pass a masked LM with the teacher's tokenizer")
 
 
 def _check_vocabularies(teacher_dirs, student_spec) -> None:
@@ -164,6 +190,15 @@ def run(args) -> int:
                           "only; drop them for the general stage")
     if args.augment_prob is not None and not args.augment and not (ds.get("augment") or {}).get("copies"):
         raise ConfigError("--augment-prob sets the word-replacement rate of --augment N; pass --augment N too")
+    aug_cfg = dict(ds.get("augment") or {})
+    bad = set(aug_cfg) - AUGMENT_KEYS
+    if bad:
+        raise ConfigError(f"unknown recipe key distill.augment.{sorted(bad)[0]}; valid: "
+                          f"{', '.join(sorted(AUGMENT_KEYS))}")
+    aug_mlm = args.augment_mlm or aug_cfg.get("mlm")
+    if args.augment_mlm and (stage == "general" or not (args.augment or aug_cfg.get("copies"))):
+        raise ConfigError("--augment-mlm picks the masked LM of --augment N (task stage); pass --augment N too"
+                          if stage == "task" else "--augment-mlm applies to --stage task only; drop it")
     if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
         if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
             raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
@@ -181,6 +216,9 @@ def run(args) -> int:
         meta = read_config(teacher_dirs[0]).get("bertforge") or {}
         if meta.get("max_seq_len") and d.max_seq_len == 128:
             d.max_seq_len = int(meta["max_seq_len"])
+    if aug_mlm and stage == "task" and (args.augment if args.augment is not None else aug_cfg.get("copies")):
+        aug_mlm = str(Path(resolve_model_dir(str(aug_mlm))).resolve())
+        _check_augment_mlm(aug_mlm, teacher_dirs[0])
     tok = load_tokenizer(teacher_dirs[0])
     eval_ds = adapter = task = None
     aug_record = None  # the augmentation actually applied, for recipe.yaml
@@ -213,7 +251,6 @@ def run(args) -> int:
                                   f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
         from ..data.readers import read_examples
         examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
-        aug_cfg = dict(ds.get("augment") or {})
         n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
         if n_aug and token_task:
             raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
@@ -221,11 +258,20 @@ def run(args) -> int:
             from ..distill.augment import augment_examples, default_augmenter
             aug_record = {**aug_cfg, "copies": n_aug, "prob": args.augment_prob if args.augment_prob is not None
                           else aug_cfg.get("prob", 0.4)}
+            mlm_model = None
+            if aug_mlm:
+                mlm_model = load_pretrained(aug_mlm)
+                aug_record["mlm"] = aug_mlm
+            else:
+                aug_record.pop("mlm", None)
+                sys.stderr.write("bertforge distill: note: --augment without --augment-mlm replaces every word "
+                                 "by its nearest neighbours in the teacher's embeddings; TinyBERT draws "
+                                 "single-piece words from a masked LM's predictions: pass --augment-mlm DIR\n")
             augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
                                           p=aug_record["prob"],
                                           k=aug_cfg.get("top_k", 15),
-                                          swap_prob=aug_cfg.get("swap_prob", 0.1),
-                                          seed=recipe.train.seed)
+                                          swap_prob=aug_cfg.get("swap_prob", 0.0),
+                                          seed=recipe.train.seed, mlm_model=mlm_model)
             examples = augment_examples(examples, augmenter, n_aug)
         from ..data.collate import encode_examples
         items = list(adapter.load(d.train, d.max_train_samples)) if token_task \

@@ -197,13 +197,25 @@ def augment_examples(examples: list, augmenter: Augmenter, n: int) -> list:
 
 
 def default_augmenter(tokenizer, teacher, corpus_examples=None, p: float = 0.4, k: int = 15,
-                      swap_prob: float = 0.0, seed: int = 0) -> Augmenter:
-    """MLM predictions from the teacher when it has a masked-LM head; the lexicon is the teacher's input
-    token embedding table (always, for multi-piece words; also for single-piece words without an MLM)."""
+                      swap_prob: float = 0.0, seed: int = 0, mlm_model=None) -> Augmenter:
+    """MLM predictions for single-piece words from ``mlm_model`` (a TaskModel whose ``logits`` are masked-LM
+    logits (B, T, V) over the teacher's vocabulary, e.g. the pretrained BERT the teacher came from, as
+    TinyBERT uses BERT-base), else from the teacher when it has a masked-LM head; the lexicon is the
+    teacher's input token embedding table (always, for multi-piece words; also for single-piece words
+    without an MLM).
+
+    Raises:
+        ConfigError: ``mlm_model``'s logits are not over the tokenizer's vocabulary."""
     from .distiller import has_mlm_head
     lexicon = EmbeddingLexicon.from_token_embeddings(tokenizer, teacher.encoder.embeddings.word_embeddings.weight)
     mlm = None
-    if has_mlm_head(teacher):
-        teacher.eval()
-        mlm = MaskedLMPredictor(tokenizer, lambda x: teacher(x).logits)
+    source = mlm_model if mlm_model is not None else (teacher if has_mlm_head(teacher) else None)
+    if source is not None:
+        source.eval()
+        mlm = MaskedLMPredictor(tokenizer, lambda x: source(x).logits)
+        with torch.no_grad():
+            z = source(torch.tensor([[mlm.mask_id]])).logits
+        if z is None or z.dim() != 3 or z.shape[-1] < tokenizer.get_vocab_size():
+            raise ConfigError(f"the augmentation masked LM gives logits of shape "
+                              f"{None if z is None else tuple(z.shape)}, not (B, T, {tokenizer.get_vocab_size()})")
     return Augmenter(tokenizer, mlm=mlm, lexicon=lexicon, p=p, k=k, swap_prob=swap_prob, seed=seed)
