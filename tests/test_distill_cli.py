@@ -76,7 +76,9 @@ def test_task_stage_kd_copied_student_with_cache_and_augmentation(tiny, capsys):
     assert state["n_examples"] == 48  # augmentation repeated: 24 originals + 24 copies
 
 
-def test_general_then_task_chain(tiny, capsys):
+def test_general_then_task_chain(tiny, capsys, monkeypatch):
+    from safetensors.torch import load_file
+    from bertforge.distill.distiller import PROJECTIONS_FILE, Distiller
     g = tiny / "general"
     assert main(["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student",
                  "2L-16H-2A-32I", "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"),
@@ -86,12 +88,28 @@ def test_general_then_task_chain(tiny, capsys):
     assert {"embedding_mse", "hidden_mse", "attention_mse"} <= set(m[0])
     cfg = json.loads((g / "config.json").read_text())
     assert cfg["hidden_size"] == 16 and cfg["bertforge"]["distill"]["stage"] == "general"
+    # the learned W_e and the one W_h (student 16 → teacher 32) are kept beside the student …
+    saved = load_file(str(g / PROJECTIONS_FILE))
+    assert {k: tuple(v.shape) for k, v in saved.items()} == {
+        "embedding_mse.weight": (32, 16), "embedding_mse.bias": (32,),
+        "hidden_mse.weight": (32, 16), "hidden_mse.bias": (32,)}
+    # … and the task stage starts from them (TinyBERT's reference code carries them over too)
+    loaded = {}
+    real = Distiller.load_projections
+
+    def spy(self, src):
+        names = real(self, src)
+        loaded.update({k: self.proj[k].weight.detach().clone() for k in names})
+        return names
+    monkeypatch.setattr(Distiller, "load_projections", spy)
     t = tiny / "task"
     assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", str(g), "--method", "tinybert",
                  "--task", "sst2", "--train", str(tiny / "train.tsv"), "--out", str(t), "--max-steps", "2",
                  "--batch-size", "8", "--no-cache", "train.log_every=1"]) == 0
     m = _metrics(t)
     assert {"soft_ce", "hidden_mse", "attention_mse", "embedding_mse"} <= set(m[0])
+    assert set(loaded) == {"embedding_mse", "hidden_mse"}
+    assert torch.equal(loaded["hidden_mse"], saved["hidden_mse.weight"])
     cfg = json.loads((t / "config.json").read_text())
     assert cfg["bertforge"]["student"]["from_dir"] == str(g) and cfg["bertforge"]["student"]["shape"]["hidden_size"] == 16
 

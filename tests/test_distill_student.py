@@ -96,7 +96,16 @@ def test_projection_and_training_reduces_loss():
     student = build_student("2L-16H-2A-32I", teacher)
     terms = build_terms(method_terms("tinybert", "general"), 2, 4)
     d = Distiller(student, [teacher], terms)
-    assert set(d.proj) == {"embedding_mse_0_0", "hidden_mse_1_2", "hidden_mse_2_4"}
+    # TinyBERT eq. 8–9: one W_h shared by every hidden-layer pair, and W_e for the embeddings
+    assert set(d.proj) == {"embedding_mse", "hidden_mse"}
+    from bertforge.distill.losses import hidden_mse_loss
+    with torch.no_grad():
+        bt0 = batch(b=2, t=6)
+        hs = student(**bt0, output_hidden_states=True).hidden_states
+        ht = teacher(**bt0, output_hidden_states=True).hidden_states
+        want = sum(hidden_mse_loss(hs[s], ht[t], bt0["attention_mask"], proj=d.proj["hidden_mse"])
+                   for s, t in [(1, 2), (2, 4)])
+        assert float(d(**bt0).terms["hidden_mse"]) == pytest.approx(float(want), rel=1e-5)
     assert all(not p.requires_grad for p in teacher.parameters())
     names = {n for n, _ in d.named_parameters()}
     assert not any(n.startswith("_teachers") for n in names)

@@ -378,6 +378,8 @@ def run(args) -> int:
     try:
         cache = None
         distiller = Distiller(student, teachers, terms)
+        if Path(str(student_spec)).is_dir():  # an earlier stage's W (TinyBERT: general → task)
+            distiller.load_projections(student_spec)
         if use_cache:
             from ..distill.cache import TeacherCache
             root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
@@ -389,7 +391,8 @@ def run(args) -> int:
             recipe.train.metric_for_best = task.metrics[0]
         eval_fn = (lambda m: adapter.evaluate(m.student, eval_ds)) if eval_ds is not None else None
         trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
-                          save_fn=lambda m, dst: m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
+                          save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
+                                                  m.save_projections(dst)),
                           sources=sources)
         result = trainer.fit(resume=args.resume)
         if cache is not None:

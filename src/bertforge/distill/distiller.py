@@ -1,7 +1,8 @@
 """The distiller: an objective module whose ``forward(**batch)`` returns ``loss`` + ``terms``.
 
 It is trained by the one :class:`~bertforge.train.trainer.Trainer` like any model. It holds the student
-(trainable), the learned projections W (student H → teacher H) and, outside its parameter tree, one or
+(trainable), the learned projections W (student H → teacher H; one per term, shared by its layer pairs as
+TinyBERT eq. 8's single W_h) and, outside its parameter tree, one or
 more frozen teachers (``requires_grad=False``, always in eval mode, never saved in checkpoints).
 
 A distillation setup is a list of *terms* (TextBrewer's "intermediate matches" + KD loss, as data):
@@ -17,6 +18,7 @@ teacher (Hinton et al. 2015 §2 uses ensembles as the teacher; TinyBERT/MiniLM u
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -82,6 +84,9 @@ METHODS: dict = {
                     {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
     },
 }
+
+#: the file beside a distilled student holding its learned projections W (see :meth:`Distiller.save_projections`)
+PROJECTIONS_FILE = "distill_projections.safetensors"
 
 #: losses that read masked-LM logits (the general stage's MLM-corrupted inputs and MLM heads)
 MLM_LOSSES = ("mlm_soft", "mlm")
@@ -204,15 +209,44 @@ class Distiller(nn.Module):
             if spec.feature == "logits" and (student.head is None or self.teacher.head is None):
                 raise ConfigError(f"loss {term.loss} needs task heads (logits) on teacher and student; use "
                                   f"--stage task or representation losses")
-            if spec.projects and hs != ht:
-                for s, t in term.pairs:
-                    key = self._proj_key(term, s, t)
-                    if key not in self.proj:
-                        lin = nn.Linear(hs, ht)
-                        nn.init.normal_(lin.weight, 0.0, student.config.initializer_range)
-                        nn.init.zeros_(lin.bias)
-                        self.proj[key] = lin
+            if spec.projects and hs != ht and term.name not in self.proj:
+                # one W per term, shared by all its layer pairs: TinyBERT eq. 8 has a single W_h for every
+                # hidden layer (eq. 9 its own W_e: embedding_mse is a term of its own)
+                lin = nn.Linear(hs, ht)
+                nn.init.normal_(lin.weight, 0.0, student.config.initializer_range)
+                nn.init.zeros_(lin.bias)
+                self.proj[term.name] = lin
         self._needs = self._features()
+
+    # ------------------------------------------------------------------------ projections
+    def save_projections(self, out_dir) -> None:
+        """Write the learned W of each projecting term to ``out_dir/`` :data:`PROJECTIONS_FILE` (safetensors,
+        ``<term>.weight`` (H_T, H_S) / ``<term>.bias``), so a later stage continues from them as TinyBERT's
+        task distillation does from its general stage. Nothing is written when no term projects."""
+        if not len(self.proj):
+            return
+        from safetensors.torch import save_file
+        tensors = {f"{k}.{n}": v.detach().cpu().contiguous() for k, lin in self.proj.items()
+                   for n, v in lin.state_dict().items()}
+        save_file(tensors, str(Path(out_dir) / PROJECTIONS_FILE))
+
+    def load_projections(self, src_dir) -> list:
+        """Initialise each projection from ``src_dir/`` :data:`PROJECTIONS_FILE` where that file holds a W of
+        the same term name and shape; returns the names loaded (none when the file is absent)."""
+        f = Path(src_dir) / PROJECTIONS_FILE
+        if not len(self.proj) or not f.is_file():
+            return []
+        from safetensors.torch import load_file
+        saved = load_file(str(f))
+        loaded = []
+        for k, lin in self.proj.items():
+            w, b = saved.get(f"{k}.weight"), saved.get(f"{k}.bias")
+            if w is not None and b is not None and w.shape == lin.weight.shape and b.shape == lin.bias.shape:
+                with torch.no_grad():
+                    lin.weight.copy_(w)
+                    lin.bias.copy_(b)
+                loaded.append(k)
+        return loaded
 
     # ----------------------------------------------------------------- teacher handling
     @property
@@ -234,10 +268,6 @@ class Distiller(nn.Module):
         for t in self._teachers:
             t.eval()
         return self
-
-    @staticmethod
-    def _proj_key(term: Term, s: int, t: int) -> str:
-        return f"{term.name}_{s}_{t}"
 
     def _features(self) -> dict:
         """Teacher feature names needed: ``{"hidden.3": (kind, layer), "logits.0": ("logits", 0), …}``."""
@@ -344,8 +374,7 @@ class Distiller(nn.Module):
                     a_T = feats[f"{kind}.{t}"]
                     kw = {"mask": attention_mask}
                     if spec.projects:
-                        kw["proj"] = self.proj[self._proj_key(term, s, t)] \
-                            if self._proj_key(term, s, t) in self.proj else None
+                        kw["proj"] = self.proj[term.name] if term.name in self.proj else None
                     if kind == "values":
                         kw["relation_heads"] = term.relation_heads
                     value = value + spec.fn(a_S, a_T, **kw)
