@@ -300,3 +300,28 @@ def test_an_explicit_method_replaces_a_recipes_losses(tiny, capsys):
     assert rec["method"] == "kd" and {e["loss"] for e in rec["losses"]} == {"kd"}
     logged = set().union(*[set(r) for r in _metrics(out) if "loss" in r])
     assert "kd" in logged and "hidden_mse" not in logged
+
+
+def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, capsys):
+    """With no length asked for, the student trains at the teacher's fine-tuning length; a recipe file that
+    sets data.max_seq_len: 128 (the default's value) was overridden by it too, and is now kept."""
+    import yaml
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=160, num_labels=2,
+                      problem_type="single_label_classification", id2label={0: "0", 1: "1"})
+    teacher = TaskModel(cfg, head="sequence_classification")
+    teacher.config.bertforge = {"task": "sst2", "max_seq_len": 32}
+    tdir = tiny / "teacher-160"
+    teacher.save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+    recipe = tiny / "len128.yaml"
+    recipe.write_text(yaml.safe_dump({"data": {"max_seq_len": 128}}))
+    lens = {}
+    for name, extra in (("plain", []), ("recipe", ["--recipe", str(recipe)])):
+        out = tiny / f"len-{name}"
+        assert main(["distill", "--teacher", str(tdir), "--student", "layers:0", "--task", "sst2",
+                     "--train", str(tiny / "train.tsv"), "--out", str(out), "--max-steps", "1",
+                     "--batch-size", "8", *extra]) == 0
+        lens[name] = yaml.safe_load((out / "recipe.yaml").read_text())["data"]["max_seq_len"]
+    capsys.readouterr()
+    assert lens == {"plain": 32, "recipe": 128}

@@ -74,6 +74,15 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
 
 
+def _recipe_file_sets(path, section: str, key: str) -> bool:
+    """Whether the ``--recipe`` file itself sets ``section.key`` (a value equal to the default included)."""
+    if not path:
+        return False
+    import yaml
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}  # load_recipe has validated it
+    return key in (raw.get(section) or {})
+
+
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
 
@@ -211,10 +220,11 @@ def run(args) -> int:
     _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
     set_len = args.max_seq_len is not None or any(
-        o.startswith("data.max_seq_len=") for o in (getattr(args, "overrides", None) or []))
-    if not set_len:
+        o.startswith("data.max_seq_len=") for o in (getattr(args, "overrides", None) or [])) \
+        or _recipe_file_sets(getattr(args, "recipe", None), "data", "max_seq_len")
+    if not set_len:  # nothing asked for a length: the teacher's own (as it was fine-tuned)
         meta = read_config(teacher_dirs[0]).get("bertforge") or {}
-        if meta.get("max_seq_len") and d.max_seq_len == 128:
+        if meta.get("max_seq_len"):
             d.max_seq_len = int(meta["max_seq_len"])
     if aug_mlm and stage == "task" and (args.augment if args.augment is not None else aug_cfg.get("copies")):
         aug_mlm = str(Path(resolve_model_dir(str(aug_mlm))).resolve())
