@@ -248,12 +248,12 @@ CASES = [
     ("pretrain-unknown-key", lambda w: ["pretrain", "--objective", "bert", "--corpus", w.train, "--out",
                                         w.d / "pt", "pretrain.mlm_prob=0.2"], ["mlm_prob"]),
     ("pretrain-max-steps-negative", lambda w: ["pretrain", "--objective", "roberta", "--corpus", w.train, "--out",
-                                               w.d / "pt", "--max-steps", -3, "--vocab-size", 120, "--cache-dir",
+                                               w.d / "pt", "--max-steps", -3, "--vocab-size", 300, "--cache-dir",
                                                w.d / "cache", "--no-progress"], ["train.max_steps -3", "≥ 1"]),
     ("finetune-max-steps-zero", lambda w: ["finetune", "--model", w.run, "--task", "sst2", "--train", w.train,
                                            "--out", w.d / "ft0", "train.max_steps=0"], ["train.max_steps 0", "≥ 1"]),
     ("pretrain-out-holds-run", lambda w: ["pretrain", "--objective", "roberta", "--corpus", w.train, "--out", w.run,
-                                          "--vocab-size", 120, "--cache-dir", w.d / "cache"],
+                                          "--vocab-size", 300, "--cache-dir", w.d / "cache"],
      ["already holds a run"]),
     # ---- distill
     ("distill-vocab-mismatch", lambda w: ["distill", "--teacher", w.run, "--student", w.other_vocab, "--train",
@@ -419,7 +419,8 @@ CASES = [
 
 def _pt(w, objective, *extra, corpus=None, out=None):
     return ["pretrain", "--objective", objective, "--corpus", corpus or w.lines3, "--out", out or w.d / "pt",
-            "--size", "tiny", "--max-steps", 1, "--vocab-size", 120, "--cache-dir", w.d / "cache", "--no-progress",
+            "--size", "tiny", "--max-steps", 1, "--vocab-size", 300 if objective == "roberta" else 120,
+            "--cache-dir", w.d / "cache", "--no-progress",
             *extra]
 
 
