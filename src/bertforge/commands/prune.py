@@ -138,7 +138,10 @@ def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
     if not name:
         return None, None
     task = get_task(name, **saved_task_spec(meta, name))
-    return task, adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+    adapter = adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+    if hasattr(adapter, "use_model_labels"):  # a tagger's tag set, as it was fine-tuned
+        adapter.use_model_labels(model_dir)
+    return task, adapter
 
 
 def read_text_examples(path, tok, max_seq_len: int, max_samples=None) -> list:
@@ -160,6 +163,29 @@ def read_text_examples(path, tok, max_seq_len: int, max_samples=None) -> list:
             for e in encode_texts(tok, lines, None, max_seq_len)]
 
 
+def _task_data(args, task, adapter):
+    """``--data`` read as the task's own file (labels kept where present: the task loss then scores
+    importance), or None for plain text. A ``.txt`` file is the task's format only for token
+    classification (CoNLL); elsewhere it is plain text, one example per line. QA reads the answers when
+    every question has one."""
+    import sys
+    if adapter is None or (str(args.data).endswith(".txt") and task.kind != "token_classification"):
+        return None
+    if task.kind == "qa":
+        try:
+            return adapter.load(args.data, args.max_samples, require_labels=True)
+        except DataError:
+            pass  # unanswered questions (or none): score them label-free
+    try:
+        return adapter.load(args.data, args.max_samples, require_labels=False)
+    except DataError as e:
+        if not str(args.data).endswith(".txt"):
+            raise
+        sys.stderr.write(f"bertforge prune: note: {args.data} is not a {task.name} file ({e}); reading it as "
+                         f"plain text, one example per line, scored label-free\n")
+        return None
+
+
 def _batches(data, collate, batch_size):
     def gen():
         for s in range(0, len(data), batch_size):
@@ -168,36 +194,56 @@ def _batches(data, collate, batch_size):
 
 
 def fidelity_fn(model, data, collate, batch_size):
-    """Label-free tracking: mean KL(p_unpruned ‖ p_pruned) over logits, or the relative squared drift
-    ‖h − h₀‖² / ‖h₀‖² of the last hidden state for a head-less encoder (0 = unchanged)."""
+    """Label-free tracking, returned as ``(fn, metric)`` with ``fn(pruned) -> {metric: value}`` (0 =
+    unchanged): ``kl_to_unpruned``, the mean KL(p_unpruned ‖ p_pruned) of a classifier's classes, of a
+    tagger's tags per real token, or of extractive QA's start and end positions (padding excluded);
+    ``mse_to_unpruned``, the mean squared change of a regression head's predictions; ``hidden_drift``,
+    the relative squared drift ‖h − h₀‖² / ‖h₀‖² of a head-less encoder's last hidden state."""
+    from ..compress.prune import LABEL_KEYS
     batches = [collate(data[s:s + batch_size]) for s in range(0, len(data), batch_size)]
+    qa = getattr(model, "head_name", None) == "question_answering"
 
     def outputs(m):
         m.eval()
         res = []
         with torch.no_grad():
             for b in batches:
-                b = {k: v for k, v in b.items() if k != "labels"}
-                o = m(**b)
-                res.append((o.logits if o.logits is not None else o.last_hidden_state).float())
+                o = m(**{k: v for k, v in b.items() if k not in LABEL_KEYS})
+                z = (o.logits if o.logits is not None else o.last_hidden_state).float()
+                if qa:  # (B, 2, T): a distribution over the real positions
+                    z = z.masked_fill(~b["attention_mask"].bool()[:, None, :], float("-inf"))
+                res.append(z)
         return res
 
     ref = outputs(model)
+    if model.head is None:
+        metric = "hidden_drift"
+    else:
+        metric = "mse_to_unpruned" if ref[0].shape[-1] == 1 and not qa else "kl_to_unpruned"
 
     def fn(m):
         cur = outputs(m)
-        if model.head is not None and ref[0].shape[-1] > 1:
+        if metric == "kl_to_unpruned":
             kls = []
             for r, c, b in zip(ref, cur, batches):
-                kl = torch.sum(torch.softmax(r, -1) * (torch.log_softmax(r, -1) - torch.log_softmax(c, -1)), -1)
-                if kl.dim() == 2:
+                lr, lc = torch.log_softmax(r, -1), torch.log_softmax(c, -1)
+                kl = torch.sum(lr.exp() * torch.nan_to_num(lr - lc, nan=0.0, posinf=0.0, neginf=0.0), -1)
+                if kl.dim() == 2 and not qa:  # tagger: real tokens only
                     kl = kl[b["attention_mask"].bool()]
                 kls.append(kl.flatten())
-            return {"kl_to_unpruned": round(float(torch.cat(kls).mean()), 6)}
+            return {metric: _sig(max(0.0, float(torch.cat(kls).mean())))}  # KL ≥ 0 (float noise)
+        if metric == "mse_to_unpruned":
+            n = sum(r.numel() for r in ref)
+            return {metric: _sig(sum(float(((c - r) ** 2).sum()) for r, c in zip(ref, cur)) / n)}
         num = sum(float(((c - r) ** 2).sum()) for r, c in zip(ref, cur))
         den = sum(float((r ** 2).sum()) for r in ref)
-        return {"hidden_drift": round(num / max(den, 1e-12), 6)}
-    return fn
+        return {metric: _sig(num / max(den, 1e-12))}
+    return fn, metric
+
+
+def _sig(x: float) -> float:
+    """6 significant digits (a small drift must not round to 0)."""
+    return float(f"{x:.6g}")
 
 
 def write_history(out: Path, history: list, metric: str) -> None:
@@ -271,8 +317,8 @@ def run(args) -> int:
                                  f"lets only {removable} of {total} heads go ({removable / total:.0%}), "
                                  f"not the {want} (--fraction {args.fraction}) asked for\n")
         task, adapter = _task_and_adapter(model_dir, cfg, args.task, args.max_seq_len, tok)
-        if adapter is not None and not str(args.data).endswith(".txt"):
-            data = adapter.load(args.data, args.max_samples, require_labels=False)
+        data = _task_data(args, task, adapter)
+        if data is not None:
             collate = adapter.collator()
         else:
             data = read_text_examples(args.data, tok, args.max_seq_len, args.max_samples)
@@ -284,8 +330,7 @@ def run(args) -> int:
             eval_fn, metric = _task_eval_fn(args, task, adapter)
         else:
             n_ev = min(len(data), 256)
-            eval_fn = fidelity_fn(model, data[:n_ev], collate, args.batch_size)
-            metric = "kl_to_unpruned" if (model.head is not None) else "hidden_drift"
+            eval_fn, metric = fidelity_fn(model, data[:n_ev], collate, args.batch_size)
 
         def log(rec):
             import sys

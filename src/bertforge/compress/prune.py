@@ -81,8 +81,16 @@ def _ffn_gates(model, gates: list):
             h.remove()
 
 
-def _model_inputs(batch: dict) -> dict:
-    return {k: v for k, v in batch.items() if k != "labels"}
+#: batch keys holding supervision: class / tag ids, or extractive QA's answer span
+LABEL_KEYS = ("labels", "start_positions", "end_positions")
+
+
+def has_labels(batch: dict) -> bool:
+    return "labels" in batch or "start_positions" in batch
+
+
+def _is_qa(model) -> bool:
+    return getattr(model, "head_name", None) == "question_answering"
 
 
 def _f32(x: torch.Tensor) -> torch.Tensor:
@@ -93,8 +101,14 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> torch.Tensor:
     """Sum over the batch of per-example losses (so ∂/∂gate[b] is example b's own gradient)."""
     mask = batch.get("attention_mask")
+    logits = out.logits
+    if _is_qa(model) and logits is not None and mask is not None:  # (B, 2, T): no answer in the padding
+        logits = logits.masked_fill(~mask.bool()[:, None, :], -1e4)
+    if mode == "task" and "start_positions" in batch:  # extractive QA: start and end CE (Devlin et al. §4.2)
+        return 0.5 * (F.cross_entropy(_f32(logits[:, 0]), batch["start_positions"], reduction="sum")
+                      + F.cross_entropy(_f32(logits[:, 1]), batch["end_positions"], reduction="sum"))
     if mode == "task":
-        logits, labels = out.logits, batch["labels"]
+        labels = batch["labels"]
         if logits is None:
             raise ConfigError("--loss task needs a model with a task head; use --loss fisher")
         if logits.dim() == 2 and logits.shape[-1] == 1:
@@ -106,8 +120,7 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
     if mode == "mlm":
         sel = batch["_mlm_selected"]
         return F.cross_entropy(_f32(out.logits)[sel], batch["_mlm_targets"][sel], reduction="sum")
-    # fisher: sample ŷ ~ p(·|x) from the model's own prediction
-    logits = out.logits
+    # fisher: sample ŷ ~ p(·|x) from the model's own prediction (QA: a start and an end position)
     if logits is not None and logits.shape[-1] > 1:
         lp = torch.log_softmax(_f32(logits), -1)
         with torch.no_grad():
@@ -165,7 +178,7 @@ def resolve_loss(model, batch: dict, loss: str) -> str:
     """The loss ``auto`` stands for on ``batch`` (``loss`` already passed :func:`check_loss`)."""
     if loss != "auto":
         return loss
-    return "task" if ("labels" in batch and model.head is not None) else "fisher"
+    return "task" if (has_labels(batch) and model.head is not None) else "fisher"
 
 
 def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: bool = True,
@@ -176,8 +189,8 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
     Args:
         model: a :class:`~bertforge.models.heads.TaskModel`; it is put in eval mode (no dropout) and
             its parameters get no gradient.
-        batches: dicts of (B, T) tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` (+ ``labels``
-            for ``loss="task"``).
+        batches: dicts of (B, T) tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` (+ ``labels``,
+            or QA's ``start_positions`` / ``end_positions``, for ``loss="task"``).
         loss: ``auto`` (``task`` when batches carry labels, else ``fisher``), ``task``, ``fisher``, ``mlm``.
         ffn: also score FFN neurons.
         normalize: L2-normalise scores within each layer (Michel et al. §4.1).
@@ -203,7 +216,7 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
     try:
         for batch in batches:
             mode = mode or resolve_loss(model, batch, loss)
-            if mode == "task" and "labels" not in batch:
+            if mode == "task" and not has_labels(batch):
                 raise ConfigError("--loss task needs labelled data; pass a labelled file or --loss fisher")
             if mode == "mlm":
                 if mask_token_id is None:
@@ -213,9 +226,7 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
             b = batch["input_ids"].shape[0]
             hg = [torch.ones(b, n, device=dev, requires_grad=True) for n in head_counts(model)]
             fg = [torch.ones(b, n, device=dev, requires_grad=True) for n in ffn_sizes(model)] if ffn else []
-            inputs = {k: v for k, v in batch.items() if not k.startswith("_")}
-            if mode != "task":
-                inputs.pop("labels", None)
+            inputs = {k: v for k, v in batch.items() if not k.startswith("_") and k not in LABEL_KEYS}
             with (_ffn_gates(model, fg) if ffn else _nullctx()):
                 out = model(**inputs, head_gates=hg)
                 value = _loss(model, out, batch, mode, g)
