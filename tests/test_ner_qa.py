@@ -415,11 +415,22 @@ def test_kd_on_token_and_span_logits_ignores_padding(tmp_path, head, num_labels)
     ids = torch.tensor([a, b + [0] * 3])
     mask = (ids != 0).long()
     with torch.no_grad():
-        both = kd_loss(student(ids, mask).logits, teacher(ids, mask).logits, temperature=2.0)
-        one = [kd_loss(student(torch.tensor([x])).logits, teacher(torch.tensor([x])).logits, temperature=2.0)
-               for x in (a, b)]
-    # batchmean over 2 examples: the padded batch equals the mean of the unpadded per-example KLs
-    assert both.item() == pytest.approx((one[0] + one[1]).item() / 2, rel=1e-4)
+        both = kd_loss(student(ids, mask).logits, teacher(ids, mask).logits, temperature=2.0, mask=mask)
+        one = [kd_loss(student(torch.tensor([x])).logits, teacher(torch.tensor([x])).logits, temperature=2.0,
+                       mask=torch.ones(1, len(x), dtype=torch.long)) for x in (a, b)]
+    if head == "token_classification":
+        # a KL per tag distribution, averaged over the 11 real tokens (as the hard tag loss): the padded
+        # batch equals the token-weighted mean of the unpadded examples; padding adds nothing
+        want = (one[0] * len(a) + one[1] * len(b)) / (len(a) + len(b))
+        # by hand: T² · mean over real tokens of KL(p_T ‖ p_S) at T = 2
+        with torch.no_grad():
+            pt = torch.softmax(teacher(ids, mask).logits / 2, -1)
+            ls = torch.log_softmax(student(ids, mask).logits / 2, -1)
+        kl = (pt * (pt.log() - ls)).sum(-1)[mask.bool()]
+        assert both.item() == pytest.approx(4 * kl.mean().item(), rel=1e-4)
+    else:  # QA: the mean over the start and end distributions of each example
+        want = (one[0] + one[1]) / 2
+    assert both.item() == pytest.approx(want.item(), rel=1e-4)
     assert both.item() > 0
 
 

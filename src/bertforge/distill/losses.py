@@ -77,16 +77,29 @@ def _token_mask(mask: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tenso
 
 
 # ------------------------------------------------------------------------------------ prediction layer
+def _mean_per_distribution(values: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Mean of a per-distribution loss ``values`` (the logits' shape without its last axis): over the
+    batch for (B, C) logits, over the real tokens for a tagger's (B, T, C) (``mask`` (B, T)), over the
+    B × 2 start/end distributions for QA's (B, 2, T) — so a soft loss has the scale of the per-token hard
+    loss it is mixed with, whatever the sequence length."""
+    if values.dim() == 2 and mask is not None and tuple(values.shape) == tuple(mask.shape):
+        m = mask.to(values.dtype)
+        return (values * m).sum() / m.sum().clamp_min(1.0)
+    return values.mean()
+
+
 @register_loss("kd", "logits", layerwise=False)
 def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
-            labels: Optional[torch.Tensor] = None, alpha: float = 1.0, **_) -> torch.Tensor:
+            labels: Optional[torch.Tensor] = None, alpha: float = 1.0, mask: Optional[torch.Tensor] = None,
+            **_) -> torch.Tensor:
     """Hinton et al. 2015 ("Distilling the Knowledge in a Neural Network", §2):
 
     ``α · T² · KL(softmax(z_T/T) ‖ softmax(z_S/T)) + (1 − α) · CE(z_S, y)``, KL summed over classes and
-    averaged over the batch. The T² factor keeps the soft-target gradient magnitude independent of T
-    (the gradient of the KL term scales as 1/T²). ``labels`` (B,) are used only when ``α < 1``.
-    A regression head (C = 1) distils by ``MSE(z_S, z_T)`` (TinyBERT's STS-B choice), mixed with
-    ``MSE(z_S, y)`` by α.
+    averaged over the batch (token classification: over the real tokens of ``mask`` (B, T); QA: over the
+    start and end distributions), as the hard CE is. The T² factor keeps the soft-target gradient
+    magnitude independent of T (the gradient of the KL term scales as 1/T²). ``labels`` (B,) or (B, T)
+    are used only when ``α < 1``. A regression head (C = 1) distils by ``MSE(z_S, z_T)`` (TinyBERT's
+    STS-B choice), mixed with ``MSE(z_S, y)`` by α.
     Raises:
         ConfigError: α < 1 without labels.
     """
@@ -97,8 +110,9 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
         soft = F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
     else:
         t = float(temperature)
-        soft = F.kl_div(F.log_softmax(zs / t, -1), F.log_softmax(zt / t, -1), reduction="batchmean",
-                        log_target=True) * t * t
+        lt = F.log_softmax(zt / t, -1)
+        kl = (lt.exp() * (lt - F.log_softmax(zs / t, -1))).sum(-1)
+        soft = _mean_per_distribution(kl, mask) * t * t
     if alpha >= 1.0:
         return soft
     if labels is None:
@@ -114,15 +128,15 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
 
 @register_loss("soft_ce", "logits", layerwise=False)
 def soft_ce_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
-                 **_) -> torch.Tensor:
+                 mask: Optional[torch.Tensor] = None, **_) -> torch.Tensor:
     """TinyBERT prediction-layer loss (Jiao et al. 2020, eq. 10): ``−Σ_c softmax(z_T/t)_c ·
-    log softmax(z_S/t)_c``, averaged over the batch (no T² factor, as the paper; t = 1 there).
-    A regression head (C = 1) uses ``MSE(z_S, z_T)``."""
+    log softmax(z_S/t)_c``, averaged over the batch (token classification: over the real tokens of
+    ``mask``; no T² factor, as the paper; t = 1 there). A regression head (C = 1) uses ``MSE(z_S, z_T)``."""
     zs, zt = logits_S.float(), logits_T.float()
     if zs.shape[-1] == 1:
         return F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
     t = float(temperature)
-    return -(F.softmax(zt / t, -1) * F.log_softmax(zs / t, -1)).sum(-1).mean()
+    return _mean_per_distribution(-(F.softmax(zt / t, -1) * F.log_softmax(zs / t, -1)).sum(-1), mask)
 
 
 @register_loss("mlm_soft", "mlm_logits", layerwise=False)
