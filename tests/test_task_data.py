@@ -151,3 +151,22 @@ def test_hub_mnli_labels_follow_their_names(monkeypatch):
         return datasets.Dataset.from_dict(rows, features=feats)
     monkeypatch.setattr(datasets, "load_dataset", fake_sst2)
     assert [e.label for e in read_examples("glue:train", sst2)] == [0, 1]
+
+
+def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(tmp_path, capsys):
+    """User trial: an STS-B score 'nan' was read as a label, training then failed with "loss became nan …
+    lower train.lr", and `evaluate` printed `"pearson": NaN`, which is not JSON. Now the row is named, and a
+    non-finite metric prints as null."""
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    row = "{i}\tm\tf\t2012\t{i}\tn\tn\tA man plays.\tA man is playing.\t{s}\n"
+    for bad in ("nan", "inf", "-Infinity"):
+        f = tmp_path / f"stsb_{bad}.tsv"
+        f.write_text(head + row.format(i=0, s="2.5") + row.format(i=1, s=bad))
+        with pytest.raises(DataError, match=rf"stsb_{bad}.tsv:3 label '{bad}' is not a finite number"):
+            read_examples(f, get_task("stsb"))
+    from bertforge.commands._common import print_json
+
+    def strict(s):  # JSON as other languages read it: NaN / Infinity are errors
+        return json.loads(s, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    print_json({"pearson": float("nan"), "spearman": np.float32("inf"), "n": 3, "l": [1.5, float("-inf")]})
+    assert strict(capsys.readouterr().out) == {"pearson": None, "spearman": None, "n": 3, "l": [1.5, None]}

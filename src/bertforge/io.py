@@ -4,6 +4,7 @@ A kill during a write leaves the previous file (or directory) in place and loada
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -159,8 +160,25 @@ def dir_fingerprint(d) -> dict:
     return {"path": str(d), "sha256": h.hexdigest()}
 
 
+def json_safe(obj):
+    """``obj`` with every non-finite float (a metric of a constant prediction: NaN) as None (JSON null):
+    ``NaN`` / ``Infinity`` are not JSON, and JSON readers other than Python's reject them."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) or (hasattr(obj, "dtype") and getattr(obj, "shape", None) == ()):
+        try:
+            f = float(obj)
+        except (TypeError, ValueError):
+            return obj
+        return f if math.isfinite(f) else None
+    return obj
+
+
 def append_jsonl(path: Path, record: dict) -> None:
+    """Append ``record`` as one JSON line (non-finite floats as null, see :func:`json_safe`)."""
     import json
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+        f.write(json.dumps(json_safe(record), default=float, allow_nan=False) + "\n")
         f.flush()

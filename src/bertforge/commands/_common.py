@@ -329,7 +329,9 @@ def abandon_out_dir(work: Path, out: Path) -> None:
 
 
 def print_json(obj) -> None:
+    """One JSON object on stdout (rank 0 only under torchrun); non-finite floats print as null."""
+    from ..io import json_safe
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return
-    sys.stdout.write(json.dumps(obj, default=float) + "\n")
+    sys.stdout.write(json.dumps(json_safe(obj), default=float, allow_nan=False) + "\n")
     sys.stdout.flush()

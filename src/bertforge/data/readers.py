@@ -6,6 +6,8 @@ and labels outside the task's label set.
 """
 from __future__ import annotations
 
+import math
+
 import csv
 import json
 import sys
@@ -169,10 +171,14 @@ def _rows_to_examples(rows, header, task: Task, path: Path, max_samples, require
 def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
     if task.kind == "regression":
         try:
-            return float(raw)
+            value = float(raw)
         except (TypeError, ValueError):
             raise DataError(f"{path}:{lineno} label {raw!r} is not a number; task {task.name} is a "
                             f"regression task") from None
+        if not math.isfinite(value):  # float() reads "nan" and "inf"; training would diverge on them
+            raise DataError(f"{path}:{lineno} label {raw!r} is not a finite number; fix the row (task "
+                            f"{task.name} is a regression task)")
+        return value
     key = str(raw).strip()
     if isinstance(raw, bool):
         key = str(int(raw))
