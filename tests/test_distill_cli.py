@@ -325,3 +325,25 @@ def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, cap
         lens[name] = yaml.safe_load((out / "recipe.yaml").read_text())["data"]["max_seq_len"]
     capsys.readouterr()
     assert lens == {"plain": 32, "recipe": 128}
+
+
+def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
+    """User trial: an STS-B regressor (1 output) as the student of an SST-2 teacher failed with "weight
+    head.classifier.weight has shape (1, 32) but the config gives (2, 32); config.json and the weights
+    disagree" — the file was fine. As transformers' ignore_mismatched_sizes: the encoder is kept, the head
+    is new (and said so)."""
+    from bertforge.hf import load_pretrained
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, num_labels=1, problem_type="regression")
+    reg = TaskModel(cfg, head="sequence_classification")
+    reg.config.bertforge = {"task": "stsb", "max_seq_len": 32}
+    rdir = tiny / "stsb-student"
+    reg.save_pretrained(rdir, tokenizer_dir=tiny / "teacher")
+    out = tiny / "from-stsb"
+    assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", str(rdir), "--task", "sst2",
+                 "--train", str(tiny / "train.tsv"), "--out", str(out), "--max-steps", "1",
+                 "--batch-size", "8"]) == 0
+    assert "has 1 output(s), not the 2 asked for; it is initialised fresh" in capsys.readouterr().err
+    s = load_pretrained(out)
+    assert s.head.classifier.weight.shape == (2, 32) and s.config.num_labels == 2

@@ -368,7 +368,13 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if model.head is not None:
         hk = model.head.hf_keys(config)
         have = {o: head_state[t] for o, t in hk.items() if t in head_state}
-        if hk and head == saved_head and len(have) == len(hk):
+        misfit = [o for o, t in have.items() if "head." + o in own and own["head." + o].shape != t.shape]
+        if hk and head == saved_head and len(have) == len(hk) and misfit:
+            # another label space (an STS-B regressor as an SST-2 student, SST-2 → MNLI): as transformers'
+            # ignore_mismatched_sizes, a fresh head of the asked size on the saved encoder
+            print(f"bertforge: the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
+                  f"{config.num_labels} asked for; it is initialised fresh", file=sys.stderr)
+        elif hk and head == saved_head and len(have) == len(hk):
             for o, t in have.items():
                 new_state["head." + o] = t
         elif hk:
