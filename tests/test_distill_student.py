@@ -209,3 +209,22 @@ def test_augmenter_tinybert_rules():
     from bertforge.data.readers import Example
     ex = augment_examples([Example("good film", None, 1, "a")], aug, 2)
     assert len(ex) == 3 and all(e.label == 1 for e in ex) and ex[1].guid == "a-aug0"
+
+
+def test_layer_map_with_an_empty_item_is_refused():
+    from bertforge.distill.mapping import resolve_map
+    from bertforge.errors import ConfigError
+    assert resolve_map("1:2,2:4", 2, 4) == [(1, 2), (2, 4)]
+    with pytest.raises(ConfigError, match="neither a strategy"):
+        resolve_map("1:2,,2:4", 2, 4)
+
+
+def test_a_fully_pruned_layer_builds_without_torch_warnings():
+    """A layer with 0 heads / 0 FFN units has (H, 0) weights: building it (evaluate, predict, a pruned dir's
+    INT8) printed PyTorch's 'Initializing zero-element tensors is a no-op' twice."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = TaskModel(tiny_cfg(layer_num_heads=[0, 4, 4, 4], layer_intermediate_sizes=[0, 64, 64, 64]),
+                      head="base")
+    assert m.encoder.layers[0].attention.num_heads == 0

@@ -174,6 +174,10 @@ class TokenClassificationAdapter(TaskAdapter):
         if require_labels and len(labelled) != len(examples):
             raise DataError(f"{path} has sentences without tags; task {self.task.name} needs tags here")
         unknown = sorted({t for e in labelled for t in e.tags if t not in l2i})
+        if unknown and getattr(self, "labels_from_model", None):  # evaluate / predict / distill / prune
+            raise DataError(f"{path} has tags {unknown[:5]} that {self.labels_from_model} was not fine-tuned "
+                            f"on (its tags: {self.labels}); use data with those tags, or fine-tune with "
+                            f"data.labels=[...] listing every tag")
         if unknown:
             raise DataError(f"{path} has tags {unknown[:5]} outside the label set {self.labels}; pass "
                             f"data.labels=[...] with every tag")
@@ -191,10 +195,13 @@ class TokenClassificationAdapter(TaskAdapter):
         if isinstance(model, (str, Path)):
             from .hf import read_config
             id2 = {int(k): v for k, v in (read_config(Path(model)).get("id2label") or {}).items()}
+            who = str(model)
         else:
             id2 = getattr(getattr(model, "config", None), "id2label", None)
+            who = getattr(model, "source_dir", None) or "the model"
         if id2:
             self.labels = [id2[i] for i in sorted(id2)]
+            self.labels_from_model = who
 
     def collator(self):
         return TokenCollator(pad_id(self.tok))

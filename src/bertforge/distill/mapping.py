@@ -69,7 +69,10 @@ def resolve_map(spec: MapSpec, m: int, n: int) -> list:
         if key in STRATEGIES:
             return STRATEGIES[key](m, n)
         try:
-            pairs = [tuple(int(x) for x in p.split(":")) for p in spec.split(",") if p.strip()]
+            items = spec.split(",")
+            if any(not p.strip() for p in items):
+                raise ValueError("empty item")
+            pairs = [tuple(int(x) for x in p.split(":")) for p in items]
         except ValueError:
             raise ConfigError(f"layer map {spec!r} is neither a strategy ({', '.join(STRATEGIES)}) nor "
                               f"pairs like '1:2,2:4'") from None

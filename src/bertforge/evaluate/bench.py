@@ -292,8 +292,11 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     if backend == "transformers":
         import transformers
         if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
-            raise CheckpointError(f"{model_dir} has per-layer pruned shapes, which transformers cannot build "
-                                  "(it ignores pruned_heads since v5); use --backend torch or onnxruntime")
+            what = " and ".join(w for k, w in (("layer_num_heads", "head counts"),
+                                               ("layer_intermediate_sizes", "FFN widths")) if cfg.get(k))
+            raise CheckpointError(f"{model_dir} has per-layer pruned shapes ({what}), which transformers "
+                                  f"cannot build (one width for every layer; no pruned_heads since v5); use "
+                                  f"--backend torch or onnxruntime")
         from transformers.utils import logging as hf_logging
         cls = _transformers_class(cfg)
         bar = hf_logging.is_progress_bar_enabled()

@@ -14,6 +14,7 @@ The projection of queries, keys and values is one fused ``qkv`` Linear (H â†’ 3Â
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -207,12 +208,14 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)  # on attention probabilities; its p feeds attention_product
         self.cross = cross
         inner = num_heads * head_dim
-        if cross:  # queries from the decoder, keys/values from the encoder memory
-            self.q = nn.Linear(hidden_size, inner)
-            self.kv = nn.Linear(hidden_size, 2 * inner)
-        else:
-            self.qkv = nn.Linear(hidden_size, 3 * inner)
-        self.out = nn.Linear(inner, hidden_size)
+        with warnings.catch_warnings():  # a fully pruned layer's (H, 0) weights: nothing to initialise
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+            if cross:  # queries from the decoder, keys/values from the encoder memory
+                self.q = nn.Linear(hidden_size, inner)
+                self.kv = nn.Linear(hidden_size, 2 * inner)
+            else:
+                self.qkv = nn.Linear(hidden_size, 3 * inner)
+            self.out = nn.Linear(inner, hidden_size)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape

@@ -9,6 +9,8 @@ Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing``
 """
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -72,8 +74,10 @@ class FeedForward(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, act: str):
         super().__init__()
-        self.intermediate = nn.Linear(hidden_size, intermediate_size)
-        self.output = nn.Linear(intermediate_size, hidden_size)
+        with warnings.catch_warnings():  # every unit pruned: (H, 0) weights, nothing to initialise
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+            self.intermediate = nn.Linear(hidden_size, intermediate_size)
+            self.output = nn.Linear(intermediate_size, hidden_size)
         self.act = get_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
