@@ -545,3 +545,23 @@ def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, capsys):
     f.write_text(json.dumps({"tokens": ["the", "cafe"], "tags": ["B-ORG", "O"]}) + "\n")
     line = cli_error_line(["evaluate", "--model", d, "--data", f], capsys, d)
     assert f"has tags ['B-ORG'] that {d} was not fine-tuned on (its tags: ['O', 'B-PER', 'B-LOC'])" in line
+
+
+def test_a_squad_model_evaluates_on_squad_v2_data(tmp_path, capsys):
+    """QA heads have two outputs, start and end, whatever id2label calls them: `evaluate --task squad_v2` on a
+    model fine-tuned on squad was refused as a label mismatch ("labels LABEL_0, LABEL_1 … labels start,
+    end"); it now scores (EM/F1 with HasAns/NoAns)."""
+    d = tiny_model_dir(tmp_path, head="question_answering")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "task": "squad", "max_seq_len": 32}
+    (d / "config.json").write_text(json.dumps(cfg))
+    ctx = "the answer is zebra ."
+    data = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": ctx, "qas": [
+        {"id": "a", "question": "what is the answer ?", "is_impossible": False,
+         "answers": [{"text": "zebra", "answer_start": ctx.index("zebra")}]},
+        {"id": "b", "question": "where went paris ?", "is_impossible": True, "answers": []}]}]}]}
+    f = tmp_path / "v2.json"
+    f.write_text(json.dumps(data))
+    assert main(["evaluate", "--model", str(d), "--task", "squad_v2", "--data", str(f)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"exact_match", "f1"} <= set(res)

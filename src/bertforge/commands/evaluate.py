@@ -42,7 +42,9 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     trained_on = meta.get("task")
     saved = [str(v) for _, v in sorted((cfg.get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
     if task_name and trained_on and task_name != trained_on and task.labels and saved \
+            and task.kind != "qa" \
             and [str(x) for x in task.labels] != saved:  # same count, other names: a positional mismatch
+        # (QA's two outputs are start/end logits whatever id2label says: squad ↔ squad_v2 is no mismatch)
         raise ConfigError(f"{model_dir} was fine-tuned on task {trained_on} (labels {', '.join(saved)}), not "
                           f"{task_name} (labels {', '.join(map(str, task.labels))}); pass --task {trained_on} "
                           f"or fine-tune on {task_name}")
