@@ -38,6 +38,7 @@ take.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable, Optional
 
@@ -280,8 +281,10 @@ def lowest(scores: list, k: int, min_keep: int = 0) -> dict:
 
 # --------------------------------------------------------------------------------- physical removal
 def _new_linear(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> nn.Linear:
-    lin = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                    device=weight.device, dtype=weight.dtype)
+    with warnings.catch_warnings():  # every head / unit removed: (H, 0) weights, nothing to initialise
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        lin = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                        device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
         lin.weight.copy_(weight)
         if bias is not None:
