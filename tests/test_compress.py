@@ -495,3 +495,16 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
     rows = list(csv.DictReader(open(tmp_path / "st-p" / "prune_history.csv")))
     assert rec["metric"] == "mse_to_unpruned" and all(r["mse_to_unpruned"] != "" for r in rows)
     assert float(rows[0]["mse_to_unpruned"]) == 0.0 and float(rows[-1]["mse_to_unpruned"]) > 0
+    # an eval set whose correlation is undefined (every score equal): null in prune.json (strict JSON), an
+    # empty cell in the CSV — prune.json held a bare NaN
+    const = tmp_path / "const.tsv"
+    lines = tsv.read_text().splitlines()[:6]
+    const.write_text("\n".join([lines[0]] + [ln.rsplit("\t", 1)[0] + "\t3.0" for ln in lines[1:]]) + "\n")
+    assert main([str(a) for a in ["prune", "--model", stsb, "--data", tsv, "--eval", const, "--fraction", "0.5",
+                                  "--out", tmp_path / "st-c"]]) == 0
+    capsys.readouterr()
+    strict = json.loads((tmp_path / "st-c" / "prune.json").read_text(),
+                        parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert strict["metric"] == "pearson" and all(r["pearson"] is None for r in strict["history"])
+    rows = list(csv.DictReader(open(tmp_path / "st-c" / "prune_history.csv")))
+    assert all(r["pearson"] == "" for r in rows)

@@ -228,3 +228,12 @@ def test_a_fully_pruned_layer_builds_without_torch_warnings():
         m = TaskModel(tiny_cfg(layer_num_heads=[0, 4, 4, 4], layer_intermediate_sizes=[0, 64, 64, 64]),
                       head="base")
     assert m.encoder.layers[0].attention.num_heads == 0
+
+
+def test_a_layer_map_without_pairs_is_refused():
+    """PKD leaves out the student's last layer, so a 1-layer student has no pairs: the distiller summed
+    nothing and crashed ('float' object has no attribute 'detach'). Now a one-line ConfigError."""
+    from bertforge.errors import ConfigError
+    with pytest.raises(ConfigError, match="pairs no layers of a 1-layer student.*--layer-map"):
+        build_terms(method_terms("pkd", "task"), 1, 4)
+    assert build_terms(method_terms("pkd", "task"), 2, 4)[1].pairs  # 2 layers: one pair

@@ -164,6 +164,12 @@ def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(
         f.write_text(head + row.format(i=0, s="2.5") + row.format(i=1, s=bad))
         with pytest.raises(DataError, match=rf"stsb_{bad}.tsv:3 label '{bad}' is not a finite number"):
             read_examples(f, get_task("stsb"))
+    # undefined correlations (1 pair, a constant side) are NaN, without SciPy's error or warning
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(np.isnan(v) for v in compute(("pearson", "spearman"), [1.0], [2.0]).values())
+        assert all(np.isnan(v) for v in compute(("pearson", "spearman"), [1.0, 2.0], [3.0, 3.0]).values())
     from bertforge.commands._common import print_json
 
     def strict(s):  # JSON as other languages read it: NaN / Infinity are errors

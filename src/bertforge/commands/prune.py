@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError, require_at_least
+from ..io import json_safe
 from ._common import check_out_free, print_json, resolve_model_dir
 
 
@@ -252,7 +253,7 @@ def write_history(out: Path, history: list, metric: str) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(cols)
-    for r in history:
+    for r in json_safe(history):  # an undefined metric (NaN) is an empty cell
         w.writerow([r.get(c) if c != "heads_per_layer" else " ".join(map(str, r[c])) for c in cols])
     atomic_write_text(out / "prune_history.csv", buf.getvalue())
     plot_curve(out / "prune_history.png", [r["heads_pruned"] for r in history],
@@ -334,8 +335,8 @@ def run(args) -> int:
 
         def log(rec):
             import sys
-            sys.stderr.write("bertforge prune: " + json.dumps({k: rec[k] for k in rec
-                                                              if k != "heads_per_layer"}) + "\n")
+            sys.stderr.write("bertforge prune: " + json.dumps(json_safe({k: rec[k] for k in rec
+                                                                        if k != "heads_per_layer"})) + "\n")
         history = P.iterative_prune(model, _batches(data, collate, args.batch_size), args.fraction,
                                     args.steps, args.ffn_fraction, args.loss, eval_fn,
                                     args.min_heads_per_layer, args.seed, log=log,
@@ -355,7 +356,8 @@ def run(args) -> int:
         if history:
             write_history(tmp, history, result["metric"])
         result["file_mb"] = round((tmp / "model.safetensors").stat().st_size / 2**20, 3)
-        atomic_write_text(tmp / "prune.json", json.dumps(result, indent=2, default=float))
+        atomic_write_text(tmp / "prune.json", json.dumps(json_safe(result), indent=2, default=float,
+                                                          allow_nan=False))
     print_json(result)
     return 0
 

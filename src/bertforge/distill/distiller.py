@@ -155,6 +155,10 @@ def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = No
             elif layer_map is not None and follows_layer_map(e):
                 lay = layer_map
             pairs = resolve_map(lay, m, n)
+            if not pairs:  # e.g. PKD's maps leave out the student's last layer: a 1-layer student has none
+                raise ConfigError(f"{e['loss']}: the layer map {lay!r} pairs no layers of a {m}-layer student "
+                                  f"with the {n}-layer teacher; use a deeper student or give pairs with "
+                                  f"--layer-map (e.g. 1:{n})")
             if spec.feature in ("attention_scores", "attentions", "values"):
                 zero = [p for p in pairs if 0 in p]
                 if zero:

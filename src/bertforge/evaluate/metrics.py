@@ -2,7 +2,8 @@
 
 ``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP); ``mcc`` Matthews correlation (CoLA);
 ``pearson`` / ``spearman`` correlations (STS-B). Each takes predictions and references (1-D arrays:
-class ids, or floats for the correlations) and returns a float.
+class ids, or floats for the correlations) and returns a float (NaN for a correlation that is undefined:
+fewer than 2 examples or a constant side).
 """
 from __future__ import annotations
 
@@ -26,14 +27,23 @@ def mcc(pred, ref) -> float:
     return float(matthews_corrcoef(ref, pred))
 
 
+def _correlation(fn, pred, ref) -> float:
+    """``fn`` (scipy.stats pearsonr / spearmanr) of two 1-D arrays; NaN (printed as JSON null) where it is
+    undefined — fewer than 2 pairs, or a constant side — without SciPy's warning or error."""
+    x, y = np.asarray(pred, dtype=float), np.asarray(ref, dtype=float)
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    return float(fn(x, y)[0])
+
+
 def pearson(pred, ref) -> float:
     from scipy.stats import pearsonr
-    return float(pearsonr(np.asarray(pred, dtype=float), np.asarray(ref, dtype=float))[0])
+    return _correlation(pearsonr, pred, ref)
 
 
 def spearman(pred, ref) -> float:
     from scipy.stats import spearmanr
-    return float(spearmanr(np.asarray(pred, dtype=float), np.asarray(ref, dtype=float))[0])
+    return _correlation(spearmanr, pred, ref)
 
 
 METRICS: dict[str, Callable] = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson,
