@@ -370,3 +370,28 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
     err = capsys.readouterr().err
     assert "no MLM head" not in err and "initialised fresh" not in err
     assert {"mlm_soft", "mlm", "cosine"} <= set(_metrics(out)[0])
+
+
+def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys):
+    """User trial: `--temperature 2 distill.temperature=3`, `--method kd distill.method=pkd`… ran with the
+    flag's value although the README says a flag and an override of one key must agree; `--corpus` with
+    --task/--train trained the general stage and dropped the task options silently."""
+    from resilience_util import cli_error_line
+    t = tiny / "teacher"
+    base = ["distill", "--teacher", t, "--student", "layers:0", "--max-steps", "1"]
+    task = ["--task", "sst2", "--train", tiny / "train.tsv"]
+    for extra, want in ((["--temperature", "2", "distill.temperature=3"], "--temperature 2.0 conflicts with "
+                                                                         "distill.temperature=3"),
+                        (["--method", "kd", "distill.method=pkd"], "--method kd conflicts with distill.method=pkd"),
+                        (["--alpha", "0.5", "distill.alpha=0.7"], "--alpha 0.5 conflicts with distill.alpha=0.7")):
+        line = cli_error_line(base + task + ["--out", tiny / "conflict"] + extra, capsys, t)
+        assert want in line, line
+    # the same value twice is fine
+    assert main([str(a) for a in base + task + ["--out", tiny / "agree", "--batch-size", "8", "--temperature", "2",
+                                                "distill.temperature=2.0"]]) == 0
+    capsys.readouterr()
+    line = cli_error_line(base + task + ["--corpus", tiny / "corpus.txt", "--out", tiny / "mixed"], capsys, t)
+    assert "--task belongs to --stage task" in line
+    line = cli_error_line(base + ["--stage", "task", "--task", "sst2", "--train", tiny / "train.tsv", "--corpus",
+                                  tiny / "corpus.txt", "--out", tiny / "mixed2"], capsys, t)
+    assert "--corpus (raw text) belongs to --stage general" in line

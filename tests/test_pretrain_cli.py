@@ -113,3 +113,9 @@ def test_errors_are_one_line(corpus, tmp_path, capsys):
     assert rc == 2 and err == ["bertforge: error: --vocab-size 100 is too small for a bpe tokenizer; use at "
                                "least 261 (its 256 byte symbols + 5 special tokens)"]
     assert not out.exists()
+    # a flag and an override of the same key must agree (the flag won silently)
+    rc = _run(["--objective", "bert", "--corpus", *files, "--out", str(tmp_path / "o4"), "--cache-dir", cache,
+               "--vocab-size", "500", "pretrain.vocab_size=600"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["bertforge: error: --vocab-size 500 conflicts with pretrain.vocab_size=600; pass "
+                               "one of them"]

@@ -49,6 +49,23 @@ def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
     return check_recipe(r)
 
 
+def check_flags_agree(args, section: str, flags: dict) -> None:
+    """ConfigError when a verb flag and a ``section.key=value`` override on the same line ask for different
+    values (the README's rule; :func:`apply_train_flags` applies it to the train/data flags). ``flags``:
+    recipe key → (flag name, value given or None)."""
+    from ..config import _coerce, parse_override
+    asked = {k.strip(): v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])}
+    for key, (flag, value) in flags.items():
+        raw = asked.get(f"{section}.{key}")
+        if value is None or raw is None:
+            continue
+        other = _coerce(raw)
+        same = other == value or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and isinstance(other, (int, float)) and float(other) == float(value))
+        if not same:
+            raise ConfigError(f"{flag} {value} conflicts with {section}.{key}={raw}; pass one of them")
+
+
 def apply_train_flags(r: Recipe, args) -> None:
     """The explicit flags of :func:`add_train_args` onto a recipe (they outrank its file and overrides):
     --epochs/--max-steps/--batch-size/--lr/--seed, --max-seq-len/--max-train-samples, --no-progress (or

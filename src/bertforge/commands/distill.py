@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, check_cache_dir,
-                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
+                      check_flags_agree, finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
 
 
 def add_arguments(p) -> None:
@@ -173,7 +173,18 @@ def run(args) -> int:
 
     recipe = build_recipe(args, extra_sections=("distill",))
     ds = _distill_section(recipe)
+    check_flags_agree(args, "distill", {
+        "stage": ("--stage", args.stage), "method": ("--method", args.method), "student": ("--student", args.student),
+        "temperature": ("--temperature", args.temperature), "alpha": ("--alpha", args.alpha),
+        "mlm_probability": ("--mlm-prob", args.mlm_prob), "layer_map": ("--layer-map", args.layer_map)})
     stage = args.stage or ds.get("stage") or ("general" if args.corpus else "task")
+    task_opts = [f for f, v in (("--task", args.task), ("--train", args.train), ("--eval", args.eval)) if v]
+    if stage == "general" and task_opts:
+        raise ConfigError(f"{task_opts[0]} belongs to --stage task (labelled data) and the general stage reads "
+                          f"--corpus only; drop {task_opts[0]} or pass --stage task")
+    if stage == "task" and args.corpus:
+        raise ConfigError("--corpus (raw text) belongs to --stage general and the task stage reads --train "
+                          "FILE; drop --corpus or pass --stage general")
     method = args.method or ds.get("method") or ("tinybert" if stage == "general" else "kd")
     student_spec = args.student or ds.get("student")
     if not student_spec:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..config import load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
-from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_cache_dir, check_recipe,
+from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_cache_dir, check_flags_agree,
+                      check_recipe,
                       finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
 
 
@@ -57,8 +58,11 @@ def build_pretrain_recipe(args):
         _check_size_against_recipe(args.size, args.recipe)
     apply_train_flags(r, args)
     sec = r.extra.setdefault("pretrain", {})
-    for a, k in (("tokenizer", "tokenizer"), ("vocab_size", "vocab_size"), ("masking", "masking"),
-                 ("dupe_factor", "dupe_factor"), ("doc_sep", "doc_sep")):
+    pairs = (("tokenizer", "tokenizer"), ("vocab_size", "vocab_size"), ("masking", "masking"),
+             ("dupe_factor", "dupe_factor"), ("doc_sep", "doc_sep"))
+    check_flags_agree(args, "pretrain", {k: (f"--{a.replace('_', '-')}", getattr(args, a, None)) for a, k in pairs}
+                      | {"whole_word": ("--whole-word", True if args.whole_word else None)})
+    for a, k in pairs:
         v = getattr(args, a, None)
         if v is not None:
             sec[k] = v
