@@ -196,3 +196,15 @@ def test_shipped_recipes_build():
         d = r.extra["distill"]
         terms = build_terms(d["losses"], 6, 12)
         assert terms and all(t.weight > 0 for t in terms), p.name
+
+
+def test_nested_verb_keys_can_be_overridden(tmp_path):
+    """docs/distill.md names distill.augment.mlm / .swap_prob: as overrides they were 'unknown recipe keys
+    distill.augment.swap_prob'. A dotted override sets the nested key and keeps the recipe's other ones."""
+    import yaml
+    from bertforge.config import load_recipe
+    f = tmp_path / "r.yaml"
+    f.write_text(yaml.safe_dump({"distill": {"augment": {"copies": 20, "prob": 0.4}}}))
+    r = load_recipe(str(f), ["distill.augment.swap_prob=0.1", "distill.augment.copies=3"],
+                    extra_sections=("distill",))
+    assert r.extra["distill"]["augment"] == {"copies": 3, "prob": 0.4, "swap_prob": 0.1}

@@ -388,6 +388,13 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
                  else _section_types(ModelConfig) if section == "model" else _EXTRA_TYPES.get(section, {}))
         if sub in types:
             parsed = check_value(key, parsed, types[sub], raw=value)
+        if "." in sub and section not in _SECTIONS and section != "model":  # a verb section's nested
+            outer, inner = sub.split(".", 1)  # mapping, e.g. distill.augment.swap_prob=0.1
+            node = raw.setdefault(section, {})
+            if not isinstance(node.get(outer), dict):
+                node[outer] = dict(node.get(outer) or {})
+            node[outer][inner] = parsed
+            continue
         raw.setdefault(section, {})[sub] = parsed
     allowed = {"model", *_SECTIONS, *extra_sections}
     for k in raw:
