@@ -237,3 +237,22 @@ def test_a_layer_map_without_pairs_is_refused():
     with pytest.raises(ConfigError, match="pairs no layers of a 1-layer student.*--layer-map"):
         build_terms(method_terms("pkd", "task"), 1, 4)
     assert build_terms(method_terms("pkd", "task"), 2, 4)[1].pairs  # 2 layers: one pair
+
+
+def test_saved_projections_load_only_where_their_shape_fits(tmp_path):
+    """W saved by one stage start the next where term and shape match; another teacher width leaves them
+    fresh (the CLI says so) instead of failing or loading a wrong-sized matrix."""
+    torch.manual_seed(4)
+    t32 = TaskModel(tiny_cfg(), head="base")
+    student = build_student("2L-16H-2A-32I", t32)
+    terms = build_terms(method_terms("tinybert", "general"), 2, 4)
+    d = Distiller(student, [t32], terms)
+    with torch.no_grad():
+        d.proj["hidden_mse"].weight.fill_(0.5)
+    d.save_projections(tmp_path)
+    again = Distiller(student, [t32], build_terms(method_terms("tinybert", "general"), 2, 4))
+    assert sorted(again.load_projections(tmp_path)) == ["embedding_mse", "hidden_mse"]
+    assert torch.all(again.proj["hidden_mse"].weight == 0.5)
+    t48 = TaskModel(tiny_cfg(hidden_size=48), head="base")
+    wider = Distiller(student, [t48], build_terms(method_terms("tinybert", "general"), 2, 4))
+    assert wider.load_projections(tmp_path) == [] and wider.proj["hidden_mse"].weight.shape == (48, 16)

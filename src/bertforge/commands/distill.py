@@ -399,7 +399,12 @@ def run(args) -> int:
         cache = None
         distiller = Distiller(student, teachers, terms)
         if Path(str(student_spec)).is_dir():  # an earlier stage's W (TinyBERT: general → task)
-            distiller.load_projections(student_spec)
+            from ..distill.distiller import PROJECTIONS_FILE
+            fresh = sorted(set(distiller.proj) - set(distiller.load_projections(student_spec)))
+            if fresh and (Path(student_spec) / PROJECTIONS_FILE).is_file():
+                sys.stderr.write(f"bertforge distill: note: {student_spec}/{PROJECTIONS_FILE} has no W of this "
+                                 f"shape for {', '.join(fresh)} (another teacher width or loss); "
+                                 f"initialised fresh\n")
         if use_cache:
             from ..distill.cache import TeacherCache
             root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
