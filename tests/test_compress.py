@@ -389,6 +389,13 @@ def test_cli_errors_are_one_line(tiny_dir, tmp_path, capsys):
     from bertforge.cli import main
     assert main(["prune", "--model", str(tiny_dir), "--out", str(tmp_path / "x"), "--fraction", "0.3"]) == 2
     assert "needs --data" in capsys.readouterr().err
+    # a fraction of the 12 heads that rounds to none wrote an unpruned copy as if pruned
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\n" * 4)
+    assert main(["prune", "--model", str(tiny_dir), "--data", str(text), "--out", str(tmp_path / "y"),
+                 "--fraction", "0.04"]) == 2
+    assert "--fraction 0.04 of the model's 12 heads rounds to 0 heads; pass 0.0833 or more" in \
+        capsys.readouterr().err and not (tmp_path / "y").exists()
     assert main(["bench", "--model", str(tiny_dir), "--seq-len", "500"]) == 2
     assert "positions" in capsys.readouterr().err
 

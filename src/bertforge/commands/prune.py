@@ -311,6 +311,10 @@ def run(args) -> int:
         P.check_loss(model, args.loss)
         if args.fraction > 0:
             want, removable = P.reachable_head_fraction(model, args.fraction, args.min_heads_per_layer)
+            if want == 0:
+                total = sum(P.head_counts(model))
+                raise ConfigError(f"--fraction {args.fraction:g} of the model's {total} heads rounds to 0 heads; "
+                                  f"pass {1 / total:.3g} or more to remove one")
             if want > removable:
                 import sys
                 total = sum(P.head_counts(model))
