@@ -119,3 +119,14 @@ def test_errors_are_one_line(corpus, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == ["bertforge: error: --vocab-size 500 conflicts with pretrain.vocab_size=600; pass "
                                "one of them"]
+
+
+def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
+    """User trial: with the small/base recipes' eval_fraction on a small corpus no document gave up a
+    sentence, and the run had no held-out evaluation ("best": null) without a word."""
+    files, cache = corpus
+    rc = _run(["--objective", "roberta", "--corpus", *files, "--out", str(tmp_path / "o"), "--cache-dir", cache,
+               "--vocab-size", "600", "--max-steps", "1", "pretrain.eval_fraction=0.0001", *TINY])
+    assert rc == 0
+    assert "note: no held-out evaluation: pretrain.eval_fraction 0.0001 holds out no sentence" in \
+        capsys.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -167,13 +168,20 @@ def run(args) -> int:
                   short_seq_prob=float(opts["short_seq_prob"] or 0.0))
     train_ds = PretrainDataset(corpus, sentence_mask=train_mask, dupe_factor=int(opts["dupe_factor"]),
                                static_masking=opts["masking"] == "static", seed=seed, **common)
-    eval_ds = None
+    eval_ds, why = None, None
+    frac = float(opts["eval_fraction"])
     if eval_mask.any():
         try:
             eval_ds = PretrainDataset(corpus, sentence_mask=eval_mask, static_masking=True, seed=seed + 1,
                                       max_items=int(opts["max_eval_sequences"]), **common)
-        except DataError:
-            eval_ds = None
+        except DataError as e:
+            why = f"the held-out sentences make no {opts['mode']} sequence ({e})"
+    elif frac > 0:
+        why = (f"pretrain.eval_fraction {frac:g} holds out no sentence: each document gives up "
+               f"int(sentences × {frac:g}), and none has {1 / frac:.0f} or more")
+    if why and int(os.environ.get("RANK", "0")) == 0:  # said before training, so it is not missed
+        print(f"bertforge pretrain: note: no held-out evaluation: {why}; raise pretrain.eval_fraction or "
+              f"add text", file=sys.stderr)
     collate = PretrainCollator(ids["pad"], ids["mask"], list(ids.values()), tok.get_vocab_size(),
                                scheme=opts["scheme"], mlm_probability=float(opts["mlm_probability"]),
                                replace_probs=tuple(float(x) for x in opts["replace_probs"]),
