@@ -128,5 +128,5 @@ def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
     rc = _run(["--objective", "roberta", "--corpus", *files, "--out", str(tmp_path / "o"), "--cache-dir", cache,
                "--vocab-size", "600", "--max-steps", "1", "pretrain.eval_fraction=0.0001", *TINY])
     assert rc == 0
-    assert "note: no held-out evaluation: pretrain.eval_fraction 0.0001 holds out no sentence" in \
+    assert "note: the run had no held-out evaluation: pretrain.eval_fraction 0.0001 holds out no sentence" in \
         capsys.readouterr().err

@@ -173,10 +173,10 @@ def test_distill_resume_with_another_teacher_is_refused(setup, tmp_path):
     r = run(bertforge_cmd(*args))
     assert r.returncode == 0, r.stderr
     before = (out / "model.safetensors").read_bytes()
-    r = run(bertforge_cmd(*[a if a != "kd" else "pkd" for a in args], "--resume", "--max-steps", 3))
+    r = run(bertforge_cmd(*[a if a != "kd" else "tinybert" for a in args], "--resume", "--max-steps", 3))
     assert r.returncode == 2, r.stderr  # another method: other losses mid-run
     line = r.stderr.splitlines()[-1]
-    assert line.startswith("bertforge: error: --resume:") and "distill.method 'kd' → 'pkd'" in line, line
+    assert line.startswith("bertforge: error: --resume:") and "distill.method 'kd' → 'tinybert'" in line, line
     cfg = json.loads((teacher / "config.json").read_text())
     cfg["hidden_dropout_prob"] = 0.3  # another teacher config: the run's checkpoints must not continue with it
     (teacher / "config.json").write_text(json.dumps(cfg))

@@ -179,9 +179,6 @@ def run(args) -> int:
     elif frac > 0:
         why = (f"pretrain.eval_fraction {frac:g} holds out no sentence: each document gives up "
                f"int(sentences × {frac:g}), and none has {1 / frac:.0f} or more")
-    if why and int(os.environ.get("RANK", "0")) == 0:  # said before training, so it is not missed
-        print(f"bertforge pretrain: note: no held-out evaluation: {why}; raise pretrain.eval_fraction or "
-              f"add text", file=sys.stderr)
     collate = PretrainCollator(ids["pad"], ids["mask"], list(ids.values()), tok.get_vocab_size(),
                                scheme=opts["scheme"], mlm_probability=float(opts["mlm_probability"]),
                                replace_probs=tuple(float(x) for x in opts["replace_probs"]),
@@ -208,6 +205,9 @@ def run(args) -> int:
         abandon_out_dir(work, out)
         raise
     finish_out_dir(work, out)
+    if why and int(os.environ.get("RANK", "0")) == 0:  # said once the run has succeeded
+        print(f"bertforge pretrain: note: the run had no held-out evaluation: {why}; raise "
+              f"pretrain.eval_fraction or add text", file=sys.stderr)
     if trained and tok.get_vocab_size() < int(opts["vocab_size"]):  # said once the run has succeeded
         print(f"bertforge: the corpus yields {tok.get_vocab_size()} tokens, fewer than --vocab-size / "
               f"pretrain.vocab_size {opts['vocab_size']}; the model uses {tok.get_vocab_size()}", file=sys.stderr)
