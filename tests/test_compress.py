@@ -515,3 +515,32 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
     assert strict["metric"] == "pearson" and all(r["pearson"] is None for r in strict["history"])
     rows = list(csv.DictReader(open(tmp_path / "st-c" / "prune_history.csv")))
     assert all(r["pearson"] == "" for r in rows)
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, monkeypatch, backend):
+    """User trial: `quantize --overwrite --eval` wrote the new INT8 dir, then the evaluation failed (exit 1)
+    — the earlier good dir was already replaced, or a fresh --out left behind. The dir is now swapped in
+    only after the check."""
+    from bertforge.adapters import SequenceAdapter
+    from bertforge.cli import main
+    from bertforge.errors import DataError
+    m = _task_dir(tmp_path, "sequence_classification", "sst2", num_labels=2)
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\n" + "".join(f"the cat sat {i}\t{i % 2}\n" for i in range(8)))
+    out = tmp_path / "q"
+    assert main([str(a) for a in ["quantize", "--model", m, "--out", out, "--backend", backend]]) == 0
+    capsys.readouterr()
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def broken(self, model, dataset, batch_size=64):
+        raise DataError("evaluation failed (test)")
+    monkeypatch.setattr(SequenceAdapter, "evaluate", broken)
+    assert main([str(a) for a in ["quantize", "--model", m, "--out", out, "--backend", backend, "--overwrite",
+                                  "--eval", dev]]) == 2
+    assert "evaluation failed (test)" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert main([str(a) for a in ["quantize", "--model", m, "--out", tmp_path / "fresh", "--backend", backend,
+                                  "--eval", dev]]) == 2
+    assert not (tmp_path / "fresh").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging dir left behind

@@ -66,27 +66,29 @@ def run(args) -> int:
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
     rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
-    if args.backend == "onnxruntime":
-        rec.update(bo.deploy(model, out, source_dir=model_dir, quantize=True, fused=not args.no_fused,
-                             per_channel=not args.per_tensor, fusions=args.fusions or "lean",
-                             reduce_range=args.reduce_range))
-        qmodel = bo.OrtModel(out)
-    else:
-        qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
-        bq.save_quantized(qmodel, model, out, tokenizer_dir=model_dir)
-        rec.update(quantization=bq.scheme(not args.per_tensor), file_mb=bq.file_size_mb(out / bq.INT8_FILE))
-    # output agreement on a random padded batch
-    x = bo.dummy_inputs(model, batch=4, seq=32, seed=3)
-    with torch.no_grad():
-        a = model(**x)
-        b = qmodel(**x)
-    ref = a.logits if a.logits is not None else a.last_hidden_state
-    got = b.logits if b.logits is not None else b.last_hidden_state
-    if got.shape == ref.shape:
-        rec["int8_max_abs_diff"] = round(float((got.float() - ref.float()).abs().max()), 6)
-    if eval_data is not None:
-        n = len(getattr(eval_data, "examples", eval_data))  # token tasks: sentences, not windows
-        rec["eval"] = {"task": task.name, "n": n, "fp32": adapter.evaluate(model, eval_data),
-                       "int8": adapter.evaluate(qmodel, eval_data)}
+    from ..io import atomic_dir
+    with atomic_dir(out) as tmp:  # --out (or the dir it replaces) changes only once every check has run
+        if args.backend == "onnxruntime":
+            rec.update(bo.deploy(model, tmp, source_dir=model_dir, quantize=True, fused=not args.no_fused,
+                                 per_channel=not args.per_tensor, fusions=args.fusions or "lean",
+                                 reduce_range=args.reduce_range))
+            qmodel = bo.OrtModel(tmp)
+        else:
+            qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
+            bq.save_quantized(qmodel, model, tmp, tokenizer_dir=model_dir)
+            rec.update(quantization=bq.scheme(not args.per_tensor), file_mb=bq.file_size_mb(tmp / bq.INT8_FILE))
+        # output agreement on a random padded batch
+        x = bo.dummy_inputs(model, batch=4, seq=32, seed=3)
+        with torch.no_grad():
+            a = model(**x)
+            b = qmodel(**x)
+        ref = a.logits if a.logits is not None else a.last_hidden_state
+        got = b.logits if b.logits is not None else b.last_hidden_state
+        if got.shape == ref.shape:
+            rec["int8_max_abs_diff"] = round(float((got.float() - ref.float()).abs().max()), 6)
+        if eval_data is not None:
+            n = len(getattr(eval_data, "examples", eval_data))  # token tasks: sentences, not windows
+            rec["eval"] = {"task": task.name, "n": n, "fp32": adapter.evaluate(model, eval_data),
+                           "int8": adapter.evaluate(qmodel, eval_data)}
     print_json(rec)
     return 0
