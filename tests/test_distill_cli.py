@@ -16,16 +16,26 @@ SENTS = ["a charming and affecting journey .", "the movie is dull and boring .",
          "an excellent , moving story .", "bad script , worse direction ."]
 
 
+def save_tiny(d, head, tokenizer_dir, task=None, layers=4, positions=64, **kw):
+    """A tiny MiniLM-vocabulary checkpoint (H 32, 4 heads, FFN 64) with ``head`` at ``d``; ``task`` records
+    the task and a fine-tuning length of 32. Returns ``d``."""
+    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=positions, **kw)
+    m = TaskModel(cfg, head=head)
+    if task:
+        m.config.bertforge = {"task": task, "max_seq_len": 32}
+    m.save_pretrained(d, tokenizer_dir=tokenizer_dir)
+    return d
+
+
+CLS2 = dict(num_labels=2, problem_type="single_label_classification", id2label={0: "0", 1: "1"})
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, minilm_dir):
     root = tmp_path_factory.mktemp("distill")
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64, num_labels=2,
-                      problem_type="single_label_classification", id2label={0: "0", 1: "1"})
-    teacher = TaskModel(cfg, head="sequence_classification")
-    teacher.config.bertforge = {"task": "sst2", "max_seq_len": 32}
-    teacher.save_pretrained(root / "teacher", tokenizer_dir=minilm_dir)
+    save_tiny(root / "teacher", "sequence_classification", minilm_dir, task="sst2", **CLS2)
     rows = ["sentence\tlabel"] + [f"{s}\t{i % 2}" for i, s in enumerate(SENTS * 3)]
     (root / "train.tsv").write_text("\n".join(rows) + "\n")
     (root / "dev.tsv").write_text("\n".join(rows[:9]) + "\n")
@@ -180,11 +190,9 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     from bertforge.distill.student import build_student
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64)
     tdir = tiny / "mlm-teacher"
     if not tdir.exists():
-        TaskModel(cfg, head="mlm").save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+        save_tiny(tdir, "mlm", tiny / "teacher")
     # the Distiller's mlm term is 2 × the student's own masked-token cross-entropy, computed here apart
     teacher = load_pretrained(tdir)
     student = build_student("layers:0,2", teacher, head="mlm")
@@ -232,10 +240,7 @@ def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, ca
     from bertforge.hf import load_pretrained
     from bertforge.tokenizer import load_tokenizer
     torch.manual_seed(1)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64)
-    mlm_dir = tiny / "aug-mlm"
-    TaskModel(cfg, head="mlm").save_pretrained(mlm_dir, tokenizer_dir=tiny / "teacher")
+    mlm_dir = save_tiny(tiny / "aug-mlm", "mlm", tiny / "teacher", layers=2)
     tok, mlm = load_tokenizer(tiny / "teacher"), load_pretrained(mlm_dir)
     aug = default_augmenter(tok, load_pretrained(tiny / "teacher"), p=1.0, k=3, mlm_model=mlm)
     words = "the movie is dull".split()  # "dull": one word piece in the MiniLM vocabulary
@@ -307,13 +312,8 @@ def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, cap
     sets data.max_seq_len: 128 (the default's value) was overridden by it too, and is now kept."""
     import yaml
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=160, num_labels=2,
-                      problem_type="single_label_classification", id2label={0: "0", 1: "1"})
-    teacher = TaskModel(cfg, head="sequence_classification")
-    teacher.config.bertforge = {"task": "sst2", "max_seq_len": 32}
-    tdir = tiny / "teacher-160"
-    teacher.save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+    tdir = save_tiny(tiny / "teacher-160", "sequence_classification", tiny / "teacher", task="sst2", layers=2,
+                     positions=160, **CLS2)
     recipe = tiny / "len128.yaml"
     recipe.write_text(yaml.safe_dump({"data": {"max_seq_len": 128}}))
     lens = {}
@@ -334,12 +334,8 @@ def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
     is new (and said so)."""
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64, num_labels=1, problem_type="regression")
-    reg = TaskModel(cfg, head="sequence_classification")
-    reg.config.bertforge = {"task": "stsb", "max_seq_len": 32}
-    rdir = tiny / "stsb-student"
-    reg.save_pretrained(rdir, tokenizer_dir=tiny / "teacher")
+    rdir = save_tiny(tiny / "stsb-student", "sequence_classification", tiny / "teacher", task="stsb", layers=2,
+                     num_labels=1, problem_type="regression")
     out = tiny / "from-stsb"
     assert main(["distill", "--teacher", str(tiny / "teacher"), "--student", str(rdir), "--task", "sst2",
                  "--train", str(tiny / "train.tsv"), "--out", str(out), "--max-steps", "1",
@@ -356,10 +352,7 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
     import bertforge.hf  # noqa: F401  (registers the pretraining heads)
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=64, max_position_embeddings=64)
-    tdir = tiny / "bert-pretraining"
-    TaskModel(cfg, head="mlm_nsp").save_pretrained(tdir, tokenizer_dir=tiny / "teacher")
+    tdir = save_tiny(tiny / "bert-pretraining", "mlm_nsp", tiny / "teacher", layers=2)
     x = torch.randint(1000, 30000, (2, 7))
     with torch.no_grad():
         assert torch.equal(load_pretrained(tdir)(x).logits, load_pretrained(tdir, head="mlm")(x).logits)
