@@ -99,15 +99,17 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 30522,
             for line in lines:
                 seen.update(line)
                 yield line
+        failed = False
         try:
             tok.train_from_iterator(noting(texts), trainer=trainer, length=length)
         except Exception as e:  # tokenizers raises a bare Exception
             if "not large enough" not in str(e):
                 raise
+            failed = True
         # below this (each character, "▁", the specials and one more) the trainer fails or overshoots
         need = len(set(tok.normalizer.normalize_str("".join(seen))) - {" ", "\n"}) + 1 + len(specials) + 1
-        if vocab_size < need:
-            _too_small(kind, vocab_size, need)
+        if vocab_size < need or failed:
+            _too_small(kind, vocab_size, max(need, vocab_size + 1))
         tok.post_processor = _bert_template(tok, "[CLS]", "[SEP]")
     check_trained_size(tok, kind, vocab_size)
     return tok
