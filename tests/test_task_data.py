@@ -164,6 +164,11 @@ def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(
         f.write_text(head + row.format(i=0, s="2.5") + row.format(i=1, s=bad))
         with pytest.raises(DataError, match=rf"stsb_{bad}.tsv:3 label '{bad}' is not a finite number"):
             read_examples(f, get_task("stsb"))
+    # STS-B's scale is 0–5 (Cer et al. 2017): 7.5 is a broken row, not a very similar pair
+    f = tmp_path / "stsb_range.tsv"
+    f.write_text(head + row.format(i=0, s="5.0") + row.format(i=1, s="0") + row.format(i=2, s="7.5"))
+    with pytest.raises(DataError, match=r"stsb_range.tsv:4 score '7.5' is outside task stsb's scale \[0, 5\]"):
+        read_examples(f, get_task("stsb"))
     # undefined correlations (1 pair, a constant side) are NaN, without SciPy's error or warning
     import warnings
     with warnings.catch_warnings():

@@ -178,6 +178,10 @@ def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
         if not math.isfinite(value):  # float() reads "nan" and "inf"; training would diverge on them
             raise DataError(f"{path}:{lineno} label {raw!r} is not a finite number; fix the row (task "
                             f"{task.name} is a regression task)")
+        lo, hi = task.label_range or (-math.inf, math.inf)
+        if not lo <= value <= hi:
+            raise DataError(f"{path}:{lineno} score {raw!r} is outside task {task.name}'s scale [{lo:g}, {hi:g}]; "
+                            f"fix the row")
         return value
     key = str(raw).strip()
     if isinstance(raw, bool):

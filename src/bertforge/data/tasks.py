@@ -31,6 +31,7 @@ class Task:
     hub: Optional[tuple] = None  # (dataset, config) on the HF hub
     hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
     splits: dict = field(default_factory=dict)  # conventional split → file name
+    label_range: Optional[tuple] = None  # regression: the scale's (low, high), checked when files are read
 
     @property
     def num_labels(self) -> int:
@@ -60,7 +61,7 @@ for _t in [
          splits={"train": "train.tsv", "dev": "dev.tsv"}),
     Task("stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), kind="regression",
          hub=("glue", "stsb"), hub_columns=("sentence1", "sentence2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}, label_range=(0.0, 5.0)),  # Cer et al. 2017 §2
     Task("qqp", ("question1", "question2"), "is_duplicate", ("0", "1"), ("f1", "accuracy"),
          hub=("glue", "qqp"), hub_columns=("question1", "question2", "label"),
          splits={"train": "train.tsv", "dev": "dev.tsv"}),
