@@ -194,6 +194,9 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     impl: ImplConfig = field(default_factory=ImplConfig)
     extra: dict = field(default_factory=dict)  # verb-specific sections (objective, distill, …)
+    #: dotted keys the recipe file or a KEY=VALUE override set (not a verb's defaults): a value equal to a
+    #: default is still a choice (not saved; see :func:`load_recipe`)
+    given: set = field(default_factory=set, compare=False)
 
     def to_dict(self) -> dict:
         d = {"model": dict(self.model), "data": dataclasses.asdict(self.data),
@@ -374,6 +377,7 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             if v is not None and not isinstance(v, dict):
                 raise ConfigError(f"recipe {path}: section {k!r} must be a mapping of keys (e.g. "
                                   f"'{k}: {{key: value}}'), not {v!r}; fix the file")
+    chosen = {f"{sec}.{k}" for sec, keys in raw.items() for k in (keys or {})}
     raw = deep_merge(defaults or {}, raw)
     raw = {k: dict(v or {}) for k, v in raw.items()}
     given: dict = {}
@@ -406,6 +410,7 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     for name, cls in _SECTIONS.items():
         setattr(recipe, name, _build_section(name, cls, raw.get(name, {})))
     recipe.extra = {k: raw[k] for k in extra_sections if k in raw}
+    recipe.given = chosen | set(given)
     for sec, types in _EXTRA_TYPES.items():
         for k, tp in types.items():
             if k in recipe.extra.get(sec, {}):

@@ -16,7 +16,6 @@ Bad options (--iters 0, --threads beyond 4 × cores, a batch × sequence too lar
 """
 from __future__ import annotations
 
-import warnings
 
 from ._common import print_json, resolve_model_dir
 
@@ -39,7 +38,6 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..evaluate.bench import bench, check_bench_args
     check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
-    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
                 args.warmup, args.iters, args.min_seconds, args.int8)
     print_json(rec)

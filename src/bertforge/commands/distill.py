@@ -74,15 +74,6 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
 
 
-def _recipe_file_sets(path, section: str, key: str) -> bool:
-    """Whether the ``--recipe`` file itself sets ``section.key`` (a value equal to the default included)."""
-    if not path:
-        return False
-    import yaml
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}  # load_recipe has validated it
-    return key in (raw.get(section) or {})
-
-
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
 
@@ -211,8 +202,9 @@ def run(args) -> int:
     if bad:
         raise ConfigError(f"unknown recipe key distill.augment.{sorted(bad)[0]}; valid: "
                           f"{', '.join(sorted(AUGMENT_KEYS))}")
+    n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
     aug_mlm = args.augment_mlm or aug_cfg.get("mlm")
-    if args.augment_mlm and (stage == "general" or not (args.augment or aug_cfg.get("copies"))):
+    if args.augment_mlm and (stage == "general" or not n_aug):
         raise ConfigError("--augment-mlm picks the masked LM of --augment N (task stage); pass --augment N too"
                           if stage == "task" else "--augment-mlm applies to --stage task only; drop it")
     if not (student_spec.startswith("layers:") or Path(student_spec).exists()):
@@ -226,14 +218,12 @@ def run(args) -> int:
         check_seq_len(args.max_seq_len, read_config(t))  # validates the dir before anything is written
     _check_vocabularies(teacher_dirs, student_spec)
     d = recipe.data
-    set_len = args.max_seq_len is not None or any(
-        o.startswith("data.max_seq_len=") for o in (getattr(args, "overrides", None) or [])) \
-        or _recipe_file_sets(getattr(args, "recipe", None), "data", "max_seq_len")
-    if not set_len:  # nothing asked for a length: the teacher's own (as it was fine-tuned)
+    if args.max_seq_len is None and "data.max_seq_len" not in recipe.given:
+        # nothing asked for a length: the teacher's own (as it was fine-tuned)
         meta = read_config(teacher_dirs[0]).get("bertforge") or {}
         if meta.get("max_seq_len"):
             d.max_seq_len = int(meta["max_seq_len"])
-    if aug_mlm and stage == "task" and (args.augment if args.augment is not None else aug_cfg.get("copies")):
+    if aug_mlm and stage == "task" and n_aug:
         aug_mlm = str(Path(resolve_model_dir(str(aug_mlm))).resolve())
         _check_augment_mlm(aug_mlm, teacher_dirs[0])
     tok = load_tokenizer(teacher_dirs[0])
@@ -268,7 +258,6 @@ def run(args) -> int:
                                   f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
         from ..data.readers import read_examples
         examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
-        n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
         if n_aug and token_task:
             raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
         if n_aug:

@@ -8,7 +8,6 @@ Examples:
 """
 from __future__ import annotations
 
-import warnings
 
 from ..errors import ConfigError
 from ._common import add_int8_weight_args, check_out_free, print_json, resolve_model_dir
@@ -30,7 +29,6 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..compress.onnx import deploy
     from ..hf import load_pretrained
-    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
         if on and not args.int8:
             raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -200,9 +199,9 @@ def fidelity_fn(model, data, collate, batch_size):
     tagger's tags per real token, or of extractive QA's start and end positions (padding excluded);
     ``mse_to_unpruned``, the mean squared change of a regression head's predictions; ``hidden_drift``,
     the relative squared drift ‖h − h₀‖² / ‖h₀‖² of a head-less encoder's last hidden state."""
-    from ..compress.prune import LABEL_KEYS
+    from ..compress.prune import LABEL_KEYS, is_qa
     batches = [collate(data[s:s + batch_size]) for s in range(0, len(data), batch_size)]
-    qa = getattr(model, "head_name", None) == "question_answering"
+    qa = is_qa(model)
 
     def outputs(m):
         m.eval()
@@ -283,7 +282,6 @@ def run(args) -> int:
     from ..hf import load_pretrained, read_config
     from ..io import atomic_dir, atomic_write_text
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
-    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     check_args(args)
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))

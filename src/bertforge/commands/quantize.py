@@ -10,7 +10,6 @@ Examples:
 """
 from __future__ import annotations
 
-import warnings
 
 import torch
 
@@ -37,7 +36,6 @@ def run(args) -> int:
     from ..compress import onnx as bo
     from ..compress import quantize as bq
     from ..hf import load_pretrained
-    warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():

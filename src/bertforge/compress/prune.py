@@ -38,7 +38,6 @@ take.
 from __future__ import annotations
 
 import math
-import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable, Optional
 
@@ -47,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
+from ..models.attention import linear
 
 LOSSES = ("auto", "task", "fisher", "mlm")
 
@@ -90,7 +90,8 @@ def has_labels(batch: dict) -> bool:
     return "labels" in batch or "start_positions" in batch
 
 
-def _is_qa(model) -> bool:
+def is_qa(model) -> bool:
+    """Whether ``model`` has an extractive-QA head: its logits are (B, 2, T), start and end over positions."""
     return getattr(model, "head_name", None) == "question_answering"
 
 
@@ -103,7 +104,7 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
     """Sum over the batch of per-example losses (so ∂/∂gate[b] is example b's own gradient)."""
     mask = batch.get("attention_mask")
     logits = out.logits
-    if _is_qa(model) and logits is not None and mask is not None:  # (B, 2, T): no answer in the padding
+    if is_qa(model) and logits is not None and mask is not None:  # (B, 2, T): no answer in the padding
         logits = logits.masked_fill(~mask.bool()[:, None, :], -1e4)
     if mode == "task" and "start_positions" in batch:  # extractive QA: start and end CE (Devlin et al. §4.2)
         return 0.5 * (F.cross_entropy(_f32(logits[:, 0]), batch["start_positions"], reduction="sum")
@@ -158,7 +159,8 @@ def _mask_for_mlm(batch: dict, mask_token_id: int, special_ids: Iterable[int], g
 def _has_mlm_loss(model) -> bool:
     """Whether ``model``'s head computes a masked-LM loss (``mlm``, ``mlm_nsp``, ``mlm_sop``, ``mlm_sbo``) —
     wider than :func:`bertforge.distill.distiller.has_mlm_head`, which asks for a ``ForMaskedLM`` head."""
-    return str(getattr(model, "head_name", "") or "").startswith("mlm")
+    from ..hf import MLM_HEADS
+    return getattr(model, "head_name", None) in MLM_HEADS
 
 
 def check_loss(model, loss: str) -> None:
@@ -281,10 +283,8 @@ def lowest(scores: list, k: int, min_keep: int = 0) -> dict:
 
 # --------------------------------------------------------------------------------- physical removal
 def _new_linear(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> nn.Linear:
-    with warnings.catch_warnings():  # every head / unit removed: (H, 0) weights, nothing to initialise
-        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-        lin = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                        device=weight.device, dtype=weight.dtype)
+    lin = linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
+                 dtype=weight.dtype)  # (H, 0) when every head / unit goes
     with torch.no_grad():
         lin.weight.copy_(weight)
         if bias is not None:

@@ -189,6 +189,15 @@ def fused_self_attention(qkv: torch.Tensor, heads: int, bias: Optional[torch.Ten
     return _SelfAttentionTrainCPU.apply(qkv, bias, heads, dropout_p)
 
 
+def linear(in_features: int, out_features: int, **kw) -> nn.Linear:
+    """``nn.Linear(in_features, out_features, **kw)`` without PyTorch's "Initializing zero-element tensors"
+    warning: a layer that lost every head or FFN unit to pruning (Michel et al. 2019) has (H, 0) weights,
+    with nothing to initialise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        return nn.Linear(in_features, out_features, **kw)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with output projection.
 
@@ -208,14 +217,12 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)  # on attention probabilities; its p feeds attention_product
         self.cross = cross
         inner = num_heads * head_dim
-        with warnings.catch_warnings():  # a fully pruned layer's (H, 0) weights: nothing to initialise
-            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-            if cross:  # queries from the decoder, keys/values from the encoder memory
-                self.q = nn.Linear(hidden_size, inner)
-                self.kv = nn.Linear(hidden_size, 2 * inner)
-            else:
-                self.qkv = nn.Linear(hidden_size, 3 * inner)
-            self.out = nn.Linear(inner, hidden_size)
+        if cross:  # queries from the decoder, keys/values from the encoder memory
+            self.q = linear(hidden_size, inner)
+            self.kv = linear(hidden_size, 2 * inner)
+        else:
+            self.qkv = linear(hidden_size, 3 * inner)
+        self.out = linear(inner, hidden_size)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape

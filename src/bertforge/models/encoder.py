@@ -9,8 +9,6 @@ Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing``
 """
 from __future__ import annotations
 
-import warnings
-
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,7 +17,8 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig
-from .attention import MultiHeadAttention, _gelu_new, attention_product, get_activation, padding_mask_bias
+from .attention import (MultiHeadAttention, _gelu_new, attention_product, get_activation, linear,
+                        padding_mask_bias)
 from .dropout import Dropout
 from .embeddings import Embeddings, init_weights
 from .scratch import ReusedBuffer
@@ -74,10 +73,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, act: str):
         super().__init__()
-        with warnings.catch_warnings():  # every unit pruned: (H, 0) weights, nothing to initialise
-            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-            self.intermediate = nn.Linear(hidden_size, intermediate_size)
-            self.output = nn.Linear(intermediate_size, hidden_size)
+        self.intermediate = linear(hidden_size, intermediate_size)
+        self.output = linear(intermediate_size, hidden_size)
         self.act = get_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
