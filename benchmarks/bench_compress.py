@@ -20,7 +20,10 @@ FP32 matmul, MKL-packed weight or ONNX Runtime MatMul, the fastest; same threads
 every round) summed over the graph bertforge runs, as a fraction of transformers.
 
 The runners are timed in interleaved rounds (each round times every runner), so load from other processes
-hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base. In each
+hits them alike; p50 over all calls is reported. Speedups are vs transformers FP32 on BERT-base. Under
+each MUST line, the same ratio computed within each round (median and range over rounds) shows how far the
+host's noise moves it; the header gives the share of CPU time the hypervisor stole during the rounds
+(steal in /proc/stat), the main source of that noise on a shared VM. In each
 round every runner first warms up, untimed, for at least --warmup-ms (default 50 ms) and one call, so
 that a few-ms model is not timed while the previous runner's thread pool still spins or its weights are
 still out of cache (with a one-call warm-up the first timed calls of the 3 ms INT8 model took 7–9 ms).
@@ -42,6 +45,21 @@ import numpy as np
 import torch
 
 warnings.filterwarnings("ignore")
+
+
+def cpu_steal():
+    """(steal, total) jiffies of all CPUs from /proc/stat (Linux), or None elsewhere."""
+    try:
+        vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    return (vals[7] if len(vals) > 7 else 0), sum(vals[:8])
+
+
+def steal_text(a, b) -> str:
+    if a is None or b is None or b[1] <= a[1]:
+        return "unknown"
+    return f"{100 * (b[0] - a[0]) / (b[1] - a[1]):.0f}%"
 
 
 def build(dirpath: Path, layers: int, hidden: int, heads: int, ffn: int) -> Path:
@@ -218,22 +236,28 @@ def main(argv=None) -> int:
     ]
     x = bb.random_inputs(30522, args.batch_size, args.seq_len, seed=0)
     lat = {i: [] for i in range(len(rows))}
+    per_round = {i: [] for i in range(len(rows))}  # p50 of each round, for the spread of the ratios
     for _, _, _, call in rows:  # warm-up
         for _ in range(2):
             call(x)
     base_cfg = json.loads((base / "config.json").read_text())
     floor = GemmFloor(base_cfg, args.seq_len, threads)
+    steal0 = cpu_steal()
     for r in range(args.rounds):
         floor.measure()
         for i, (_, _, calls, call) in enumerate(rows):
-            lat[i] += bb.time_calls(lambda: call(x), warmup=1, iters=calls, warmup_seconds=args.warmup_ms / 1e3)
+            ts = bb.time_calls(lambda: call(x), warmup=1, iters=calls, warmup_seconds=args.warmup_ms / 1e3)
+            lat[i] += ts
+            per_round[i].append(float(np.percentile(ts, 50)))
+    steal1 = cpu_steal()
     flops = {"bert-base": bb.encoder_flops(base_cfg, args.seq_len),
              "tinybert": bb.encoder_flops(json.loads((tiny / "config.json").read_text()), args.seq_len)}
     ref = float(np.percentile(lat[0], 50))
     out = []
     out.append(f"bench_compress: seq {args.seq_len}, batch {args.batch_size}, threads {threads}, "
                f"{args.rounds} interleaved rounds; cpu flags {' '.join(bb.cpu_flags())}; "
-               f"load average at start {os.getloadavg()[0]:.1f}")
+               f"load average at start {os.getloadavg()[0]:.1f}; CPU time stolen by the hypervisor during "
+               f"the timed rounds: {steal_text(steal0, steal1)}")
     out.append(f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
                f"{onnxruntime.__version__}; prep {prep_s:.0f}s")
     out.append(f"{'model':10} {'runner':36} {'p50 ms':>9} {'p90 ms':>9} {'calls':>5} {'GFLOP/s':>8} "
@@ -251,9 +275,20 @@ def main(argv=None) -> int:
                f"{ref / res[('plain ORT INT8', 'tinybert')]:.1f}x; bertforge torch INT8: "
                f"{ref / res[('bertforge torch INT8', 'tinybert')]:.1f}x; transformers+torch INT8: "
                f"{ref / res[('transformers + torch dynamic INT8', 'tinybert')]:.1f}x")
+    idx = {(name, shape): i for i, (name, shape, _, _) in enumerate(rows)}
+
+    def spread(name, shape, inverse=False):  # the ratio to the reference within each round
+        r = np.array(per_round[0]) / np.array(per_round[idx[(name, shape)]])
+        r = 1 / r if inverse else r
+        return f"per round {np.median(r):.{3 if inverse else 1}f}x (range {r.min():.{3 if inverse else 1}f}–" \
+               f"{r.max():.{3 if inverse else 1}f}x over {len(r)} rounds)"
+    out.append(f"        bertforge ORT INT8 {spread('bertforge ORT INT8', 'tinybert')}; plain ORT INT8 "
+               f"{spread('plain ORT INT8', 'tinybert')}")
     out.append(f"MUST 2: bertforge best FP32 on BERT-base = {best_fp32 / ref:.3f}x the transformers FP32 latency "
                f"(target <= 0.7x); plain ORT FP32: {res[('plain ORT FP32', 'bert-base')] / ref:.3f}x; "
                f"bertforge torch FP32: {res[('bertforge torch FP32', 'bert-base')] / ref:.3f}x")
+    best_name = min(("bertforge torch FP32", "bertforge ORT FP32"), key=lambda n: res[(n, "bert-base")])
+    out.append(f"        {best_name} {spread(best_name, 'bert-base', inverse=True)}")
     out.append(f"FP32 floor on BERT-base: its projection GEMMs alone ({floor.gflop:.1f} GFLOP, [CLS]-only last "
                f"layer) take >= {floor.ms:.1f} ms at this machine's best FP32 GEMM times of the run = "
                f"{floor.ms / ref:.3f}x the transformers FP32 latency "
