@@ -179,6 +179,7 @@ def main(argv=None) -> int:
     logging.getLogger().setLevel(logging.ERROR)
     import onnxruntime
     import transformers
+    transformers.utils.logging.disable_progress_bar()  # its "Loading weights" bars are not results
     from bertforge.compress import onnx as bo
     from bertforge.compress import quantize as bq
     from bertforge.evaluate import bench as bb
