@@ -5,6 +5,8 @@ Truths: the rates the papers specify — BERT 15% selection and 80/10/10 replace
 NSP/SOP labels 50/50 (Devlin §3.1, Lan et al. 2019 §4.1) — checked with tolerances of several standard
 errors at this sample size.
 """
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -99,6 +101,57 @@ def test_whole_word_masking_selects_whole_words():
     assert not part.any()
     assert (n_tok[n_sel > 0] > 1).any()  # multi-token words were selected whole
     _check_replacement(ids, out)
+    # the replacement is drawn per token (Google's WWM release): a selected 2-token word is mixed
+    # ([MASK] beside a kept/random token) with probability 1 - 0.8² - 0.2² = 0.32
+    is_mask = (out.input_ids[cand] == MASK).astype(np.int64)
+    n_mask = np.bincount(k, weights=is_mask, minlength=N * T)
+    two = (n_tok == 2) & (n_sel == 2)
+    mixed = ((n_mask[two] > 0) & (n_mask[two] < 2)).mean()
+    assert abs(mixed - 0.32) < 0.02, mixed
+
+
+def reference_span_masking(n_tok, word_start, rng, ratio=0.15, p=0.2, max_len=10):
+    """The masking loop of SpanBERT's code (facebookresearch/SpanBERT, pretraining/fairseq/data/masking.py,
+    PairWithSpanMaskingScheme.mask + merge_intervals), re-written plainly for one segment of ``n_tok``
+    tokens: returns the merged spans as (first, last) inclusive token indices."""
+    lens = np.arange(1, max_len + 1)
+    w = p * (1 - p) ** (lens - 1)
+    w = w / w.sum()
+    goal = math.ceil(n_tok * ratio - 1e-9)
+    masked, spans = set(), []
+
+    def word_end(i):  # index after the word containing i
+        i += 1
+        while i < n_tok and not word_start[i]:
+            i += 1
+        return i
+    while len(masked) < goal:
+        length = rng.choice(lens, p=w)
+        anchor = int(rng.integers(n_tok))
+        if anchor in masked:
+            continue
+        lo = anchor
+        while lo > 0 and not word_start[lo]:
+            lo -= 1
+        span = [lo, lo]
+        words, i = 0, lo
+        while words < length and i < n_tok and len(masked) < goal:
+            end = word_end(i)
+            for j in range(i, end):
+                if len(masked) >= goal:
+                    break
+                masked.add(j)
+                span[1] = j
+            words += 1
+            i = end
+        spans.append(span)
+    merged = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
 
 
 def test_span_masking_lengths_and_rates():
@@ -112,12 +165,17 @@ def test_span_masking_lengths_and_rates():
     # empirical length distribution matches the truncated geometric (each bin within 1 point)
     freq = np.bincount(out.span_sampled, minlength=11)[1:] / len(out.span_sampled)
     assert np.abs(freq - dist).max() < 0.01
-    rate = out.selected[~special].mean()
-    assert abs(rate - 0.15) < 0.005, rate
+    # each row selects exactly its budget, ceil(15% of its non-special tokens), as the reference code
+    n_cand = (~special).sum(1)
+    assert (out.selected.sum(1) == np.ceil(0.15 * n_cand - 1e-9)).all()
     assert not out.selected[special].any()
-    # boundaries lie just outside each span; positions count from 0 at the span start
+    # boundaries lie just outside each (merged) span and are never masked themselves, so the SBO
+    # always conditions on context (Joshi et al. §3.2); positions count from 0 at the span start
     r, c = np.nonzero(out.selected)
+    assert ((out.span_left >= 0) == out.selected).all()
     assert (out.span_left[r, c] < c).all() and (out.span_right[r, c] > c).all()
+    assert not out.selected[r, out.span_left[r, c]].any()
+    assert not out.selected[r, np.minimum(out.span_right[r, c], T - 1)][out.span_right[r, c] < T].any()
     assert (c - out.span_left[r, c] - 1 == out.span_pos[r, c]).all()
     # 80/10/10 is decided per span: a span is all [MASK], or has no [MASK] at all
     sid = out.span_left[r, c] + r * T
@@ -128,6 +186,37 @@ def test_span_masking_lengths_and_rates():
     assert not ((m[spans] > 0) & (m[spans] < n[spans])).any()
     assert abs((m[spans] == n[spans]).mean() - 0.8) < 0.015
     _check_replacement(ids, out)
+
+
+def test_span_masking_matches_the_reference_code():
+    """Merged-span statistics equal those of the authors' loop (re-written above) on the same segments:
+    mean merged span length in tokens and merged spans per segment, within a few standard errors."""
+    rng = np.random.default_rng(7)
+    rows = 3000
+    n_tok = rng.integers(40, 127, size=rows)
+    word_start = rng.random((rows, 127)) < 0.7
+    word_start[:, 0] = True
+    ref_len, ref_count = [], []
+    for i in range(rows):
+        merged = reference_span_masking(int(n_tok[i]), word_start[i, :n_tok[i]], rng)
+        ref_len += [b - a + 1 for a, b in merged]
+        ref_count.append(len(merged))
+    ids = np.full((rows, 128), PAD)
+    ids[:, 0] = CLS
+    for i in range(rows):
+        ids[i, 1:n_tok[i] + 1] = rng.integers(1000, V, size=n_tok[i])
+        ids[i, n_tok[i] + 1] = SEP
+    special = np.isin(ids, SPECIAL_IDS)
+    ws = np.zeros((rows, 128), bool)
+    ws[:, 1:] = word_start
+    out = mask_spans(ids, special, np.random.default_rng(8), MASK, RANDOM_IDS, word_starts=ws)
+    r, c = np.nonzero(out.selected & (out.span_pos == 0))
+    got_len = (out.span_right - out.span_left - 1)[r, c]
+    got_count = np.bincount(r, minlength=rows)
+    se_len = np.std(ref_len) / np.sqrt(len(ref_len)) * np.sqrt(2)
+    assert abs(got_len.mean() - np.mean(ref_len)) < 4 * se_len, (got_len.mean(), np.mean(ref_len))
+    se_count = np.std(ref_count) / np.sqrt(rows) * np.sqrt(2)
+    assert abs(got_count.mean() - np.mean(ref_count)) < 4 * se_count, (got_count.mean(), np.mean(ref_count))
 
 
 class FakeCorpus:
@@ -223,7 +312,7 @@ def test_dynamic_masking_changes_static_does_not():
 def test_collator_never_masks_specials_over_many_batches():
     coll = PretrainCollator(PAD, MASK, SPECIAL_IDS, V, scheme="span")
     items = _items(256, seed=5)
-    total = sel = 0
+    total = sel = budget = 0
     for s in range(4):
         torch.manual_seed(s)
         b = coll(items)
@@ -235,4 +324,5 @@ def test_collator_never_masks_specials_over_many_batches():
         assert (b["input_ids"][special] == orig[special]).all()
         total += int((~special).sum())
         sel += int((b["labels"] != -100).sum())
-    assert abs(sel / total - 0.15) < 0.01
+        budget += int(np.ceil(0.15 * (~special).sum(1).numpy() - 1e-9).sum())  # SpanBERT's per-row ceil
+    assert sel == budget and abs(sel / total - 0.15) < 0.02

@@ -4,18 +4,19 @@ Three selection schemes, all vectorised over a (N, T) batch of token ids with a 
 
 * **token masking** (BERT, Devlin et al. 2018 §3.1 "Task #1: Masked LM"): each non-special token is
   selected with probability ``mlm_probability`` (0.15);
-* **whole-word masking** (BERT's 2019 WWM release; Cui et al. 2019): the draw is made once per *word*
-  and every sub-token of a selected word is selected. Words come from the tokenizer's own word ids
+* **whole-word masking** (BERT's 2019 WWM release; Cui et al. 2019): the selection draw is made once
+  per *word* and every sub-token of a selected word is selected. Words come from the tokenizer's own word ids
   (``Encoding.word_ids`` → ``word_starts``), so it works for WordPiece, byte-level BPE and Unigram alike
   (no ``##`` convention);
 * **span masking** (SpanBERT, Joshi et al. 2020 §3.1): span lengths in *words* are drawn from
-  Geometric(p = 0.2) truncated to [1, 10] (renormalised; mean ≈ 3.8), anchored at a random word start,
-  until 15% of the tokens are selected.
+  Geometric(p = 0.2) truncated to [1, 10] (renormalised; mean ≈ 3.8), anchored at the word of a random
+  token, until 15% of the tokens are selected; touching spans are merged (as the authors' code).
 
 Selected tokens are then replaced 80% by ``[MASK]``, 10% by a random token, 10% kept (§3.1 and App.
-A.1); the decision is drawn per token, per word (whole-word) or per span (SpanBERT: "we replace 80% of
-the span with [MASK], 10% with random tokens and 10% with the original tokens", always for the whole
-span). Special tokens and padding (``special_mask``) are never selected.
+A.1); the decision is drawn per token (also under whole-word masking, as Google's WWM release and
+``transformers``' ``DataCollatorForWholeWordMask``: the *selection* is per word, the replacement per
+token) or per span (SpanBERT: "we replace 80% of the span with [MASK], 10% with random tokens and 10%
+with the original tokens", always for the whole span). Special tokens and padding (``special_mask``) are never selected.
 
 Static vs dynamic masking (RoBERTa, Liu et al. 2019 §4.1) is decided by the caller: static masking
 calls these functions with a generator seeded by the example (same mask every time it is served),
@@ -25,6 +26,7 @@ Labels use the ``-100`` ignore index of :func:`torch.nn.functional.cross_entropy
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,9 +49,10 @@ def span_length_distribution(p: float = 0.2, max_len: int = 10) -> np.ndarray:
 class MaskOutput:
     """``input_ids`` (N, T) corrupted ids; ``labels`` (N, T) original id where selected else -100;
     ``selected`` (N, T) bool; for span masking also ``span_left``/``span_right`` (N, T) token index of
-    the left/right boundary token outside the span (x_{s-1}, x_{e+1}) and ``span_pos`` (N, T) position
-    of the token inside its span (0-based), all -1 where not selected; ``span_lengths`` (S,) realised
-    span lengths in words and ``span_sampled`` (S,) the sampled lengths."""
+    the left/right boundary token outside the (merged) span (x_{s-1}, x_{e+1}; never selected) and
+    ``span_pos`` (N, T) position of the token inside its span (0-based), all -1 where not selected;
+    ``span_sampled`` (S,) the length in words drawn for each of the S sampled spans and ``span_lengths``
+    (S,) the words each one covered (fewer where cut at the budget or a special token)."""
 
     input_ids: np.ndarray
     labels: np.ndarray
@@ -117,7 +120,7 @@ def mask_tokens(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
         units = word_units(word_starts)
         u = np.take_along_axis(u, units, axis=1)  # one draw per word, shared by its sub-tokens
     selected = (u < mlm_probability) & ~special_mask
-    ids = corrupt(input_ids, selected, rng, mask_id, random_ids, units, replace_probs)
+    ids = corrupt(input_ids, selected, rng, mask_id, random_ids, None, replace_probs)  # 80/10/10 per token
     labels = np.where(selected, input_ids, IGNORE_INDEX)
     return MaskOutput(ids, labels, selected)
 
@@ -126,17 +129,20 @@ def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.G
                random_ids: np.ndarray, mlm_probability: float = 0.15,
                word_starts: Optional[np.ndarray] = None, geometric_p: float = 0.2, max_span: int = 10,
                replace_probs: tuple = (0.8, 0.1, 0.1)) -> MaskOutput:
-    """SpanBERT span masking (Joshi et al. 2020, §3.1).
+    """SpanBERT span masking (Joshi et al. 2020, §3.1), as the authors' ``PairWithSpanMaskingScheme``.
 
-    Per row, the budget is ``round(mlm_probability · n)`` of its n non-special tokens. Repeatedly: sample
-    a span length ℓ (words) from the truncated geometric distribution, pick an unmasked word uniformly
-    as the span start, and select ℓ consecutive whole words (stopping early at a special token, an
-    already-selected word or when the budget is spent — as in the reference implementation, the last
-    span is cut at the budget). Each span is then replaced 80/10/10 as a unit.
+    Per row, the budget is ``ceil(mlm_probability · n)`` of its n non-special tokens. Repeatedly: sample a
+    span length ℓ (words) from the truncated geometric distribution and an anchor token uniformly (a long
+    word is hit more often); an anchor already selected is skipped. The span starts at the anchor's word
+    and covers ℓ consecutive whole words, *running through* words that earlier spans selected; it stops
+    early at a special token or when the budget is spent (the last word may be cut there). Overlapping or
+    touching spans are then merged, so each merged span's outer boundaries x_{s-1}, x_{e+1} are never
+    masked (the SBO conditions on them, §3.2), and each merged span is replaced 80/10/10 as a unit.
 
     Args: as :func:`mask_tokens`; ``word_starts`` None means every token is a word.
     Returns:
-        :class:`MaskOutput` including span boundaries (for the SBO head) and span length statistics.
+        :class:`MaskOutput` including the merged spans' boundaries (for the SBO head) and, per sampled
+        span, its length and the words it covered.
     """
     input_ids = np.asarray(input_ids)
     n, t = input_ids.shape
@@ -155,48 +161,64 @@ def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.G
     pos = np.full((n, t), -1, dtype=np.int64)
     span_unit = np.zeros((n, t), dtype=np.int64)
     realised, sampled = [], []
+    sid = 0
     for i in range(n):
         cand = ~special_mask[i]
-        n_tok = int(cand.sum())
-        if n_tok == 0:
+        cand_pos = np.flatnonzero(cand)
+        if len(cand_pos) == 0:
             continue
-        budget = max(1, int(round(mlm_probability * n_tok)))
+        # ceil as the reference (1e-9: 0.15 · 100 is 15.000000000000002 in floating point)
+        budget = max(1, math.ceil(mlm_probability * len(cand_pos) - 1e-9))
         starts = np.flatnonzero(ws[i] & cand)
         allb = np.flatnonzero(ws[i])  # word starts and special tokens: every boundary
         nxt = np.searchsorted(allb, starts, side="right")
         ends = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        word_of = np.searchsorted(starts, cand_pos, side="right") - 1  # candidate token → its word
         nw = len(starts)
         wsel = np.zeros(nw, dtype=bool)
-        count, tries, sid = 0, 0, 0
-        draws_l = draws_w = np.empty(0, dtype=np.int64)
+        count, tries = 0, 0
+        spans = []
+        draws_l = draws_a = np.empty(0, dtype=np.int64)
         while count < budget and tries < 50 * budget:
             if tries % 64 == 0:  # draw lengths and anchors in blocks (one RNG call per 64 spans)
                 draws_l = np.searchsorted(cdf, rng.random(64), side="right") + 1
-                draws_w = rng.integers(0, nw, size=64)
-            L, w0 = int(min(draws_l[tries % 64], max_span)), int(draws_w[tries % 64])
+                draws_a = rng.integers(0, len(cand_pos), size=64)
+            L, a = int(min(draws_l[tries % 64], max_span)), int(draws_a[tries % 64])
             tries += 1
-            if wsel[w0]:
+            if selected[i, cand_pos[a]]:
                 continue
-            s_tok = starts[w0]
-            w, nwords, e_tok = w0, 0, s_tok
-            while w < nw and nwords < L and count < budget and not wsel[w]:
+            w = int(word_of[a])
+            s_tok = e_tok = starts[w]
+            nwords = 0
+            while w < nw and nwords < L and count < budget:
                 if nwords > 0 and starts[w] != ends[w - 1]:
                     break  # a special token lies between the two words
-                take = min(ends[w] - starts[w], budget - count)
-                selected[i, starts[w]:starts[w] + take] = True
-                count += take
-                e_tok = starts[w] + take
-                wsel[w] = True
+                if wsel[w]:  # selected by an earlier span: the span runs through it
+                    e_tok = ends[w]
+                else:
+                    take = min(ends[w] - starts[w], budget - count)
+                    selected[i, starts[w]:starts[w] + take] = True
+                    count += take
+                    e_tok = starts[w] + take
+                    wsel[w] = True
                 nwords += 1
                 w += 1
+            spans.append((int(s_tok), int(e_tok)))
+            realised.append(nwords)
+            sampled.append(L)
+        merged: list = []
+        for s_tok, e_tok in sorted(spans):
+            if merged and s_tok <= merged[-1][1]:  # overlapping or touching: one span
+                merged[-1][1] = max(merged[-1][1], e_tok)
+            else:
+                merged.append([s_tok, e_tok])
+        for s_tok, e_tok in merged:
             sid += 1
             span = slice(s_tok, e_tok)
             left[i, span] = s_tok - 1
             right[i, span] = e_tok
             pos[i, span] = np.arange(e_tok - s_tok)
             span_unit[i, span] = sid
-            realised.append(nwords)
-            sampled.append(L)
     ids = corrupt(input_ids, selected, rng, mask_id, random_ids, span_unit % t, replace_probs)
     labels = np.where(selected, input_ids, IGNORE_INDEX)
     return MaskOutput(ids, labels, selected, left, right, pos, np.array(realised, dtype=np.int64),
