@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+import yaml
 
 from bertforge.cli import main
 
@@ -68,6 +69,16 @@ def test_each_objective_runs_and_saves_hf_dirs(corpus, tmp_path, objective):
     enc = tok("the house was quiet .", return_tensors="pt")
     with torch.no_grad():
         model(**enc)
+    # each paper's optimizer constants (OBJECTIVE_TRAIN) reach the run's recipe and its optimizer;
+    # RoBERTa's LayerNorm ε is fairseq's 1e-5
+    want = {"bert": ([0.9, 0.999], 1e-6), "roberta": ([0.9, 0.98], 1e-6), "electra": ([0.9, 0.999], 1e-6),
+            "albert": ([0.9, 0.999], 1e-8), "spanbert": ([0.9, 0.999], 1e-8)}[objective]
+    train_cfg = yaml.safe_load((out / "recipe.yaml").read_text())["train"]
+    assert (list(train_cfg["adam_betas"]), train_cfg["adam_eps"]) == want
+    step_dirs = sorted((out / "checkpoints").glob("step-*"))
+    group = torch.load(step_dirs[-1] / "optimizer.pt", weights_only=True)["param_groups"][0]
+    assert (list(group["betas"]), group["eps"]) == want
+    assert model.config.layer_norm_eps == (1e-5 if objective == "roberta" else 1e-12)
     if objective == "electra":
         gen = transformers.ElectraForMaskedLM.from_pretrained(out / "generator")
         assert gen.config.hidden_size == max(16, model.config.hidden_size // 4)  # ¼ (at least 16)
@@ -130,3 +141,20 @@ def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
     assert rc == 0
     assert "note: the run had no held-out evaluation: pretrain.eval_fraction 0.0001 holds out no sentence" in \
         capsys.readouterr().err
+
+
+def test_objective_optimizer_constants_yield_to_recipe_and_flags(tmp_path):
+    """OBJECTIVE_TRAIN sits between --size and the recipe: an override or a recipe file wins."""
+    from bertforge.cli import build_parser
+    from bertforge.commands.pretrain import build_pretrain_recipe
+
+    def recipe(*extra):
+        args = build_parser().parse_args(["pretrain", "--objective", "roberta", "--corpus", "x.txt",
+                                          "--out", str(tmp_path / "o"), *extra])
+        return build_pretrain_recipe(args).train
+    assert (tuple(recipe().adam_betas), recipe().adam_eps) == ((0.9, 0.98), 1e-6)
+    assert recipe("train.adam_eps=1e-8").adam_eps == 1e-8
+    f = tmp_path / "r.yaml"
+    f.write_text("train:\n  adam_betas: [0.9, 0.999]\n")
+    got = recipe("--recipe", str(f))
+    assert (tuple(got.adam_betas), got.adam_eps) == ((0.9, 0.999), 1e-6)

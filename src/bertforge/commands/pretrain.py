@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 
-from ..config import load_recipe
+from ..config import deep_merge, load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
 from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_cache_dir, check_flags_agree,
                       check_recipe,
@@ -51,10 +51,11 @@ def add_arguments(p) -> None:
 
 
 def build_pretrain_recipe(args):
-    """Shape defaults (--size) < recipe file < KEY=VALUE overrides < explicit flags."""
-    from ..objectives.pretrain import SIZES
-    r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",),
-                    defaults=SIZES[args.size or "tiny"])
+    """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
+    < explicit flags."""
+    from ..objectives.pretrain import OBJECTIVE_TRAIN, SIZES
+    defaults = deep_merge(SIZES[args.size or "tiny"], {"train": OBJECTIVE_TRAIN.get(args.objective, {})})
+    r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",), defaults=defaults)
     if args.size and args.recipe:
         _check_size_against_recipe(args.size, args.recipe)
     apply_train_flags(r, args)

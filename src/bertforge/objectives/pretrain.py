@@ -61,6 +61,16 @@ SIZES = {
              "pretrain": {"vocab_size": 30522, "eval_fraction": 0.005, "max_eval_sequences": 2048}},
 }
 
+#: each paper's optimizer constants, over the size's ``train`` defaults (a recipe, override or flag wins).
+#: BERT: Adam ε = 1e-6 (google-research/bert ``optimization.py``; β as App. A.2); RoBERTa: β2 = 0.98 and
+#: ε = 1e-6 (Liu et al. 2019 §3.1, App. Table 9); ELECTRA: ε = 1e-6 (Clark et al. 2020 App. B, Table 6).
+#: ALBERT trained with LAMB and SpanBERT follows RoBERTa's setup only in part: both keep AdamW's defaults.
+OBJECTIVE_TRAIN = {
+    "bert": {"adam_eps": 1.0e-6},
+    "roberta": {"adam_betas": [0.9, 0.98], "adam_eps": 1.0e-6},
+    "electra": {"adam_eps": 1.0e-6},
+}
+
 #: keys of the ``pretrain`` recipe section and their defaults (objective defaults fill the None ones)
 PRETRAIN_KEYS = {"objective": None, "tokenizer": None, "vocab_size": 30522, "mode": None, "masking": None,
                  "dupe_factor": None, "scheme": None, "whole_word": False, "mlm_probability": 0.15,
@@ -129,6 +139,8 @@ def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> Mo
               add_pooling_layer=opts["head"] in ("mlm_nsp", "mlm_sop"))
     if fam == "albert":
         kw.update(layer_sharing="all", hidden_act="gelu_new")
+    if fam == "roberta":
+        kw.update(layer_norm_eps=1e-5)  # fairseq's and transformers' RoBERTa (BERT and the others: 1e-12)
     kw.update(m)
     try:
         return ModelConfig(**kw)
@@ -196,5 +208,5 @@ def unigram_top_id(corpus, sentence_mask, special_ids) -> int:
     return int(counts.argmax())
 
 
-__all__ = ["OBJECTIVES", "SIZES", "PRETRAIN_KEYS", "resolve_options", "model_config", "build_model",
+__all__ = ["OBJECTIVES", "OBJECTIVE_TRAIN", "SIZES", "PRETRAIN_KEYS", "resolve_options", "model_config", "build_model",
            "evaluate_mlm", "unigram_top_id", "deep_merge"]
