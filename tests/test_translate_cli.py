@@ -77,6 +77,10 @@ def test_translate_train_then_decode_learns_toy_language(toy, capsys, monkeypatc
         assert r["bleu"] > 60, r
         lines = hyp.read_text(encoding="utf-8").splitlines()
         assert len(lines) == 60 and lines[0].endswith(".")
+    # without --beam, decode uses the run's translate.beam (recipe.yaml; default 4 as §6.1)
+    rc = main(["translate", "decode", "--model", str(out), "--input", f["vsrc"], "--output", str(d / "h.txt"),
+               "--threads", "1"])
+    assert rc == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["beam"] == 4
     # --bf16 on a CPU without native bf16: decoding warns as training does (simulated CPU flags)
     from bertforge.train import precision
     monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "fma"])
@@ -141,3 +145,27 @@ def test_max_minutes_budget_stops_training_and_saves(toy, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["step"] == 1  # the budget ran out after the first update: final eval and save happened
     assert "val_loss" in res and (out / "model.safetensors").is_file()
+
+
+def test_decode_settings_come_from_the_run_recipe(tmp_path):
+    """Unset decode flags take the run's translate.* values, else beam 4 / α 0.6 (Vaswani et al. §6.1);
+    a flag wins; a broken value names the file and the flag."""
+    import argparse
+
+    from bertforge.commands.translate import decode_settings
+    from bertforge.errors import ConfigError
+
+    def settings(**flags):
+        a = argparse.Namespace(model=str(tmp_path), beam=None, length_penalty=None, max_len_a=None,
+                               max_len_b=None)
+        for k, v in flags.items():
+            setattr(a, k, v)
+        decode_settings(a)
+        return a.beam, a.length_penalty, a.max_len_a, a.max_len_b
+    assert settings() == (4, 0.6, 1.5, 10)
+    (tmp_path / "recipe.yaml").write_text("translate:\n  beam: 7\n  length_penalty: 1.0\n")
+    assert settings() == (7, 1.0, 1.5, 10)
+    assert settings(beam=2) == (2, 1.0, 1.5, 10)
+    (tmp_path / "recipe.yaml").write_text("translate:\n  beam: many\n")
+    with pytest.raises(ConfigError, match="translate.beam='many'.*--beam"):
+        settings()

@@ -10,7 +10,7 @@ model_type "bertforge-transformer", model.safetensors, tokenizer.json) plus reci
 Examples:
   bertforge translate train --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de \
       --out runs/mt-small train.max_minutes=55
-  bertforge translate decode --model runs/mt-small --input test.en --beam 5 --reference test.de
+  bertforge translate decode --model runs/mt-small --input test.en --beam 4 --reference test.de
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ DEFAULT_RECIPE = {
     "impl": {"dtype": "auto"},
     "translate": {"tokenizer": "bpe", "vocab_size": 8000, "max_tokens": 1500, "max_len": 128,
                   "noam_factor": None, "eval_bleu_sentences": 300, "eval_beam": 1,
-                  "beam": 5, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},
+                  "beam": 4, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},
 }
 TRANSLATE_KEYS = set(DEFAULT_RECIPE["translate"])
 
@@ -71,10 +71,13 @@ def add_arguments(p) -> None:
     d.add_argument("--output", help="write translations here (default: stdout); never inside a run or model "
                                     "dir, and an existing file only with --overwrite")
     d.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    d.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy (default 5)")
-    d.add_argument("--length-penalty", type=float, default=0.6, help="GNMT α (default 0.6)")
-    d.add_argument("--max-len-a", type=float, default=1.5, help="max output length = a·|src| + b")
-    d.add_argument("--max-len-b", type=int, default=10)
+    d.add_argument("--beam", type=int, help="beam size; 1 = greedy (default: the run's translate.beam, "
+                                            "else 4 as Vaswani et al. §6.1)")
+    d.add_argument("--length-penalty", type=float, help="GNMT α (default: the run's translate.length_penalty, "
+                                                        "else 0.6)")
+    d.add_argument("--max-len-a", type=float, help="max output length = a·|src| + b (default: the run's "
+                                                   "translate.max_len_a / max_len_b, else 1.5 and 10)")
+    d.add_argument("--max-len-b", type=int)
     d.add_argument("--batch-tokens", type=int, default=4000, help="source tokens × beam per batch")
     d.add_argument("--reference", help="reference translations: print sacreBLEU (detokenized, cased)")
     d.add_argument("--bf16", action="store_true", help="bf16 autocast")
@@ -244,6 +247,33 @@ def run_train(args) -> int:
 
 
 # -------------------------------------------------------------------------------------- decode
+#: decode settings a flag may leave unset: the run's ``translate`` recipe section, else these (§6.1)
+DECODE_KEYS = ("beam", "length_penalty", "max_len_a", "max_len_b")
+
+
+def decode_settings(args) -> None:
+    """Fill the unset decode flags from ``<model>/recipe.yaml`` (``translate.beam`` …), the settings the run
+    was trained with, else :data:`DEFAULT_RECIPE`'s (beam 4, α 0.6: Vaswani et al. 2017 §6.1)."""
+    import yaml
+    saved = {}
+    f = Path(args.model) / "recipe.yaml"
+    if f.is_file():
+        try:
+            saved = (yaml.safe_load(f.read_text(encoding="utf-8")) or {}).get("translate") or {}
+        except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
+            saved = {}
+    for key in DECODE_KEYS:
+        if getattr(args, key) is None:
+            value = saved.get(key, DEFAULT_RECIPE["translate"][key])
+            flag = "--" + key.replace("_", "-")
+            try:
+                value = int(value) if key in ("beam", "max_len_b") else float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{f}: translate.{key}={value!r} is not a number; fix it or pass "
+                                  f"{flag}") from None
+            setattr(args, key, value)
+
+
 def run_decode(args) -> int:
     import torch
 
@@ -251,9 +281,10 @@ def run_decode(args) -> int:
     from ..models.decoding import translate_texts
     from ..models.seq2seq import TransformerSeq2Seq
     from ..tokenizer import load_tokenizer
+    from ..errors import require_number
+    decode_settings(args)
     if args.beam < 1:
         raise ConfigError(f"--beam {args.beam}: the beam size must be ≥ 1 (1 = greedy)")
-    from ..errors import require_number
     require_number("--length-penalty", args.length_penalty, 0, note="GNMT α; 0 = none")
     require_number("--max-len-a", args.max_len_a, 0)
     require_number("--max-len-b", args.max_len_b, 0)

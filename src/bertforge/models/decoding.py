@@ -68,7 +68,7 @@ def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor |
 
 @torch.no_grad()
 def beam_search(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                beam: int = 5, length_penalty: float = 0.6, max_len_a: float = 1.5,
+                beam: int = 4, length_penalty: float = 0.6, max_len_a: float = 1.5,
                 max_len_b: int = 10, return_scores: bool = False):
     """Batched beam search. ``input_ids``/``attention_mask`` (B, S) → B lists of target ids (no <s>/</s>),
     and with ``return_scores`` also the B length-normalised log-probabilities (nats).
