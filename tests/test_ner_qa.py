@@ -272,6 +272,31 @@ def test_nbest_respects_max_answer_len_and_v2_null():
     assert decode_answers([ex], [win], [s3], [e3], version_2=False)[0]["answer"] == "a b c d e f"
 
 
+def test_a_start_token_is_decoded_only_from_its_max_context_window():
+    """BERT's run_squad.py rule, hand-worked: context "a b c d e f"; window A holds a–d, window B c–f.
+    "d" has min(3, 0) = 0 tokens of context on one side in A and min(1, 2) = 1 in B, so B is its home:
+    A's high score for the span "d" is not used, and B's best span wins. "c" has min(2, 1) = 1 in A
+    against min(0, 3) = 0 in B, so A is its home and A may still answer a span starting at "c"."""
+    from bertforge.data.squad import max_context_windows
+    ctx = "a b c d e f"
+    ex = QAExample("q", "what?", ctx, [])
+    tok = [(i * 2, i * 2 + 1) for i in range(6)]
+    win_a = {"example_index": 0, "offsets": [None, None] + tok[0:4] + [None]}
+    win_b = {"example_index": 0, "offsets": [None, None] + tok[2:6] + [None]}
+    assert max_context_windows([win_a, win_b]) == {tok[0]: 0, tok[1]: 0, tok[2]: 0, tok[3]: 1, tok[4]: 1,
+                                                   tok[5]: 1}
+    s_a, e_a = np.full(7, -10.0), np.zeros(7)
+    s_a[5] = e_a[5] = 10.0  # "d" in A: score 20
+    s_b, e_b = np.zeros(7), np.zeros(7)
+    s_b[4] = e_b[4] = 4.0  # "e" in B: score 8
+    pred = decode_answers([ex], [win_a, win_b], [s_a, s_b], [e_a, e_b])[0]
+    assert pred["answer"] == "e" and pred["score"] == 8.0
+    s_a[4] = 6.0  # start "c" in A (its home) + end "d": score 16 beats "e"
+    assert decode_answers([ex], [win_a, win_b], [s_a, s_b], [e_a, e_b])[0]["answer"] == "c d"
+    # one window: every token is at home there
+    assert decode_answers([ex], [win_a], [s_a], [e_a])[0]["answer"] == "d"
+
+
 def test_split_by_article_is_deterministic_and_disjoint(data_dir, tmp_path, capsys):
     data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text())
     assert main(["qa-split", "--data", str(data_dir / "squad" / "dev-v1.1.json"), "--out-dir",

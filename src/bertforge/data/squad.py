@@ -231,10 +231,28 @@ def _answer_tokens(offs: list, ans: Optional[dict]) -> tuple:
     return start, max(start, end)
 
 
+def max_context_windows(windows: list) -> dict:
+    """For the windows of one example: context token (its character offsets) → index of the window
+    where it has the most context, BERT's ``_check_is_max_context`` (google-research/bert run_squad.py):
+    score = min(tokens left of it, tokens right of it in the window's context) + 0.01 · context length;
+    the first window wins a tie. A token's span is decoded only from that window (as a start token)."""
+    home: dict = {}
+    for wi, w in enumerate(windows):
+        ctx = [tuple(o) for o in w["offsets"] if o is not None]
+        n = len(ctx)
+        for j, key in enumerate(ctx):
+            score = min(j, n - 1 - j) + 0.01 * n
+            if key not in home or score > home[key][0]:
+                home[key] = (score, wi)
+    return {k: wi for k, (_, wi) in home.items()}
+
+
 def decode_answers(examples: list, windows: list, start_logits: list, end_logits: list,
                    n_best: int = 20, max_answer_len: int = 30, version_2: bool = False,
                    null_threshold: float = 0.0) -> list:
-    """n-best span decoding over all windows of each example.
+    """n-best span decoding over all windows of each example (Devlin et al. 2018 §4.3; google-research/bert
+    run_squad.py ``write_predictions``: a start token is taken only from the window where it has the
+    most context, :func:`max_context_windows`).
 
     Args:
         examples: the :class:`QAExample` list the windows were built from.
@@ -253,7 +271,9 @@ def decode_answers(examples: list, windows: list, start_logits: list, end_logits
     for ei, ex in enumerate(examples):
         best = None  # (score, begin_char, end_char)
         null = None
-        for w, s, e in by_ex.get(ei, []):
+        wins = by_ex.get(ei, [])
+        home = max_context_windows([w for w, _, _ in wins])
+        for wi, (w, s, e) in enumerate(wins):
             offs = w["offsets"]
             t = min(len(offs), len(s))
             ns = s[0] + e[0]
@@ -264,6 +284,8 @@ def decode_answers(examples: list, windows: list, start_logits: list, end_logits
             ss = ctx[np.argsort(-s[ctx], kind="stable")[:n_best]]
             es = ctx[np.argsort(-e[ctx], kind="stable")[:n_best]]
             for a in ss:
+                if home[tuple(offs[a])] != wi:  # another window sees this start token with more context
+                    continue
                 for b in es:
                     if b < a or b - a + 1 > max_answer_len:
                         continue
