@@ -219,6 +219,72 @@ def test_span_masking_matches_the_reference_code():
     assert abs(got_count.mean() - np.mean(ref_count)) < 4 * se_count, (got_count.mean(), np.mean(ref_count))
 
 
+def reference_ngram_masking(n_tok, word_start, rng, ratio=0.15, max_ngram=3):
+    """ALBERT's ``create_masked_lm_predictions`` (google-research/albert, n-gram part) re-written plainly
+    for one segment of ``n_tok`` tokens: returns the n of each n-gram it masks and the tokens masked."""
+    words = []
+    for i in range(n_tok):
+        if word_start[i] or not words:
+            words.append([i])
+        else:
+            words[-1].append(i)
+    goal = max(1, int(round(n_tok * ratio)))
+    pv = 1.0 / np.arange(1, max_ngram + 1)
+    order = list(range(len(words)))
+    rng.shuffle(order)
+    covered, taken, ns = set(), 0, []
+    for w in order:
+        if taken >= goal:
+            break
+        grams = [sum(words[w:w + k], []) for k in range(1, max_ngram + 1) if w + k <= len(words)]
+        p = pv[:len(grams)] / pv[:len(grams)].sum()
+        k = int(rng.choice(np.arange(1, len(grams) + 1), p=p))
+        while k > 1 and taken + len(grams[k - 1]) > goal:
+            k -= 1
+        if taken + len(grams[k - 1]) > goal or covered & set(grams[k - 1]):
+            continue
+        covered |= set(grams[k - 1])
+        taken += len(grams[k - 1])
+        ns.append(k)
+    return ns, taken
+
+
+def test_ngram_masking_matches_albert_reference_code():
+    """Over ≥ 1M tokens: whole words only, ~15% selected, per-token 80/10/10, never a special token; the
+    n-gram length histogram and the selected count equal those of ALBERT's loop (re-written above)."""
+    from bertforge.objectives.masking import mask_ngrams, ngram_length_distribution
+    assert np.allclose(ngram_length_distribution(3), [6 / 11, 3 / 11, 2 / 11])
+    ids, special, ws = synthetic_batch(6)
+    out = mask_ngrams(ids, special, np.random.default_rng(7), MASK, RANDOM_IDS, word_starts=ws)
+    rate = out.selected[~special].mean()
+    assert abs(rate - 0.15) < 0.005, rate
+    assert not out.selected[special].any()
+    units = word_units(ws | special)
+    key = (units + np.arange(N)[:, None] * T)[~special]
+    sel = out.selected[~special].astype(np.int64)
+    n_sel, n_tok = np.bincount(key, weights=sel), np.bincount(key)
+    assert not ((n_sel > 0) & (n_sel < n_tok)).any()  # whole words
+    _check_replacement(ids, out)
+    # the reference on single segments of the same shape as our rows' halves
+    rng = np.random.default_rng(9)
+    rows, seg = 4000, 62
+    ref_ns, ref_taken = [], 0
+    word_start = rng.random((rows, seg)) < 0.7
+    for i in range(rows):
+        ns, taken = reference_ngram_masking(seg, word_start[i], rng)
+        ref_ns += ns
+        ref_taken += taken
+    seg_ids = np.concatenate([np.full((rows, 1), CLS), rng.integers(1000, V, size=(rows, seg)),
+                              np.full((rows, 1), SEP)], axis=1)
+    seg_ws = np.concatenate([np.ones((rows, 1), bool), word_start, np.ones((rows, 1), bool)], axis=1)
+    got = mask_ngrams(seg_ids, np.isin(seg_ids, SPECIAL_IDS), np.random.default_rng(10), MASK, RANDOM_IDS,
+                      word_starts=seg_ws)
+    assert int(got.selected.sum()) == ref_taken  # both fill round(15% · 62) = 9 tokens a row
+    h_got = np.bincount(got.span_sampled, minlength=4)[1:] / len(got.span_sampled)
+    h_ref = np.bincount(ref_ns, minlength=4)[1:] / len(ref_ns)
+    assert np.abs(h_got - h_ref).max() < 0.015, (h_got, h_ref)
+
+
 class FakeCorpus:
     """A TokenizedCorpus stand-in: documents of random sentences with globally unique token ids."""
 

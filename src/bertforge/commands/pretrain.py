@@ -183,7 +183,8 @@ def run(args) -> int:
     collate = PretrainCollator(ids["pad"], ids["mask"], list(ids.values()), tok.get_vocab_size(),
                                scheme=opts["scheme"], mlm_probability=float(opts["mlm_probability"]),
                                replace_probs=tuple(float(x) for x in opts["replace_probs"]),
-                               geometric_p=float(opts["geometric_p"]), max_span=int(opts["max_span"]))
+                               geometric_p=float(opts["geometric_p"]), max_span=int(opts["max_span"]),
+                               max_ngram=int(opts["max_ngram"]))
     config = model_config(opts, recipe, tok.get_vocab_size(), ids["pad"])
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)

@@ -7,7 +7,7 @@
   ``numpy.random.default_rng(mask_seed)``: the same mask whenever (and in whatever batch) it is served.
 
 Schemes: ``token`` (BERT), ``wwm`` (whole-word), ``span`` (SpanBERT; adds ``span_left``,
-``span_right``, ``span_pos`` for the SBO head). Special tokens and padding are never selected.
+``span_right``, ``span_pos`` for the SBO head), ``ngram`` (ALBERT). Special tokens and padding are never selected.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .masking import IGNORE_INDEX, mask_spans, mask_tokens
+from .masking import IGNORE_INDEX, mask_ngrams, mask_spans, mask_tokens
 
-SCHEMES = ("token", "wwm", "span")
+SCHEMES = ("token", "wwm", "span", "ngram")
 
 
 class PretrainCollator:
@@ -30,13 +30,14 @@ class PretrainCollator:
         pad_id, mask_id: token ids of padding and [MASK].
         special_ids: ids never selected (CLS, SEP, PAD, MASK, UNK…).
         vocab_size: size of the vocabulary (random replacements are drawn from its non-special ids).
-        scheme: ``token`` | ``wwm`` | ``span``.
+        scheme: ``token`` | ``wwm`` | ``span`` | ``ngram``.
         pad_to_multiple_of: pad T up to a multiple (tensor-core friendly); None = longest.
     """
 
     def __init__(self, pad_id: int, mask_id: int, special_ids, vocab_size: int, scheme: str = "token",
                  mlm_probability: float = 0.15, replace_probs=(0.8, 0.1, 0.1),
-                 pad_to_multiple_of: Optional[int] = 8, geometric_p: float = 0.2, max_span: int = 10):
+                 pad_to_multiple_of: Optional[int] = 8, geometric_p: float = 0.2, max_span: int = 10,
+                 max_ngram: int = 3):
         if scheme not in SCHEMES:
             raise ConfigError(f"masking scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
         if not 0.0 < mlm_probability < 1.0:
@@ -46,13 +47,16 @@ class PretrainCollator:
         self.random_ids = np.setdiff1d(np.arange(vocab_size), self.special_ids)
         self.p, self.replace = mlm_probability, tuple(replace_probs)
         self.multiple = pad_to_multiple_of
-        self.geometric_p, self.max_span = geometric_p, max_span
+        self.geometric_p, self.max_span, self.max_ngram = geometric_p, max_span, max_ngram
 
     def mask(self, ids: np.ndarray, special: np.ndarray, word_starts: np.ndarray, rng):
         """Mask (N, T) arrays with ``rng``; returns a :class:`~bertforge.objectives.masking.MaskOutput`."""
         if self.scheme == "span":
             return mask_spans(ids, special, rng, self.mask_id, self.random_ids, self.p, word_starts,
                               self.geometric_p, self.max_span, self.replace)
+        if self.scheme == "ngram":
+            return mask_ngrams(ids, special, rng, self.mask_id, self.random_ids, self.p, word_starts,
+                               self.max_ngram, self.replace)
         return mask_tokens(ids, special, rng, self.mask_id, self.random_ids, self.p,
                            word_starts if self.scheme == "wwm" else None, self.replace)
 

@@ -1,6 +1,6 @@
 """Token selection and corruption for masked-language-model pretraining.
 
-Three selection schemes, all vectorised over a (N, T) batch of token ids with a NumPy ``Generator``:
+Four selection schemes over a (N, T) batch of token ids with a NumPy ``Generator``:
 
 * **token masking** (BERT, Devlin et al. 2018 §3.1 "Task #1: Masked LM"): each non-special token is
   selected with probability ``mlm_probability`` (0.15);
@@ -10,10 +10,11 @@ Three selection schemes, all vectorised over a (N, T) batch of token ids with a 
   (no ``##`` convention);
 * **span masking** (SpanBERT, Joshi et al. 2020 §3.1): span lengths in *words* are drawn from
   Geometric(p = 0.2) truncated to [1, 10] (renormalised; mean ≈ 3.8), anchored at the word of a random
-  token, until 15% of the tokens are selected; touching spans are merged (as the authors' code).
+  token, until 15% of the tokens are selected; touching spans are merged (as the authors' code);
+* **n-gram masking** (ALBERT, Lan et al. 2019 §4.1): whole-word n-grams, p(n) ∝ 1/n for n ≤ 3.
 
 Selected tokens are then replaced 80% by ``[MASK]``, 10% by a random token, 10% kept (§3.1 and App.
-A.1); the decision is drawn per token (also under whole-word masking, as Google's WWM release and
+A.1); the decision is drawn per token (also under whole-word and n-gram masking, as Google's WWM release and
 ``transformers``' ``DataCollatorForWholeWordMask``: the *selection* is per word, the replacement per
 token) or per span (SpanBERT: "we replace 80% of the span with [MASK], 10% with random tokens and 10%
 with the original tokens", always for the whole span). Special tokens and padding (``special_mask``) are never selected.
@@ -225,5 +226,74 @@ def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.G
                       np.array(sampled, dtype=np.int64))
 
 
-__all__ = ["IGNORE_INDEX", "MaskOutput", "mask_tokens", "mask_spans", "corrupt", "word_units",
-           "span_length_distribution"]
+def ngram_length_distribution(max_ngram: int = 3) -> np.ndarray:
+    """ALBERT's n-gram lengths: p(n) ∝ 1/n for n = 1..max_ngram (Lan et al. 2019 §4.1; 6/11, 3/11, 2/11)."""
+    w = 1.0 / np.arange(1, max_ngram + 1)
+    return w / w.sum()
+
+
+def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, mask_id: int,
+                random_ids: np.ndarray, mlm_probability: float = 0.15,
+                word_starts: Optional[np.ndarray] = None, max_ngram: int = 3,
+                replace_probs: tuple = (0.8, 0.1, 0.1)) -> MaskOutput:
+    """ALBERT n-gram masking (Lan et al. 2019 §4.1, after Joshi et al.), as ``create_masked_lm_predictions``
+    of google-research/albert: the budget is ``round(mlm_probability · n)`` of a row's n non-special
+    tokens; the words are visited in random order, and at each an n-gram length is drawn with
+    p(n) ∝ 1/n, n ≤ ``max_ngram`` (and ≤ the words left before the next special token); while the n words
+    would overrun the budget n shrinks; an n-gram that still overruns or touches a selected word is
+    skipped, else its n whole words are selected. Replacement 80/10/10 per token.
+
+    Args: as :func:`mask_tokens`; ``word_starts`` None means every token is a word.
+    Returns: :class:`MaskOutput` with ``input_ids``, ``labels``, ``selected`` and ``span_sampled`` (the
+    n drawn for each selected n-gram, after shrinking).
+    """
+    input_ids = np.asarray(input_ids)
+    n, t = input_ids.shape
+    if word_starts is None:
+        word_starts = np.ones((n, t), dtype=bool)
+    prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
+    ws = np.asarray(word_starts).astype(bool) | special_mask | prev_special
+    probs = ngram_length_distribution(max_ngram)
+    selected = np.zeros((n, t), dtype=bool)
+    lengths = []
+    for i in range(n):
+        cand = ~special_mask[i]
+        n_tok = int(cand.sum())
+        if n_tok == 0:
+            continue
+        budget = max(1, int(round(mlm_probability * n_tok)))
+        starts = np.flatnonzero(ws[i] & cand)
+        allb = np.flatnonzero(ws[i])
+        nxt = np.searchsorted(allb, starts, side="right")
+        ends = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        nw = len(starts)
+        # words left in the same run of non-special tokens, from each word on
+        joined = np.append(starts[1:] == ends[:-1], False)
+        run_left = np.ones(nw, dtype=np.int64)
+        for w in range(nw - 2, -1, -1):
+            if joined[w]:
+                run_left[w] = run_left[w + 1] + 1
+        covered = np.zeros(nw, dtype=bool)
+        count = 0
+        u = rng.random(nw)
+        for w0 in rng.permutation(nw):
+            if count >= budget:
+                break
+            k = int(min(max_ngram, run_left[w0]))
+            cdf = np.cumsum(probs[:k]) / probs[:k].sum()
+            g = int(min(np.searchsorted(cdf, u[w0], side="right"), k - 1)) + 1
+            while g > 0 and count + ends[w0 + g - 1] - starts[w0] > budget:
+                g -= 1  # a shorter n-gram that fits
+            if g == 0 or covered[w0:w0 + g].any():
+                continue
+            covered[w0:w0 + g] = True
+            selected[i, starts[w0]:ends[w0 + g - 1]] = True
+            count += int(ends[w0 + g - 1] - starts[w0])
+            lengths.append(g)
+    ids = corrupt(input_ids, selected, rng, mask_id, random_ids, None, replace_probs)
+    labels = np.where(selected, input_ids, IGNORE_INDEX)
+    return MaskOutput(ids, labels, selected, span_sampled=np.array(lengths, dtype=np.int64))
+
+
+__all__ = ["IGNORE_INDEX", "MaskOutput", "mask_tokens", "mask_spans", "mask_ngrams", "corrupt", "word_units",
+           "span_length_distribution", "ngram_length_distribution"]

@@ -5,7 +5,7 @@ objective     family    head (HF class)        sequences   masking     source
 ============  ========  =====================  ==========  ==========  ===================================
 bert          bert      mlm_nsp (ForPreTrain)  nsp pairs   static ×10  Devlin et al. 2018 §3.1, App. A
 roberta       roberta   mlm (ForMaskedLM)      FULL-SENT.  dynamic     Liu et al. 2019 §4.1–4.2
-albert        albert    mlm_sop (ForPreTrain)  sop pairs   dynamic     Lan et al. 2019 §3.1–4.1
+albert        albert    mlm_sop (ForPreTrain)  sop pairs   n-gram      Lan et al. 2019 §3.1–4.1
 electra       electra   G: mlm, D: rtd         FULL-SENT.  dynamic     Clark et al. 2020 §2–3
 spanbert      bert      mlm_sbo (ForMaskedLM)  DOC-SENT.   span        Joshi et al. 2020 §3
 ============  ========  =====================  ==========  ==========  ===================================
@@ -26,8 +26,9 @@ OBJECTIVES = {
              "scheme": "token", "short_seq_prob": 0.1},
     "roberta": {"family": "roberta", "head": "mlm", "mode": "full", "masking": "dynamic", "dupe_factor": 1,
                 "scheme": "token", "short_seq_prob": 0.0},
+    # ALBERT masks whole-word n-grams, p(n) ∝ 1/n, n ≤ 3 (Lan et al. 2019 §4.1)
     "albert": {"family": "albert", "head": "mlm_sop", "mode": "sop", "masking": "dynamic", "dupe_factor": 1,
-               "scheme": "token", "short_seq_prob": 0.1},
+               "scheme": "ngram", "short_seq_prob": 0.1},
     # ELECTRA's generator input: 85% [MASK], 15% kept, no random token (google-research/electra,
     # pretrain_helpers.mask); the others BERT's 80/10/10 (Devlin et al. 2019 §3.1)
     "electra": {"family": "electra", "head": "electra", "mode": "full", "masking": "dynamic",
@@ -76,7 +77,7 @@ PRETRAIN_KEYS = {"objective": None, "tokenizer": None, "vocab_size": 30522, "mod
                  "dupe_factor": None, "scheme": None, "whole_word": False, "mlm_probability": 0.15,
                  "short_seq_prob": None, "doc_sep": "auto", "eval_fraction": 0.02,
                  "max_eval_sequences": 256, "generator_size": 0.25, "rtd_weight": 50.0,
-                 "geometric_p": 0.2, "max_span": 10, "replace_probs": [0.8, 0.1, 0.1]}
+                 "geometric_p": 0.2, "max_span": 10, "max_ngram": 3, "replace_probs": [0.8, 0.1, 0.1]}
 
 
 def resolve_options(objective: str, section: dict) -> dict:
@@ -109,6 +110,7 @@ def resolve_options(objective: str, section: dict) -> dict:
 _RANGES = {"short_seq_prob": dict(low=0.0, high=1.0), "eval_fraction": dict(low=0.0, high=1.0, open_high=True),
            "generator_size": dict(low=0.0, high=1.0, open_low=True), "rtd_weight": dict(low=0.0, open_low=True),
            "geometric_p": dict(low=0.0, high=1.0, open_low=True), "max_span": dict(low=1, whole=True),
+           "max_ngram": dict(low=1, whole=True),
            "dupe_factor": dict(low=1, whole=True), "max_eval_sequences": dict(low=1, whole=True),
            "mlm_probability": dict(low=0.0, high=1.0, open_low=True, open_high=True)}
 
