@@ -364,6 +364,8 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     raw: dict = {}
     if path:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"--recipe {path} is a directory; pass a YAML file (e.g. one in recipes/)")
         if not p.is_file():
             raise ConfigError(f"recipe file {path} does not exist; pass a YAML file (see recipes/)")
         try:

@@ -246,6 +246,11 @@ def read_config(path: Path) -> dict:
                               "holds config.json")
     cfg = path / "config.json"
     if not cfg.is_file():
+        steps = sorted((d for d in (path / "checkpoints").glob("step-*") if d.name[5:].isdigit()),
+                       key=lambda d: int(d.name[5:])) if (path / "checkpoints").is_dir() else []
+        if steps:
+            raise CheckpointError(f"{path} holds checkpoints but no final model (the run stopped early); finish "
+                                  f"it by re-running its command with --resume, or pass {steps[-1]}")
         raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
                               "transformers or bertforge")
     try:

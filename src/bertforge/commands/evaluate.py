@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from ..adapters import adapter_for
-from ..data.tasks import get_task, saved_task_spec
+from ..data.tasks import model_task
 from ..errors import ConfigError, require_at_least
 from ..hf import check_seq_len, deployed_format, load_pretrained, read_config, require_saved_head
 from ..tokenizer import load_tokenizer
@@ -38,7 +38,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     name = task_name or meta.get("task")
     if not name:
         raise ConfigError(f"{model_dir} does not record its task; pass --task NAME")
-    task = get_task(name, **saved_task_spec(meta, name))
+    task = model_task(name, meta, model_dir)
     trained_on = meta.get("task")
     saved = [str(v) for _, v in sorted((cfg.get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
     if task_name and trained_on and task_name != trained_on and task.labels and saved \

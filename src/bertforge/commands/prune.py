@@ -132,12 +132,12 @@ def _task_eval_fn(args, task, adapter):
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
     from ..adapters import adapter_for
-    from ..data.tasks import get_task, saved_task_spec
+    from ..data.tasks import model_task
     meta = cfg.get("bertforge") or {}
     name = task_name or meta.get("task")
     if not name:
         return None, None
-    task = get_task(name, **saved_task_spec(meta, name))
+    task = model_task(name, meta, model_dir)
     adapter = adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
     if hasattr(adapter, "use_model_labels"):  # a tagger's tag set, as it was fine-tuned
         adapter.use_model_labels(model_dir)

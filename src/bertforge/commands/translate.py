@@ -290,8 +290,10 @@ def run_decode(args) -> int:
     require_number("--max-len-b", args.max_len_b, 0)
     if args.max_len_a == 0 and args.max_len_b < 1:
         raise ConfigError("--max-len-a 0 with --max-len-b 0 allows no output tokens; raise either")
-    if args.threads:
+    if args.threads is not None:
+        require_number("--threads", args.threads, 1, whole=True)
         torch.set_num_threads(args.threads)
+    require_number("--batch-tokens", args.batch_tokens, 1, whole=True)
     if args.output:
         from ._common import check_out_file
         check_out_file(Path(args.output), (args.model,), (args.input,), args.overwrite, flag="--output",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DataError
+from .readers import split_lines
 
 IGNORE_INDEX = -100
 
@@ -94,7 +95,7 @@ def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
             out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}", doc))
         toks, tags = [], []
 
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(split_lines(text), 1):
         if max_samples is not None and len(out) >= max_samples:
             break
         cols = line.split()
@@ -142,8 +143,12 @@ def read_token_jsonl(path, tokens_field: str = "tokens", tags_field: str = "tags
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         raise DataError(f"{path} does not exist or is empty; pass a JSONL file of tokens/tags")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not UTF-8; re-encode it as UTF-8") from None
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+    for lineno, line in enumerate(split_lines(text), 1):
         if max_samples is not None and len(out) >= max_samples:
             break
         if not line.strip():
@@ -159,7 +164,14 @@ def read_token_jsonl(path, tokens_field: str = "tokens", tags_field: str = "tags
             if row.get(field_name) is not None and not isinstance(row[field_name], list):
                 raise DataError(f"{path}:{lineno} field {field_name!r} is a {type(row[field_name]).__name__}, "
                                 f"not a list; write one list item per token")
-        toks = [str(t) for t in row[tokens_field]]
+        for field_name in (tokens_field, tags_field):
+            bad = next((t for t in row.get(field_name) or [] if not isinstance(t, str)), "")
+            if bad != "":
+                raise DataError(f"{path}:{lineno} field {field_name!r} holds {json.dumps(bad)[:30]}, not a "
+                                f"string; write every token and tag as a string")
+        if not row[tokens_field]:
+            raise DataError(f"{path}:{lineno} has no tokens; drop the line or give the sentence's tokens")
+        toks = list(row[tokens_field])
         tags = row.get(tags_field)
         if tags is None and require_tags:
             raise DataError(f"{path}:{lineno} has no {tags_field!r} field; add the tags")

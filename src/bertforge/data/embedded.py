@@ -131,7 +131,6 @@ def build_corpus(out_dir, heldout_fraction: float = 0.05, max_documents: Optiona
     if not 0.0 < heldout_fraction < 1.0:
         raise DataError(f"heldout_fraction={heldout_fraction} must be in (0, 1)")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     parts = {"train": [], "heldout": []}
     stats = {k: {"documents": 0, "sentences": 0, "words": 0} for k in parts}
     sources = {"wikipedia": wiki_documents(), "lee_background": lee_background_documents()}
@@ -152,8 +151,12 @@ def build_corpus(out_dir, heldout_fraction: float = 0.05, max_documents: Optiona
             st["sentences"] += len(sents)
             st["words"] += sum(len(s.split()) for s in sents)
         per_source[src] = n
-    if not parts["train"] or not parts["heldout"]:
-        raise DataError("the embedded corpus came out empty; raise max_documents or heldout_fraction")
+    empty = [k for k in ("train", "heldout") if not parts[k]]
+    if empty:
+        raise DataError(f"the embedded corpus's {empty[0]} part came out empty ({stats['train']['documents']} "
+                        f"train / {stats['heldout']['documents']} held-out documents); raise --max-documents"
+                        f"{' or --heldout-fraction' if empty[0] == 'heldout' else ' or lower --heldout-fraction'}")
+    out_dir.mkdir(parents=True, exist_ok=True)
     for split, docs in parts.items():
         atomic_write_text(out_dir / f"{split}.txt", "\n\n".join(docs) + "\n")
     info = {"sources": {"wikipedia": WIKI_FILE, "lee_background": LEE_BACKGROUND},

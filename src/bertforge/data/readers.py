@@ -38,6 +38,13 @@ def _check_file(path: Path) -> None:
         raise DataError(f"{path} is empty; pass a file with a header and data rows")
 
 
+def split_lines(text: str) -> list:
+    """``text`` cut at line ends (``\n``, ``\r\n``, ``\r``) only. ``str.splitlines`` also cuts at U+2028,
+    U+0085, form feed and \x1c–\x1e, which may stand inside a field (JSON writes U+2028 raw)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def _read_text(path: Path) -> str:
     _check_file(path)
     try:
@@ -71,7 +78,7 @@ def read_examples(path, task: Task, max_samples: Optional[int] = None, require_l
 
 def _read_delimited(path: Path, delim: str, task: Task):
     text = _read_text(path)
-    lines = text.splitlines()
+    lines = split_lines(text)
     # GLUE TSVs contain bare quotes: read them with quoting disabled, like the GLUE reference code
     reader = csv.reader(lines, delimiter=delim, quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
     rows = [r for r in reader if r and any(c.strip() for c in r)]
@@ -99,16 +106,24 @@ def _read_jsonl(path: Path):
             data = json.loads(stripped)
         except json.JSONDecodeError as e:
             raise DataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); fix the file") from None
-        return [(i + 1, r) for i, r in enumerate(data)]
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append((i, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{i} is not valid JSON ({e.msg}); write one JSON object per line") from None
+        if not isinstance(data, list):
+            raise DataError(f"{path} holds a JSON {type(data).__name__}, not a list of objects; write one JSON "
+                            f"object per example")
+        out = [(i + 1, r) for i, r in enumerate(data)]
+    else:
+        for i, line in enumerate(split_lines(text), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((i, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{i} is not valid JSON ({e.msg}); write one JSON object per line") from None
     if not out:
         raise DataError(f"{path} has no JSON lines; pass a non-empty file")
+    for i, row in out:
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{i} is a JSON {type(row).__name__}, not an object; write one object of "
+                            f'named fields per example, e.g. {{"sentence": "...", "label": "1"}}')
     return out
 
 
@@ -148,6 +163,10 @@ def _rows_to_examples(rows, header, task: Task, path: Path, max_samples, require
             if missing:
                 raise DataError(f"{path}:{lineno} has no field {missing[0]!r}; task {task.name} expects "
                                 f"fields {', '.join(map(str, task.text_columns))}")
+            bad = next((c for c in task.text_columns if row[str(c)] is None or isinstance(row[str(c)], (dict, list))), None)
+            if bad is not None:
+                raise DataError(f"{path}:{lineno} field {str(bad)!r} is {json.dumps(row[str(bad)])[:40]}, not "
+                                f"text; give the example's text")
             texts = [str(row[str(c)]) for c in task.text_columns]
             raw_label = row.get(str(task.label_column)) if task.label_column is not None else None
             if raw_label is None and require_labels:

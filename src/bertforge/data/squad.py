@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import DataError
+from .readers import split_lines
 
 
 @dataclass
@@ -52,7 +53,7 @@ def _load_json(path: Path):
         raise DataError(f"{path} is not UTF-8; re-encode it as UTF-8") from None
     if path.suffix.lower() == ".jsonl":
         rows = []
-        for i, line in enumerate(text.splitlines(), 1):
+        for i, line in enumerate(split_lines(text), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -82,29 +83,56 @@ def _squad_examples(data: dict, path, require_answers: bool) -> list:
     for art in data["data"]:
         title = art.get("title", "")
         for para in art.get("paragraphs", []):
-            ctx = para["context"]
             for qa in para.get("qas", []):
-                imp = bool(qa.get("is_impossible", False))
-                answers = list(qa.get("answers") or [])
-                for a in answers:
-                    s = a["answer_start"]
-                    if ctx[s:s + len(a["text"])] != a["text"]:
-                        raise DataError(f"{path}: question {qa['id']} answer {a['text']!r} is not at "
-                                        f"answer_start {s} of its context; fix the offsets")
-                if require_answers and not answers and not imp:
-                    raise DataError(f"{path}: question {qa['id']} has no answers and is not marked "
-                                    f"is_impossible; labelled data is needed here")
-                out.append(QAExample(str(qa["id"]), qa["question"], ctx, answers, imp, title))
+                out.append(_example(path, f"question {qa['id']}", qa["id"], qa["question"], para["context"],
+                                    qa.get("answers"), qa.get("is_impossible", False), title, require_answers))
     if not out:
         raise DataError(f"{path} has no questions; pass a non-empty SQuAD file")
     return out
+
+
+def _example(path, where: str, qid, question, context, answers, impossible, title,
+             require_answers: bool) -> QAExample:
+    """One checked :class:`QAExample`: text question and context, answers as ``{"text", "answer_start"}``
+    objects whose offsets point at their text. Raises DataError naming ``where``."""
+    for name, value in (("question", question), ("context", context)):
+        if not isinstance(value, str):
+            raise DataError(f"{path}: {where} has a {type(value).__name__} {name!r}; it must be text")
+    if isinstance(answers, dict):  # HF datasets layout {"text": [...], "answer_start": [...]}
+        answers = [{"text": t, "answer_start": a} for t, a in zip(answers.get("text") or [],
+                                                                   answers.get("answer_start") or [])]
+    answers = list(answers or [])
+    for a in answers:
+        if not (isinstance(a, dict) and isinstance(a.get("text"), str)
+                and isinstance(a.get("answer_start"), int) and not isinstance(a.get("answer_start"), bool)):
+            raise DataError(f"{path}: {where} has an answer {str(a)[:60]!r}; write answers as "
+                            f'[{{"text": "...", "answer_start": <character offset>}}]')
+        st = a["answer_start"]
+        if st < 0 or context[st:st + len(a["text"])] != a["text"]:
+            raise DataError(f"{path}: {where} answer {a['text']!r} is not at answer_start {st} of its "
+                            f"context; fix the offsets")
+    impossible = bool(impossible)
+    if require_answers and not answers and not impossible:
+        raise DataError(f"{path}: {where} has no answers and is not marked is_impossible; labelled data "
+                        f"is needed here")
+    return QAExample(str(qid), question, context, answers, impossible, str(title or ""))
+
+
+def _check_unique_ids(examples: list, path) -> None:
+    seen: set = set()
+    for e in examples:
+        if e.id in seen:
+            raise DataError(f"{path}: question id {e.id!r} appears more than once; give each question its "
+                            f"own id (the metrics are per id)")
+        seen.add(e.id)
 
 
 def read_squad(path, max_samples: Optional[int] = None, require_answers: bool = True) -> list:
     """Read SQuAD v1.1/v2.0 JSON (or JSONL of ``id, question, context, answers?``) into examples.
 
     Raises:
-        DataError: missing/empty/invalid file, wrong layout, answers that do not match their offsets.
+        DataError: missing/empty/invalid file, wrong layout, a non-text question or context, answers that
+        are not ``{"text", "answer_start"}`` objects or do not match their offsets, a repeated id.
     """
     path = Path(path)
     data = _load_json(path)
@@ -117,14 +145,13 @@ def read_squad(path, max_samples: Optional[int] = None, require_answers: bool = 
             for k in ("question", "context"):
                 if k not in r:
                     raise DataError(f"{path}: row {i + 1} has no {k!r}; each line needs id, question, context")
-            answers = r.get("answers") or []
-            if isinstance(answers, dict):  # HF datasets layout {"text": [...], "answer_start": [...]}
-                answers = [{"text": t, "answer_start": s} for t, s in zip(answers["text"], answers["answer_start"])]
-            out.append(QAExample(str(r.get("id", i)), r["question"], r["context"], answers,
-                                 bool(r.get("is_impossible", False)), r.get("title", "")))
+            out.append(_example(path, f"row {i + 1}", r.get("id", i), r["question"], r["context"],
+                                r.get("answers"), r.get("is_impossible", False), r.get("title", ""),
+                                require_answers))
         examples = out
     else:
         examples = examples_from_squad(data, path, require_answers)
+    _check_unique_ids(examples, path)
     return examples[:max_samples] if max_samples is not None else examples
 
 

@@ -103,6 +103,39 @@ def saved_task_spec(meta: dict, name: str) -> dict:
     return dict(meta.get("task_spec") or {}) if same else {}
 
 
+#: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
+KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman")}
+
+
+def _check_spec(text_columns, labels, metric, kind, registered) -> None:
+    """ConfigError for a task spec that would train silently wrong: not 1 or 2 text columns, a repeated
+    label, a metric unknown or not defined for the task's kind."""
+    if text_columns is not None and not 1 <= len(text_columns) <= 2:
+        raise ConfigError(f"data.text_columns={list(text_columns)}: give one column (single sentence) or two "
+                          f"(a pair)")
+    if labels:
+        names = [str(x) for x in labels]
+        dup = next((x for x in names if names.count(x) > 1), None)
+        if dup is not None:
+            raise ConfigError(f"data.labels={names} lists {dup!r} twice; give each label once")
+    if metric:
+        kind = kind or (registered.kind if registered is not None else None)
+        allowed = KIND_METRICS.get(kind or "", ())
+        if allowed and metric not in allowed:
+            raise ConfigError(f"data.metric={metric!r} is not a {kind} metric; choose one of {', '.join(allowed)}")
+
+
+def model_task(name: str, meta: dict, model_dir) -> Task:
+    """The task ``name`` for a saved model (``config.json`` → ``bertforge`` = ``meta``), with the columns
+    and labels it recorded. Raises ConfigError for ``custom`` on a model that recorded none (evaluate,
+    predict and prune take no ``data.*`` overrides)."""
+    spec = saved_task_spec(meta, name)
+    if ALIASES.get(name.lower(), name.lower()) == "custom" and not spec:
+        raise ConfigError(f"{model_dir} was not fine-tuned on a custom task (its config.json records no "
+                          f"columns); pass --task with the task it was trained on")
+    return get_task(name, **spec)
+
+
 def get_task(name: str, text_columns=None, label_column=None, labels=None, metric=None,
              header=None) -> Task:
     """Look a task up by name (case-insensitive, GLUE aliases such as ``SST-2``), or build ``custom``.
@@ -111,9 +144,12 @@ def get_task(name: str, text_columns=None, label_column=None, labels=None, metri
     classification task, without it the label is a float (regression). Overrides of a registered
     task's columns are applied on top of it.
     Raises:
-        ConfigError: unknown name, or a custom task without columns.
+        ConfigError: unknown name, a custom task without columns, not 1–2 text columns, a repeated
+        label, a metric that is not one of :data:`KIND_METRICS` for the task's kind.
     """
     key = ALIASES.get(name.lower(), name.lower())
+    _check_spec(text_columns, labels, metric, kind=None if key != "custom" else
+                ("classification" if labels else "regression"), registered=TASKS.get(key))
     if key == "custom":
         if not text_columns or label_column is None:
             raise ConfigError("--task custom needs data.text_columns=[...] and data.label_column=... "

@@ -357,6 +357,14 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
                              b["token_type_ids"].numpy())
         if lg is None:
             return None
+        lg = np.asarray(lg)
+        if lg.ndim != 2 or lg.shape[0] != len(idx):  # a token tagger or QA head: one output per token
+            raise ConfigError(f"{embedder.name} is not a sequence classifier (its head outputs "
+                              f"{tuple(lg.shape[1:])} per example); --task {task.name} needs a model "
+                              f"fine-tuned on it")
+        if lg.shape[1] != task.num_labels:
+            raise ConfigError(f"{embedder.name} predicts {lg.shape[1]} labels but task {task.name} has "
+                              f"{task.num_labels}; pass the task it was fine-tuned on")
         for i, row in zip(idx, lg):
             preds[i] = row
     logits = np.stack(preds)

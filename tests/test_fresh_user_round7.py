@@ -1,0 +1,163 @@
+"""Fixes from the seventh fresh-user round (session 14): malformed rows of JSONL/QA/NER files, task specs
+that would train silently wrong (3+ text columns, a repeated label, a metric of the other kind), embed-eval
+on a model of another shape, decode options, messages for a recipe dir and an interrupted run — each one
+error line, exit 2 — and line separators inside a field (U+2028, form feed) that are now read as text.
+
+Independent truths: the contract of ``cli_error_line`` (exit 2, one stderr line, nothing modified), the
+files' own text (what a field holds), and hand-built files.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from resilience_util import cli_error_line, make_tiny_checkpoint, sentences, write_tsv
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    from bertforge.cli import main
+    d = tmp_path_factory.mktemp("round7")
+    ns = type("W", (), {})()
+    ns.d = d
+    ns.tiny = make_tiny_checkpoint(d / "tiny")
+    ns.train = write_tsv(d / "train.tsv", sentences(24, 1))
+    ns.run = d / "run"
+    assert main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train), "--out",
+                 str(ns.run), "--max-steps", "1", "--batch-size", "8", "--max-seq-len", "32",
+                 "--no-progress"]) == 0
+    return ns
+
+
+def _file(w, name, data):
+    p = w.d / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return p
+
+
+def _ft(w, task, train, *extra):
+    return ["finetune", "--model", w.tiny, "--task", task, "--train", train, "--out", w.d / "new",
+            "--max-steps", 1, "--batch-size", 2, "--max-seq-len", 32, "--no-progress", *extra]
+
+
+def _squad_row(**kw):
+    row = {"id": "a", "question": "who lives there", "context": "john lives in paris .",
+           "answers": [{"text": "john", "answer_start": 0}]}
+    row.update(kw)
+    return json.dumps(row) + "\n"
+
+
+CTX = "john lives in paris ."
+CASES = [
+    ("ner-jsonl-not-utf8", lambda w: _ft(w, "conll2003", _file(w, "n.jsonl", b'{"tokens":["Jo\xffhn"],"tags":["B-PER"]}\n')),
+     ["n.jsonl is not UTF-8"]),
+    ("ner-jsonl-no-tokens", lambda w: _ft(w, "conll2003", _file(w, "e.jsonl", '{"tokens":[],"tags":[]}\n')),
+     ["e.jsonl:1 has no tokens"]),
+    ("ner-jsonl-null-token", lambda w: _ft(w, "conll2003", _file(w, "z.jsonl", '{"tokens":["a",null],"tags":["O","O"]}\n')),
+     ["z.jsonl:1 field 'tokens' holds null, not a string"]),
+    ("jsonl-list-after-object", lambda w: _ft(w, "sst2", _file(w, "m.jsonl", '{"sentence":"good","label":"1"}\n["x"]\n')),
+     ["m.jsonl:2 is a JSON list, not an object"]),
+    ("jsonl-number-after-object", lambda w: _ft(w, "sst2", _file(w, "m5.jsonl", '{"sentence":"good","label":"1"}\n5\n')),
+     ["m5.jsonl:2 is a JSON int, not an object"]),
+    ("json-array-of-numbers", lambda w: _ft(w, "sst2", _file(w, "a.json", "[1, 2, 3]\n")),
+     ["a.json:1 is a JSON int, not an object"]),
+    ("jsonl-null-text", lambda w: _ft(w, "sst2", _file(w, "nt.jsonl", '{"sentence":null,"label":"1"}\n')),
+     ["nt.jsonl:1 field 'sentence' is null, not text"]),
+    ("qa-question-not-text", lambda w: _ft(w, "squad", _file(w, "q.jsonl", _squad_row(question=5))),
+     ["row 1 has a int 'question'; it must be text"]),
+    ("qa-context-null", lambda w: _ft(w, "squad", _file(w, "c.jsonl", _squad_row(context=None))),
+     ["row 1 has a NoneType 'context'"]),
+    ("qa-answers-not-objects", lambda w: _ft(w, "squad", _file(w, "s.jsonl", _squad_row(answers=["john"]))),
+     ["row 1 has an answer 'john'", "answer_start"]),
+    ("qa-jsonl-answer-offset", lambda w: _ft(w, "squad", _file(w, "o.jsonl", _squad_row(
+        answers=[{"text": "rome", "answer_start": 3}]))), ["answer 'rome' is not at answer_start 3"]),
+    ("qa-duplicate-ids", lambda w: _ft(w, "squad", _file(w, "d.jsonl", _squad_row() + _squad_row())),
+     ["question id 'a' appears more than once"]),
+    ("qa-json-question-not-text", lambda w: _ft(w, "squad", _file(w, "q.json", json.dumps({"data": [{
+        "title": "t", "paragraphs": [{"context": CTX, "qas": [{"id": "x", "question": 7, "answers": [
+            {"text": "john", "answer_start": 0}]}]}]}]}))), ["question x has a int 'question'"]),
+    ("custom-three-text-columns", lambda w: _ft(w, "custom", _file(w, "c3.csv", "text,label\ngood,pos\nbad,neg\n"),
+                                                "data.text_columns=[text,label,text]", "data.label_column=label",
+                                                "data.labels=[neg,pos]"),
+     ["data.text_columns=['text', 'label', 'text']: give one column"]),
+    ("custom-repeated-label", lambda w: _ft(w, "custom", _file(w, "c4.csv", "text,label\ngood,pos\nbad,neg\n"),
+                                            "data.text_columns=[text]", "data.label_column=label",
+                                            "data.labels=[neg,neg,pos]"),
+     ["lists 'neg' twice"]),
+    ("custom-unknown-metric", lambda w: _ft(w, "custom", _file(w, "c5.csv", "text,label\ngood,pos\nbad,neg\n"),
+                                            "data.text_columns=[text]", "data.label_column=label",
+                                            "data.labels=[neg,pos]", "data.metric=bogus"),
+     ["data.metric='bogus' is not a classification metric", "accuracy, f1, mcc"]),
+    ("custom-regression-metric-for-labels", lambda w: _ft(w, "custom", _file(w, "c6.csv", "text,label\ngood,pos\n"),
+                                                          "data.text_columns=[text]", "data.label_column=label",
+                                                          "data.labels=[neg,pos]", "data.metric=pearson"),
+     ["data.metric='pearson' is not a classification metric"]),
+    ("stsb-classification-metric", lambda w: _ft(w, "stsb", w.train, "data.metric=accuracy"),
+     ["data.metric='accuracy' is not a regression metric", "pearson, spearman"]),
+    ("decode-threads-negative", lambda w: ["translate", "decode", "--model", w.run, "--input", w.train,
+                                           "--threads", -1], ["--threads=-1 must be a whole number ≥ 1"]),
+    ("decode-batch-tokens-zero", lambda w: ["translate", "decode", "--model", w.run, "--input", w.train,
+                                            "--batch-tokens", 0], ["--batch-tokens=0 must be"]),
+    ("recipe-is-a-directory", lambda w: _ft(w, "sst2", w.train, "--recipe", w.d), ["is a directory"]),
+    ("evaluate-custom-on-a-glue-model", lambda w: ["evaluate", "--model", w.run, "--data", w.train, "--task",
+                                                   "custom"], ["was not fine-tuned on a custom task"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_one_line_error(case, w, capsys):
+    name, argv, needles = case
+    line = cli_error_line(argv(w), capsys, untouched=w.run)
+    for n in needles:
+        assert n in line, (n, line)
+
+
+def test_evaluate_on_an_interrupted_run_says_to_resume(w, capsys):
+    run = w.d / "stopped"
+    for step in (2, 10):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    line = cli_error_line(["evaluate", "--model", run, "--data", w.train], capsys, untouched=w.run)
+    assert "holds checkpoints but no final model" in line and "--resume" in line
+    assert line.rstrip().endswith("step-10")  # the newest by number, not by name
+
+
+@pytest.mark.parametrize("head,labels", [("token_classification", 9), ("question_answering", 2),
+                                         ("sequence_classification", 2)])
+def test_embed_eval_task_needs_a_classifier_of_the_task(w, capsys, head, labels):
+    """A tagger or QA model (one output per token) or a 2-label model on STS-B (1 output) is refused; each
+    was scored before (a crash in np.stack, or Pearson of argmax labels)."""
+    from bertforge.hf import load_pretrained
+    from bertforge.models.heads import TaskModel
+    base = load_pretrained(w.tiny)
+    base.config.num_labels = labels
+    torch.manual_seed(0)
+    d = w.d / f"m-{head}"
+    TaskModel(base.config, head=head).save_pretrained(d, tokenizer_dir=w.tiny)
+    stsb = _file(w, "stsb.tsv", "sentence1\tsentence2\tscore\na good film\ta fine film\t4.0\n"
+                                "a bad film\ta dull film\t1.0\n")
+    task, data = ("stsb", stsb) if head == "sequence_classification" else ("sst2", w.train)
+    line = cli_error_line(["embed-eval", "--model", f"m={d}", "--rounds", 1, "--iters", 1, "--seq-len", 32,
+                           "--lee-max-seq-len", 32, "--max-seq-len", 32, "--task", task,
+                           "--data", data, "--no-progress"], capsys, untouched=w.run)
+    want = "predicts 2 labels but task stsb has 1" if task == "stsb" else "is not a sequence classifier"
+    assert want in line, line
+
+
+def test_line_separators_inside_a_field_are_text(w):
+    """U+2028 inside a JSON string (valid JSON; json.dumps(ensure_ascii=False) writes it raw) and a form
+    feed inside a TSV cell stay in the example's text instead of splitting the row."""
+    from bertforge.data.readers import read_examples
+    from bertforge.data.tasks import get_task
+    task = get_task("sst2")
+    row = json.dumps({"sentence": "good\u2028movie", "label": "1"}, ensure_ascii=False)
+    assert "\u2028" in row
+    ex = read_examples(_file(w, "u.jsonl", row + "\n"), task)
+    assert len(ex) == 1 and ex[0].text_a == "good\u2028movie"
+    ex = read_examples(_file(w, "ff.tsv", "sentence\tlabel\ngood\x0cmovie\t1\r\nbad one\t0\n"), task)
+    assert [(e.text_a, e.label) for e in ex] == [("good\x0cmovie", 1), ("bad one", 0)]
+    from bertforge.data.conll import read_token_jsonl
+    toks = read_token_jsonl(_file(w, "t.jsonl", json.dumps({"tokens": ["a\u2028b", "c"], "tags": ["O", "O"]},
+                                                           ensure_ascii=False) + "\n"))
+    assert toks[0].tokens == ["a\u2028b", "c"]
