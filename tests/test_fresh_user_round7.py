@@ -161,3 +161,10 @@ def test_line_separators_inside_a_field_are_text(w):
     toks = read_token_jsonl(_file(w, "t.jsonl", json.dumps({"tokens": ["a\u2028b", "c"], "tags": ["O", "O"]},
                                                            ensure_ascii=False) + "\n"))
     assert toks[0].tokens == ["a\u2028b", "c"]
+
+
+def test_embedded_corpus_names_the_empty_part_and_creates_nothing(tmp_path, capsys):
+    out = tmp_path / "corpus"
+    line = cli_error_line(["embedded-corpus", "--out", out, "--max-documents", 1], capsys, untouched=tmp_path)
+    assert "part came out empty" in line and "--max-documents" in line and "max_documents" not in line
+    assert not out.exists()
