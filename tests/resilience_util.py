@@ -47,6 +47,22 @@ def make_tiny_checkpoint(path: Path, vocab: int = 120, hidden: int = 32, layers:
     return Path(path)
 
 
+def tiny_workspace(d: Path, *finetune_extra):
+    """A namespace with ``d``, ``tiny`` (:func:`make_tiny_checkpoint`), ``train`` (24 labelled rows, SST-2
+    layout) and ``run``: a finished 2-step ``finetune --task sst2`` of ``tiny`` on ``train`` (the earlier
+    output that bad input must leave intact); ``finetune_extra`` are more finetune arguments."""
+    from bertforge.cli import main
+    ns = type("W", (), {})()
+    ns.d = Path(d)
+    ns.tiny = make_tiny_checkpoint(ns.d / "tiny")
+    ns.train = write_tsv(ns.d / "train.tsv", sentences(24, 1))
+    ns.run = ns.d / "run"
+    assert main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train), "--out",
+                 str(ns.run), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32", "--no-progress",
+                 *finetune_extra]) == 0
+    return ns
+
+
 def cli_env(**extra) -> dict:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",

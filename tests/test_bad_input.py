@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from resilience_util import REPO, bertforge_cmd, cli_error_line, make_tiny_checkpoint, run, sentences, write_tsv
+from resilience_util import (REPO, bertforge_cmd, cli_error_line, make_tiny_checkpoint, run, sentences,
+                             tiny_workspace, write_tsv)
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +23,7 @@ def w(tmp_path_factory):
     """Workspace: a tiny checkpoint, a fine-tuned run (the 'earlier output'), and broken inputs."""
     from bertforge.cli import main
     d = tmp_path_factory.mktemp("bad")
-    ns = type("W", (), {})()
-    ns.d = d
-    ns.tiny = make_tiny_checkpoint(d / "tiny")
-    ns.train = write_tsv(d / "train.tsv", sentences(24, 1))
-    ns.run = d / "run"  # an earlier, finished fine-tuning run
-    code = main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train),
-                 "--out", str(ns.run), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32",
-                 "--no-progress", "train.save_every=1"])
-    assert code == 0
+    ns = tiny_workspace(d, "train.save_every=1")  # ns.run: an earlier, finished fine-tuning run
     ns.empty = d / "empty.tsv"
     ns.empty.write_text("")
     ns.latin1 = d / "latin1.tsv"

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from resilience_util import cli_error_line, make_tiny_checkpoint, sentences, write_tsv
+from resilience_util import cli_error_line, sentences, tiny_workspace
 
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
 
@@ -22,16 +22,9 @@ def w(tmp_path_factory):
     its ONNX export and its torch INT8 quantization."""
     from bertforge.cli import main
     d = tmp_path_factory.mktemp("bad_more")
-    ns = type("W", (), {})()
-    ns.d = d
-    ns.tiny = make_tiny_checkpoint(d / "tiny")
-    ns.train = write_tsv(d / "train.tsv", sentences(24, 1))
+    ns = tiny_workspace(d)
     ns.text = d / "corpus.txt"
     ns.text.write_text("\n".join(s for s, _ in sentences(16, 2)) + "\n")
-    ns.run = d / "run"
-    assert main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train),
-                 "--out", str(ns.run), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32",
-                 "--no-progress"]) == 0
     ns.onnx = d / "onnx"
     assert main(["export", "--model", str(ns.run), "--out", str(ns.onnx)]) == 0
     ns.int8 = d / "int8"

@@ -13,22 +13,12 @@ import json
 import pytest
 import torch
 
-from resilience_util import cli_error_line, make_tiny_checkpoint, sentences, write_tsv
+from resilience_util import cli_error_line, tiny_workspace
 
 
 @pytest.fixture(scope="module")
 def w(tmp_path_factory):
-    from bertforge.cli import main
-    d = tmp_path_factory.mktemp("round7")
-    ns = type("W", (), {})()
-    ns.d = d
-    ns.tiny = make_tiny_checkpoint(d / "tiny")
-    ns.train = write_tsv(d / "train.tsv", sentences(24, 1))
-    ns.run = d / "run"
-    assert main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train), "--out",
-                 str(ns.run), "--max-steps", "1", "--batch-size", "8", "--max-seq-len", "32",
-                 "--no-progress"]) == 0
-    return ns
+    return tiny_workspace(tmp_path_factory.mktemp("round7"))
 
 
 def _file(w, name, data):

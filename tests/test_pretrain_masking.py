@@ -84,6 +84,15 @@ def test_electra_generator_input_is_85_mask_15_kept():
     assert ((got == MASK) | (got == orig)).all()  # no random token
 
 
+def _word_selection(out, special, ws):
+    """Per word (row-unique key) of the non-special tokens: selected tokens, tokens, and whether it is
+    partly selected."""
+    key = (word_units(ws | special) + np.arange(N)[:, None] * T)[~special]
+    n_sel = np.bincount(key, weights=out.selected[~special].astype(np.int64), minlength=N * T)
+    n_tok = np.bincount(key, minlength=N * T)
+    return n_sel, n_tok, (n_sel > 0) & (n_sel < n_tok)
+
+
 def test_whole_word_masking_selects_whole_words():
     ids, special, ws = synthetic_batch(2)
     out = mask_tokens(ids, special, np.random.default_rng(3), MASK, RANDOM_IDS, word_starts=ws)
@@ -91,20 +100,14 @@ def test_whole_word_masking_selects_whole_words():
     assert abs(rate - 0.15) < 0.005, rate
     assert not out.selected[special].any()
     # every word (among non-special tokens) is all-selected or none-selected
-    units = word_units(ws | special)
-    key = units + np.arange(N)[:, None] * T
-    cand = ~special
-    k, sel = key[cand], out.selected[cand].astype(np.int64)
-    n_sel = np.bincount(k, weights=sel, minlength=N * T)
-    n_tok = np.bincount(k, minlength=N * T)
-    part = (n_sel > 0) & (n_sel < n_tok)
+    n_sel, n_tok, part = _word_selection(out, special, ws)
     assert not part.any()
     assert (n_tok[n_sel > 0] > 1).any()  # multi-token words were selected whole
     _check_replacement(ids, out)
     # the replacement is drawn per token (Google's WWM release): a selected 2-token word is mixed
     # ([MASK] beside a kept/random token) with probability 1 - 0.8² - 0.2² = 0.32
-    is_mask = (out.input_ids[cand] == MASK).astype(np.int64)
-    n_mask = np.bincount(k, weights=is_mask, minlength=N * T)
+    key = (word_units(ws | special) + np.arange(N)[:, None] * T)[~special]
+    n_mask = np.bincount(key, weights=(out.input_ids[~special] == MASK).astype(np.int64), minlength=N * T)
     two = (n_tok == 2) & (n_sel == 2)
     mixed = ((n_mask[two] > 0) & (n_mask[two] < 2)).mean()
     assert abs(mixed - 0.32) < 0.02, mixed
@@ -259,11 +262,7 @@ def test_ngram_masking_matches_albert_reference_code():
     rate = out.selected[~special].mean()
     assert abs(rate - 0.15) < 0.005, rate
     assert not out.selected[special].any()
-    units = word_units(ws | special)
-    key = (units + np.arange(N)[:, None] * T)[~special]
-    sel = out.selected[~special].astype(np.int64)
-    n_sel, n_tok = np.bincount(key, weights=sel), np.bincount(key)
-    assert not ((n_sel > 0) & (n_sel < n_tok)).any()  # whole words
+    assert not _word_selection(out, special, ws)[2].any()  # whole words
     _check_replacement(ids, out)
     # the reference on single segments of the same shape as our rows' halves
     rng = np.random.default_rng(9)
