@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from resilience_util import cli_error_line, tiny_workspace
+from resilience_util import cli_error_line, sentences, tiny_workspace
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +158,25 @@ def test_embedded_corpus_names_the_empty_part_and_creates_nothing(tmp_path, caps
     line = cli_error_line(["embedded-corpus", "--out", out, "--max-documents", 1], capsys, untouched=tmp_path)
     assert "part came out empty" in line and "--max-documents" in line and "max_documents" not in line
     assert not out.exists()
+
+
+def test_f1_averaging_follows_the_task_not_the_sample(w, capsys):
+    """Hand-computed: ref [0,1,1,0], pred [0,1,0,0]. 2 labels: F1 of class 1 = 2/3. 3 labels (class 2 not
+    in the sample): macro of 0.8, 2/3 and 0 = 0.4889. A 3-label custom task with data.metric=f1 trains
+    and evaluates (it crashed in sklearn when the eval file held 2 of the 3 labels)."""
+    from bertforge.cli import main
+    from bertforge.evaluate.metrics import compute
+    ref, pred = [0, 1, 1, 0], [0, 1, 0, 0]
+    assert compute(["f1"], pred, ref, 2)["f1"] == pytest.approx(2 / 3)
+    assert compute(["f1"], pred, ref, 3)["f1"] == pytest.approx((0.8 + 2 / 3 + 0) / 3)
+    data = _file(w, "three.csv", "text,label\n" + "".join(f"{s},{'pos' if y else 'neg'}\n"
+                                                          for s, y in sentences(16, 3)))
+    out = w.d / "f1run"
+    assert main(["finetune", "--model", str(w.tiny), "--task", "custom", "--train", str(data), "--eval",
+                 str(data), "--out", str(out), "--max-steps", "1", "--batch-size", "4", "--max-seq-len", "32",
+                 "--no-progress", "data.text_columns=[text]", "data.label_column=label",
+                 "data.labels=[neg,pos,neutral]", "data.metric=f1"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(data)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.0 <= res["f1"] <= 2 / 3  # macro over 3 classes, one never present: at most 2/3

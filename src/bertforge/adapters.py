@@ -109,7 +109,7 @@ class SequenceAdapter(TaskAdapter):
     def evaluate(self, model, dataset, batch_size=64) -> dict:
         pred = self._decode(self.predict_logits(model, dataset, batch_size))
         ref = np.array([d["labels"] for d in dataset])
-        return compute(self.task.metrics, pred, ref)
+        return compute(self.task.metrics, pred, ref, self.task.num_labels)
 
     def predictions(self, model, dataset, batch_size=64) -> list:
         logits = self.predict_logits(model, dataset, batch_size)

@@ -370,7 +370,7 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
     logits = np.stack(preds)
     pred = logits[:, 0] if task.kind == "regression" else logits.argmax(-1)
     ref = np.array([it["labels"] for it in items])
-    return compute(task.metrics, pred, ref)
+    return compute(task.metrics, pred, ref, task.num_labels)
 
 
 def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1, rounds: int = 5,

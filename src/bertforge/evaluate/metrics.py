@@ -1,13 +1,13 @@
 """Task metrics, computed with scikit-learn and SciPy (not re-implemented).
 
-``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP); ``mcc`` Matthews correlation (CoLA);
+``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP; macro over the task's classes beyond 2); ``mcc`` Matthews correlation (CoLA);
 ``pearson`` / ``spearman`` correlations (STS-B). Each takes predictions and references (1-D arrays:
 class ids, or floats for the correlations) and returns a float (NaN for a correlation that is undefined:
 fewer than 2 examples or a constant side).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -17,9 +17,16 @@ def accuracy(pred, ref) -> float:
     return float(accuracy_score(ref, pred))
 
 
-def f1(pred, ref) -> float:
+def f1(pred, ref, num_labels: Optional[int] = None) -> float:
+    """Binary F1 of class 1 for a 2-label task; macro F1 over all ``num_labels`` classes otherwise (a class
+    absent from the sample counts as 0, so the figure's meaning does not depend on which labels the
+    evaluation file happens to hold). ``num_labels`` None: 2 unless ``ref``/``pred`` hold more classes."""
     from sklearn.metrics import f1_score
-    return float(f1_score(ref, pred, average="binary" if len(set(np.asarray(ref).tolist())) <= 2 else "macro"))
+    if num_labels is None:
+        num_labels = max(2, int(max(np.max(ref, initial=0), np.max(pred, initial=0))) + 1)
+    if num_labels <= 2:
+        return float(f1_score(ref, pred, average="binary", pos_label=1, labels=[0, 1], zero_division=0))
+    return float(f1_score(ref, pred, average="macro", labels=list(range(num_labels)), zero_division=0))
 
 
 def mcc(pred, ref) -> float:
@@ -50,5 +57,6 @@ METRICS: dict[str, Callable] = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pea
                                 "spearman": spearman}
 
 
-def compute(names, pred, ref) -> dict:
-    return {n: METRICS[n](pred, ref) for n in names}
+def compute(names, pred, ref, num_labels: Optional[int] = None) -> dict:
+    """``{name: value}`` for the metric ``names``; ``num_labels`` (the task's) fixes F1's averaging."""
+    return {n: (f1(pred, ref, num_labels) if n == "f1" else METRICS[n](pred, ref)) for n in names}
