@@ -180,3 +180,34 @@ def test_f1_averaging_follows_the_task_not_the_sample(w, capsys):
     assert main(["evaluate", "--model", str(out), "--data", str(data)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0.0 <= res["f1"] <= 2 / 3  # macro over 3 classes, one never present: at most 2/3
+
+
+def test_a_sharded_transformers_checkpoint_loads(w, tmp_path):
+    """transformers' save_pretrained(max_shard_size=…) writes an index and shards: bertforge reads them
+    and gives transformers' logits on the same weights; a missing shard is a CheckpointError."""
+    import shutil
+
+    import transformers
+
+    from bertforge.errors import CheckpointError
+    from bertforge.hf import load_pretrained
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=load_pretrained(w.tiny).config.vocab_size, hidden_size=32,
+                                  num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=64)
+    hf = transformers.BertForSequenceClassification(cfg).eval()
+    d = tmp_path / "sharded"
+    hf.save_pretrained(d, max_shard_size="40KB")
+    index = d / "model.safetensors.index.json"
+    assert index.is_file() and len(set(json.loads(index.read_text())["weight_map"].values())) > 1
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(w.tiny / f, d / f)
+    ids = torch.randint(5, cfg.vocab_size, (2, 9))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        ours = load_pretrained(d).eval()(ids, mask).logits
+        ref = hf(input_ids=ids, attention_mask=mask).logits
+    assert torch.allclose(ours, ref, atol=1e-5), (ours - ref).abs().max()
+    next(p for p in d.iterdir() if p.name.startswith("model-")).unlink()
+    with pytest.raises(CheckpointError, match="not a file beside it"):
+        load_pretrained(d)

@@ -196,9 +196,56 @@ def deployed_format(path: Path) -> Optional[tuple]:
     return None
 
 
+#: the index files ``transformers`` writes beside the shards of a checkpoint saved in pieces
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _read_shards(index: Path) -> dict:
+    """The state dict of a sharded checkpoint: ``index``'s ``weight_map`` (weight name → shard file)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{index} is not a shard index with a weight_map ({type(e).__name__}); "
+                              f"re-save the checkpoint") from None
+    state: dict = {}
+    for name in shards:
+        shard = index.parent / name
+        if Path(name).name != name or not shard.is_file():
+            raise CheckpointError(f"{index} names shard {name!r}, which is not a file beside it; re-download "
+                                  f"the checkpoint's shards")
+        state.update(read_weight_file(shard))
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise CheckpointError(f"{index} maps {missing[0]!r} to a shard that does not hold it; re-save the "
+                              f"checkpoint")
+    return state
+
+
+def read_weight_file(f: Path) -> dict:
+    """One ``*.safetensors`` file, or a ``*.bin`` file read with ``torch.load(weights_only=True)``."""
+    if f.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(f))
+        except Exception as e:  # corrupt or truncated file
+            raise CheckpointError(f"{f} cannot be read ({str(e).splitlines()[0]}); "
+                                  "re-save or re-download the checkpoint") from None
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{f} cannot be read safely ({str(e).splitlines()[0]}); "
+                              "convert it to model.safetensors") from None
+
+
 def read_state_dict(path: Path) -> dict:
-    """Read ``model.safetensors`` (preferred) or ``pytorch_model.bin`` (``weights_only=True``)."""
+    """Read ``model.safetensors`` (preferred) or ``pytorch_model.bin`` (``weights_only=True``), or the
+    shards a ``*.index.json`` of :data:`SHARD_INDEXES` lists (``save_pretrained(max_shard_size=…)``)."""
     st, binf = path / "model.safetensors", path / "pytorch_model.bin"
+    if not st.is_file() and not binf.is_file():
+        index = next((path / n for n in SHARD_INDEXES if (path / n).is_file()), None)
+        if index is not None:
+            return _read_shards(index)
     if st.is_file():
         from safetensors.torch import load_file
         try:

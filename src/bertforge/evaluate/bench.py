@@ -249,6 +249,13 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     wf = weight_file(model_dir)
     info = {"backend": backend, "file_mb": round(wf.stat().st_size / 2**20, 3) if wf else None,
             "weights_file": wf.name if wf else None}
+    if wf is None:  # a sharded checkpoint: its index and the shards beside it
+        from ..hf import SHARD_INDEXES
+        index = next((model_dir / n for n in SHARD_INDEXES if (model_dir / n).is_file()), None)
+        if index is not None:
+            shards = {model_dir / v for v in json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()}
+            info.update(file_mb=round(sum(f.stat().st_size for f in shards if f.is_file()) / 2**20, 3),
+                        weights_file=index.name)
     if backend == "onnxruntime":
         import tempfile
         from ..compress import onnx as bo
@@ -396,9 +403,9 @@ def _onnx_is_int8(path: Path) -> bool:
 def _check_transformers_dir(model_dir: Path) -> None:
     """``--backend transformers`` needs FP32 weights (model.safetensors / pytorch_model.bin); name what the
     dir holds instead and the backend that runs it."""
-    if (model_dir / "model.safetensors").is_file() or (model_dir / "pytorch_model.bin").is_file():
+    from ..hf import SHARD_INDEXES, deployed_format
+    if any((model_dir / n).is_file() for n in ("model.safetensors", "pytorch_model.bin", *SHARD_INDEXES)):
         return
-    from ..hf import deployed_format
     held = deployed_format(model_dir)
     if held:
         raise CheckpointError(f"{model_dir} holds {held[0]}, no model.safetensors, so transformers cannot load "
