@@ -211,3 +211,39 @@ def test_a_sharded_transformers_checkpoint_loads(w, tmp_path):
     next(p for p in d.iterdir() if p.name.startswith("model-")).unlink()
     with pytest.raises(CheckpointError, match="not a file beside it"):
         load_pretrained(d)
+
+
+def test_save_pretrained_checks_its_tokenizer_arguments_first(w, tmp_path):
+    from bertforge.errors import ConfigError
+    from bertforge.hf import load_pretrained
+    m = load_pretrained(w.tiny)
+    for kw, msg in (({"tokenizer_dir": tmp_path / "nope"}, "holds no tokenizer file"),
+                    ({"tokenizer_dir": tmp_path}, "holds no tokenizer file"),
+                    ({"tokenizer": "x"}, "pass a tokenizers.Tokenizer")):
+        with pytest.raises(ConfigError, match=msg):
+            m.save_pretrained(tmp_path / "out", **kw)
+        assert not (tmp_path / "out").exists()  # nothing written
+    m.save_pretrained(tmp_path / "ok", tokenizer_dir=w.tiny)
+    assert (tmp_path / "ok" / "tokenizer.json").is_file()
+
+
+def test_strict_head_and_a_config_that_disagrees_with_the_weights(w, tmp_path, capsys):
+    """strict_head=True refuses a head that would start fresh; a config whose hidden size disagrees with
+    the weights is named as such, without a false note about the head's label count."""
+    import shutil
+
+    from bertforge.errors import CheckpointError
+    from bertforge.hf import load_pretrained
+    with pytest.raises(CheckpointError, match="sequence_classification head weights not in"):
+        load_pretrained(w.tiny, head="sequence_classification", strict_head=True)
+    assert load_pretrained(w.run, strict_head=True).head is not None  # a trained head loads
+    bad = tmp_path / "bad"
+    shutil.copytree(w.run, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg.update(hidden_size=64, intermediate_size=64)
+    cfg.pop("embedding_size", None)
+    (bad / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    with pytest.raises(CheckpointError, match="config.json and the weights disagree"):
+        load_pretrained(bad)
+    assert "output(s)" not in capsys.readouterr().err

@@ -375,14 +375,16 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     Args:
         path: checkpoint directory, or ``"minilm"`` (the embedded checkpoint).
         head: head name (``sequence_classification`` …); default: the head the dir was saved with, else
-            ``base``. A head whose weights are absent is freshly initialised (e.g. fine-tuning from a
-            pretrained encoder).
+            ``base``. A head whose weights are absent (or of another label count) is freshly initialised,
+            with a note on stderr (e.g. fine-tuning from a pretrained encoder).
+        strict_head: raise instead of initialising the head fresh (evaluation of a trained head).
         config_overrides: ModelConfig fields to change (``num_labels``, ``id2label``, dropouts…).
     Returns:
         the model in eval mode (dropout off), as ``transformers``' ``from_pretrained``; the Trainer switches
         it to training mode itself.
     Raises:
-        CheckpointError: missing dir/config/weights, unknown family, weights that do not fit.
+        CheckpointError: missing dir/config/weights, unknown family, weights that do not fit, a head
+        that would start fresh under ``strict_head``.
     """
     if isinstance(path, str) and path.lower() in EMBEDDED and not Path(path).is_dir():
         path = resolve_model_dir(path)  # the embedded checkpoint, as `--model minilm` on the command line
@@ -420,6 +422,8 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if missing:
         raise CheckpointError(f"{path} is missing encoder weights ({', '.join(missing[:3])}…) for a "
                               f"{config.model_type} model; is config.json from a different model?")
+    _check_shapes(new_state, own, path)  # before the head: a hidden size that disagrees is not a label count
+    fresh_head = None
     if model.head is not None:
         hk = model.head.hf_keys(config)
         have = {o: head_state[t] for o, t in hk.items() if t in head_state}
@@ -430,19 +434,20 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         if hk and same and len(have) == len(hk) and misfit:
             # another label space (an STS-B regressor as an SST-2 student, SST-2 → MNLI): as transformers'
             # ignore_mismatched_sizes, a fresh head of the asked size on the saved encoder
-            print(f"bertforge: the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
-                  f"{config.num_labels} asked for; it is initialised fresh", file=sys.stderr)
+            fresh_head = (f"the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
+                          f"{config.num_labels} asked for")
         elif hk and same and len(have) == len(hk):
             for o, t in have.items():
                 new_state["head." + o] = t
         elif hk:
-            print(f"bertforge: {head} head weights not in {path}; initialised fresh", file=sys.stderr)
-    for k, v in new_state.items():
-        if k not in own:
-            continue
-        if own[k].shape != v.shape:
-            raise CheckpointError(f"{path}: weight {k} has shape {tuple(v.shape)} but the config gives "
-                                  f"{tuple(own[k].shape)}; config.json and the weights disagree")
+            fresh_head = f"{head} head weights not in {path}"
+    if fresh_head and strict_head:
+        raise CheckpointError(f"{fresh_head}; pass a checkpoint with a trained {head} head, or strict_head=False "
+                              f"to start it fresh")
+    if fresh_head:
+        print(f"bertforge: {fresh_head}; initialised fresh" if "asked for" not in fresh_head
+              else f"bertforge: {fresh_head}; it is initialised fresh", file=sys.stderr)
+    _check_shapes(new_state, own, path)
     if model.encoder.pooler is not None and not config.add_pooling_layer:
         print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",
               file=sys.stderr)
@@ -451,6 +456,13 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
     return model.eval()  # ready for inference, as transformers' from_pretrained; training calls .train()
+
+
+def _check_shapes(new_state: dict, own: dict, path) -> None:
+    for k, v in new_state.items():
+        if k in own and own[k].shape != v.shape:
+            raise CheckpointError(f"{path}: weight {k} has shape {tuple(v.shape)} but the config gives "
+                                  f"{tuple(own[k].shape)}; config.json and the weights disagree")
 
 
 def _head_from_arch(d: dict) -> Optional[str]:
@@ -490,8 +502,25 @@ def save_pretrained(model: TaskModel, out_dir, tokenizer_dir=None, tokenizer=Non
 
     Files that already exist in ``out_dir`` and are not part of a checkpoint (``metrics.jsonl``,
     ``recipe.yaml``, sub-directories) are kept. Each file is written under a temporary name and renamed.
+
+    Args:
+        tokenizer_dir: a dir whose tokenizer files (``tokenizer.json``, ``vocab.txt`` …) are copied.
+        tokenizer: a ``tokenizers.Tokenizer`` to save instead.
+    Raises:
+        ConfigError: ``tokenizer_dir`` holds no tokenizer file, or ``tokenizer`` is not a
+        ``tokenizers.Tokenizer`` — checked before anything is written.
     """
     from safetensors.torch import save_file
+    from tokenizers import Tokenizer
+
+    from .tokenizer import TOKENIZER_FILES
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise ConfigError(f"tokenizer={tokenizer!r:.60} is a {type(tokenizer).__name__}; pass a "
+                          f"tokenizers.Tokenizer, or tokenizer_dir=<a dir holding tokenizer.json>")
+    if tokenizer is None and tokenizer_dir is not None and not any(
+            (Path(tokenizer_dir) / n).is_file() for n in TOKENIZER_FILES):
+        raise ConfigError(f"tokenizer_dir={str(tokenizer_dir)!r} holds no tokenizer file "
+                          f"({', '.join(TOKENIZER_FILES)}); pass the dir of the model's tokenizer")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = config_to_hf(model.config, model.head_name)

@@ -183,6 +183,9 @@ class TaskModel(nn.Module):
                            terms=out.get("terms"))
 
     def save_pretrained(self, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+        """Write a ``transformers`` checkpoint dir (``config.json``, ``model.safetensors``, and the tokenizer
+        files of ``tokenizer_dir`` or the ``tokenizers.Tokenizer`` ``tokenizer``); see
+        :func:`bertforge.hf.save_pretrained` (ConfigError for a ``tokenizer_dir`` without tokenizer files)."""
         from ..hf import save_pretrained
         save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer)
 
