@@ -73,7 +73,10 @@ def test_each_objective_runs_and_saves_hf_dirs(corpus, tmp_path, objective):
     # RoBERTa's LayerNorm ε is fairseq's 1e-5
     want = {"bert": ([0.9, 0.999], 1e-6), "roberta": ([0.9, 0.98], 1e-6), "electra": ([0.9, 0.999], 1e-6),
             "albert": ([0.9, 0.999], 1e-8), "spanbert": ([0.9, 0.999], 1e-8)}[objective]
-    train_cfg = yaml.safe_load((out / "recipe.yaml").read_text())["train"]
+    saved_recipe = yaml.safe_load((out / "recipe.yaml").read_text())
+    train_cfg = saved_recipe["train"]
+    # the recorded recipe describes the model: E only where the family factorises it (ALBERT, ELECTRA)
+    assert saved_recipe["model"].get("embedding_size") == (16 if objective in ("albert", "electra") else None)
     assert (list(train_cfg["adam_betas"]), train_cfg["adam_eps"]) == want
     step_dirs = sorted((out / "checkpoints").glob("step-*"))
     group = torch.load(step_dirs[-1] / "optimizer.pt", weights_only=True)["param_groups"][0]

@@ -186,6 +186,8 @@ def run(args) -> int:
                                geometric_p=float(opts["geometric_p"]), max_span=int(opts["max_span"]),
                                max_ngram=int(opts["max_ngram"]))
     config = model_config(opts, recipe, tok.get_vocab_size(), ids["pad"])
+    if opts["family"] not in ("albert", "electra"):  # E = H there: recipe.yaml records the model trained
+        recipe.model.pop("embedding_size", None)
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=tok_inputs)
