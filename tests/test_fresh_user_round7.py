@@ -257,3 +257,19 @@ def test_a_mistyped_local_path_is_not_tried_on_the_hub(w, tmp_path, monkeypatch,
     assert resolve_model_dir("a/b/c") == type(tmp_path)("a/b/c")  # not of the owner/name form
     line = cli_error_line(["evaluate", "--model", "runs/qa", "--data", w.train], capsys, untouched=w.run)
     assert "runs/qa does not exist" in line and "hub" not in line
+
+
+def test_forward_names_bad_ids_and_segments(w):
+    from bertforge.hf import load_pretrained
+    m = load_pretrained(w.tiny)
+    v = m.config.vocab_size
+    ok = torch.tensor([[2, 5, 3]])
+    for kwargs, msg in (({"input_ids": torch.tensor([[2, v, 3]])}, f"id {v}, outside the vocabulary"),
+                        ({"input_ids": torch.tensor([[2, -1, 3]])}, "id -1, outside the vocabulary"),
+                        ({"input_ids": ok, "token_type_ids": torch.tensor([[0, 2, 0]])}, "segment ids 0…1"),
+                        ({"input_ids": ok, "token_type_ids": torch.zeros(1, 4, dtype=torch.long)},
+                         r"token_type_ids has shape \(1, 4\)"),
+                        ({"input_ids": torch.zeros(1, 0, dtype=torch.long)}, "hold no token")):
+        with pytest.raises(ValueError, match=msg):
+            m(**kwargs)
+    assert m(ok, token_type_ids=torch.tensor([[0, 1, 1]])).last_hidden_state.shape == (1, 3, 32)

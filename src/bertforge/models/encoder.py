@@ -249,7 +249,7 @@ class Encoder(nn.Module):
                 head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
                 output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
         if inputs_embeds is None:
-            self._check_inputs(input_ids, attention_mask)
+            self._check_inputs(input_ids, attention_mask, token_type_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
@@ -280,9 +280,10 @@ class Encoder(nn.Module):
             attention_scores=tuple(scores) if output_attention_scores else None,
             values=tuple(values) if output_values else None)
 
-    def _check_inputs(self, input_ids, attention_mask) -> None:
-        """ValueError, naming the fix, for ids that are not a (B, T) integer tensor, a mask of another shape,
-        or T beyond the position embeddings (a bare IndexError otherwise)."""
+    def _check_inputs(self, input_ids, attention_mask, token_type_ids=None) -> None:
+        """ValueError, naming the fix, for ids that are not a (B, T) integer tensor, a mask or segment ids
+        of another shape, T = 0 or beyond the position embeddings, and (on CPU, outside tracing / compiling)
+        ids outside the vocabulary or segment ids outside ``type_vocab_size`` (a bare IndexError otherwise)."""
         if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.is_floating_point():
             what = (f"a {input_ids.dim()}-D {input_ids.dtype} tensor" if torch.is_tensor(input_ids)
                     else type(input_ids).__name__)
@@ -291,10 +292,28 @@ class Encoder(nn.Module):
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
                              f"{tuple(input_ids.shape)}; give one 0/1 per token")
+        if token_type_ids is not None and tuple(token_type_ids.shape) != tuple(input_ids.shape):
+            raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but input_ids "
+                             f"{tuple(input_ids.shape)}; give one segment id per token")
         limit = self.embeddings.max_positions
         if input_ids.shape[1] > limit:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {limit} positions; "
                              f"truncate the input to {limit} tokens")
+        if input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids of shape {tuple(input_ids.shape)} hold no token; give at least one")
+        if torch.jit.is_tracing() or torch.compiler.is_compiling() or input_ids.device.type != "cpu":
+            return  # value checks read the data: not in an exported/compiled graph, no accelerator sync
+        vocab = self.embeddings.word_embeddings.num_embeddings
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"input_ids hold id {hi if hi >= vocab else lo}, outside the vocabulary 0…{vocab - 1}; "
+                             f"encode the text with the model's own tokenizer")
+        types = self.embeddings.token_type_embeddings
+        if token_type_ids is not None and types is not None:
+            lo, hi = int(token_type_ids.min()), int(token_type_ids.max())
+            if lo < 0 or hi >= types.num_embeddings:
+                raise ValueError(f"token_type_ids hold {hi if hi >= types.num_embeddings else lo}; this model "
+                                 f"has segment ids 0…{types.num_embeddings - 1}")
 
     def _forward_packed(self, x: torch.Tensor, bias, pk: Packing, cls_only: bool) -> EncoderOutput:
         b, t, h = x.shape
