@@ -292,16 +292,17 @@ class Encoder(nn.Module):
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
                              f"{tuple(input_ids.shape)}; give one 0/1 per token")
-        if token_type_ids is not None and tuple(token_type_ids.shape) != tuple(input_ids.shape):
+        tracing = torch.jit.is_tracing()  # shapes are traced tensors there: the export checked them already
+        if not tracing and token_type_ids is not None and tuple(token_type_ids.shape) != tuple(input_ids.shape):
             raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but input_ids "
                              f"{tuple(input_ids.shape)}; give one segment id per token")
         limit = self.embeddings.max_positions
         if input_ids.shape[1] > limit:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the model's {limit} positions; "
                              f"truncate the input to {limit} tokens")
-        if input_ids.shape[1] == 0:
+        if not tracing and input_ids.shape[1] == 0:
             raise ValueError(f"input_ids of shape {tuple(input_ids.shape)} hold no token; give at least one")
-        if torch.jit.is_tracing() or torch.compiler.is_compiling() or input_ids.device.type != "cpu":
+        if tracing or torch.compiler.is_compiling() or input_ids.device.type != "cpu":
             return  # value checks read the data: not in an exported/compiled graph, no accelerator sync
         vocab = self.embeddings.word_embeddings.num_embeddings
         lo, hi = int(input_ids.min()), int(input_ids.max())
