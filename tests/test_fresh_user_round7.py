@@ -53,6 +53,8 @@ CASES = [
      ["m5.jsonl:2 is a JSON int, not an object"]),
     ("json-array-of-numbers", lambda w: _ft(w, "sst2", _file(w, "a.json", "[1, 2, 3]\n")),
      ["a.json:1 is a JSON int, not an object"]),
+    ("json-rows-of-both-kinds", lambda w: _ft(w, "sst2", _file(w, "b.json", '[["good", "1"], {"sentence": "x"}]')),
+     ["b.json:2 is a JSON dict, not a list (positional columns, as row 1)"]),
     ("jsonl-null-text", lambda w: _ft(w, "sst2", _file(w, "nt.jsonl", '{"sentence":null,"label":"1"}\n')),
      ["nt.jsonl:1 field 'sentence' is null, not text"]),
     ("qa-question-not-text", lambda w: _ft(w, "squad", _file(w, "q.jsonl", _squad_row(question=5))),
@@ -161,14 +163,17 @@ def test_embedded_corpus_names_the_empty_part_and_creates_nothing(tmp_path, caps
 
 
 def test_f1_averaging_follows_the_task_not_the_sample(w, capsys):
-    """Hand-computed: ref [0,1,1,0], pred [0,1,0,0]. 2 labels: F1 of class 1 = 2/3. 3 labels (class 2 not
-    in the sample): macro of 0.8, 2/3 and 0 = 0.4889. A 3-label custom task with data.metric=f1 trains
-    and evaluates (it crashed in sklearn when the eval file held 2 of the 3 labels)."""
+    """Hand-computed: ref [0,1,1,0], pred [0,1,0,0]. 2 labels: F1 of class 1 = 2/3. 3 labels (class 2 in
+    neither side): macro of the present classes 0.8 and 2/3 = 0.7333, and perfect predictions give 1. A
+    3-label custom task with data.metric=f1 trains and evaluates (it crashed in sklearn when the eval file
+    held 2 of the 3 labels)."""
     from bertforge.cli import main
     from bertforge.evaluate.metrics import compute
     ref, pred = [0, 1, 1, 0], [0, 1, 0, 0]
     assert compute(["f1"], pred, ref, 2)["f1"] == pytest.approx(2 / 3)
-    assert compute(["f1"], pred, ref, 3)["f1"] == pytest.approx((0.8 + 2 / 3 + 0) / 3)
+    assert compute(["f1"], pred, ref, 3)["f1"] == pytest.approx((0.8 + 2 / 3) / 2)
+    assert compute(["f1"], ref, ref, 3)["f1"] == 1.0
+    assert compute(["f1"], [0, 2, 1], [0, 1, 1], 3)["f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)  # a false class 2
     data = _file(w, "three.csv", "text,label\n" + "".join(f"{s},{'pos' if y else 'neg'}\n"
                                                           for s, y in sentences(16, 3)))
     out = w.d / "f1run"
@@ -179,7 +184,7 @@ def test_f1_averaging_follows_the_task_not_the_sample(w, capsys):
     capsys.readouterr()
     assert main(["evaluate", "--model", str(out), "--data", str(data)]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert 0.0 <= res["f1"] <= 2 / 3  # macro over 3 classes, one never present: at most 2/3
+    assert 0.0 <= res["f1"] <= 1.0
 
 
 def test_a_sharded_transformers_checkpoint_loads(w, tmp_path):
@@ -208,6 +213,9 @@ def test_a_sharded_transformers_checkpoint_loads(w, tmp_path):
         ours = load_pretrained(d).eval()(ids, mask).logits
         ref = hf(input_ids=ids, attention_mask=mask).logits
     assert torch.allclose(ours, ref, atol=1e-5), (ours - ref).abs().max()
+    from bertforge.evaluate.embedded import load_embedder
+    shards = sorted(d.glob("model-*.safetensors"))
+    assert load_embedder(d).size_mb == pytest.approx(sum(f.stat().st_size for f in shards) / 1e6)
     next(p for p in d.iterdir() if p.name.startswith("model-")).unlink()
     with pytest.raises(CheckpointError, match="not a file beside it"):
         load_pretrained(d)
@@ -273,3 +281,22 @@ def test_forward_names_bad_ids_and_segments(w):
         with pytest.raises(ValueError, match=msg):
             m(**kwargs)
     assert m(ok, token_type_ids=torch.tensor([[0, 1, 1]])).last_hidden_state.shape == (1, 3, 32)
+    assert m(torch.zeros((0, 5), dtype=torch.long)).last_hidden_state.shape == (0, 5, 32)  # an empty batch
+
+
+def test_a_json_array_of_positional_rows_still_reads(w):
+    from bertforge.data.readers import read_examples
+    from bertforge.data.tasks import get_task
+    task = get_task("custom", text_columns=[0], label_column=1, labels=["0", "1"])
+    ex = read_examples(_file(w, "arr.json", '[["good movie", "1"], ["bad film", "0"]]'), task)
+    assert [(e.text_a, e.label) for e in ex] == [("good movie", 1), ("bad film", 0)]
+
+
+def test_resume_ignores_settings_only_one_version_records():
+    """A run started before pretrain.max_ngram existed (or whose recipe recorded model.embedding_size for
+    an E = H family) still resumes; a recorded value that changed is still named."""
+    from bertforge.train.trainer import _recipe_changes
+    old = {"model": {"hidden_size": 32, "embedding_size": 64}, "pretrain": {"scheme": "token"}}
+    assert _recipe_changes(old, {"model": {"hidden_size": 32}, "pretrain": {"scheme": "token", "max_ngram": 3}}) == ""
+    assert "pretrain.scheme 'token' → 'ngram'" in _recipe_changes(old, {"model": {"hidden_size": 32},
+                                                                         "pretrain": {"scheme": "ngram"}})

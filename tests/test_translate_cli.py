@@ -169,3 +169,10 @@ def test_decode_settings_come_from_the_run_recipe(tmp_path):
     (tmp_path / "recipe.yaml").write_text("translate:\n  beam: many\n")
     with pytest.raises(ConfigError, match="translate.beam='many'.*--beam"):
         settings()
+    for bad, flag in (("beam: 2.9", "--beam"), ("length_penalty: -1", "--length-penalty"),
+                      ("max_len_b: 3.7", "--max-len-b")):  # named as the recipe's, never truncated
+        (tmp_path / "recipe.yaml").write_text(f"translate:\n  {bad}\n")
+        with pytest.raises(ConfigError, match=f"recipe.yaml: translate.{bad.split(':')[0]}=.*pass {flag}"):
+            settings()
+    (tmp_path / "recipe.yaml").write_text("translate:\n  beam: 3.0\n")
+    assert settings()[0] == 3

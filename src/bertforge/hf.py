@@ -222,6 +222,24 @@ def _read_shards(index: Path) -> dict:
     return state
 
 
+def weight_files(path: Path) -> list:
+    """The files that hold a checkpoint dir's FP32 weights, as :func:`read_state_dict` reads them:
+    ``[model.safetensors]`` or ``[pytorch_model.bin]``, else the shards a ``*.index.json`` lists (those
+    that exist); [] when there are none."""
+    path = Path(path)
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).is_file():
+            return [path / name]
+    for index in SHARD_INDEXES:
+        if (path / index).is_file():
+            try:
+                names = sorted(set(json.loads((path / index).read_text(encoding="utf-8"))["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return []
+            return [path / n for n in names if (path / n).is_file()]
+    return []
+
+
 def read_weight_file(f: Path) -> dict:
     """One ``*.safetensors`` file, or a ``*.bin`` file read with ``torch.load(weights_only=True)``."""
     if f.suffix == ".safetensors":

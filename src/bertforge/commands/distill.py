@@ -68,9 +68,10 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     for it in items:
         h.update(json.dumps(it["input_ids"]).encode())
     teach = []
-    for t in teacher_dirs:
-        st = Path(t) / "model.safetensors"
-        teach.append([str(t), st.stat().st_mtime if st.is_file() else None])
+    from ..hf import weight_files
+    for t in teacher_dirs:  # a changed teacher (any of its weight files, shards too) invalidates the cache
+        files = weight_files(Path(t))
+        teach.append([str(t), max(f.stat().st_mtime for f in files) if files else None])
     return {"teachers": teach, "data": h.hexdigest(), "max_len": max_len}
 
 

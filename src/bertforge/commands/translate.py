@@ -262,15 +262,17 @@ def decode_settings(args) -> None:
             saved = (yaml.safe_load(f.read_text(encoding="utf-8")) or {}).get("translate") or {}
         except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
             saved = {}
+    from ..errors import require_number
     for key in DECODE_KEYS:
         if getattr(args, key) is None:
             value = saved.get(key, DEFAULT_RECIPE["translate"][key])
-            flag = "--" + key.replace("_", "-")
+            whole = key in ("beam", "max_len_b")
+            if whole and isinstance(value, float) and value.is_integer():
+                value = int(value)
             try:
-                value = int(value) if key in ("beam", "max_len_b") else float(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{f}: translate.{key}={value!r} is not a number; fix it or pass "
-                                  f"{flag}") from None
+                require_number(f"translate.{key}", value, 1 if key == "beam" else 0, whole=whole)
+            except ConfigError as e:
+                raise ConfigError(f"{f}: {e}; fix it or pass --{key.replace('_', '-')}") from None
             setattr(args, key, value)
 
 

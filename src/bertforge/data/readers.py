@@ -120,9 +120,11 @@ def _read_jsonl(path: Path):
                 raise DataError(f"{path}:{i} is not valid JSON ({e.msg}); write one JSON object per line") from None
     if not out:
         raise DataError(f"{path} has no JSON lines; pass a non-empty file")
+    kind = list if isinstance(out[0][1], list) else dict  # positional rows, or objects of named fields
     for i, row in out:
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{i} is a JSON {type(row).__name__}, not an object; write one object of "
+        if not isinstance(row, kind):
+            what = "an object" if kind is dict else "a list (positional columns, as row 1)"
+            raise DataError(f"{path}:{i} is a JSON {type(row).__name__}, not {what}; write one object of "
                             f'named fields per example, e.g. {{"sentence": "...", "label": "1"}}')
     return out
 

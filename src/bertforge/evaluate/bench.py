@@ -250,12 +250,11 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     info = {"backend": backend, "file_mb": round(wf.stat().st_size / 2**20, 3) if wf else None,
             "weights_file": wf.name if wf else None}
     if wf is None:  # a sharded checkpoint: its index and the shards beside it
-        from ..hf import SHARD_INDEXES
-        index = next((model_dir / n for n in SHARD_INDEXES if (model_dir / n).is_file()), None)
-        if index is not None:
-            shards = {model_dir / v for v in json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()}
-            info.update(file_mb=round(sum(f.stat().st_size for f in shards if f.is_file()) / 2**20, 3),
-                        weights_file=index.name)
+        from ..hf import SHARD_INDEXES, weight_files
+        index = next((n for n in SHARD_INDEXES if (model_dir / n).is_file()), None)
+        shards = weight_files(model_dir)
+        if index is not None and shards:
+            info.update(file_mb=round(sum(f.stat().st_size for f in shards) / 2**20, 3), weights_file=index)
     if backend == "onnxruntime":
         import tempfile
         from ..compress import onnx as bo

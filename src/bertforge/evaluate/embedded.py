@@ -94,7 +94,8 @@ class Embedder:
 
     @property
     def size_mb(self) -> float:
-        return self.weights_file.stat().st_size / 1e6
+        files = getattr(self, "weight_files", None) or [self.weights_file]
+        return sum(f.stat().st_size for f in files) / 1e6
 
 
 class TorchEmbedder(Embedder):
@@ -117,9 +118,9 @@ class TorchEmbedder(Embedder):
         from ..hf import read_config, token_positions
         self.max_positions = token_positions(read_config(model_dir))
         self.torch = torch
-        self.weights_file = model_dir / "model.safetensors"
-        if not self.weights_file.is_file():
-            self.weights_file = model_dir / "pytorch_model.bin"
+        from ..hf import weight_files
+        self.weight_files = weight_files(model_dir)  # one file, or a sharded checkpoint's shards
+        self.weights_file = self.weight_files[0]
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
     def _tensors(self, input_ids, attention_mask, token_type_ids) -> dict:
@@ -255,7 +256,8 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None) -> Embed
         name = str(path)  # an alias such as 'minilm': the row is named after it, not its folder
     if p.is_file() and p.suffix == ".onnx":
         return OnnxEmbedder(p, name, tokenizer_dir)
-    if p.is_dir() and not (p / "model.safetensors").is_file() and not (p / "pytorch_model.bin").is_file():
+    from ..hf import weight_files
+    if p.is_dir() and not weight_files(p):
         graphs = sorted(p.glob("*.onnx"))
         if len(graphs) == 1:
             return OnnxEmbedder(graphs[0], name or p.name, tokenizer_dir)

@@ -1,6 +1,6 @@
 """Task metrics, computed with scikit-learn and SciPy (not re-implemented).
 
-``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP; macro over the task's classes beyond 2); ``mcc`` Matthews correlation (CoLA);
+``accuracy``; ``f1`` (binary, positive class 1: MRPC, QQP; macro for tasks of more than 2 labels); ``mcc`` Matthews correlation (CoLA);
 ``pearson`` / ``spearman`` correlations (STS-B). Each takes predictions and references (1-D arrays:
 class ids, or floats for the correlations) and returns a float (NaN for a correlation that is undefined:
 fewer than 2 examples or a constant side).
@@ -18,15 +18,16 @@ def accuracy(pred, ref) -> float:
 
 
 def f1(pred, ref, num_labels: Optional[int] = None) -> float:
-    """Binary F1 of class 1 for a 2-label task; macro F1 over all ``num_labels`` classes otherwise (a class
-    absent from the sample counts as 0, so the figure's meaning does not depend on which labels the
-    evaluation file happens to hold). ``num_labels`` None: 2 unless ``ref``/``pred`` hold more classes."""
+    """Binary F1 of class 1 for a 2-label task; for more labels, macro F1 over the classes present in
+    ``ref`` or ``pred`` (sklearn's and ``evaluate``'s convention: a class in neither is not scored, so
+    perfect predictions give 1.0). The averaging follows the *task* (``num_labels``), not the labels an
+    evaluation file happens to hold. ``num_labels`` None: 2 unless ``ref``/``pred`` hold more classes."""
     from sklearn.metrics import f1_score
     if num_labels is None:
         num_labels = max(2, int(max(np.max(ref, initial=0), np.max(pred, initial=0))) + 1)
     if num_labels <= 2:
         return float(f1_score(ref, pred, average="binary", pos_label=1, labels=[0, 1], zero_division=0))
-    return float(f1_score(ref, pred, average="macro", labels=list(range(num_labels)), zero_division=0))
+    return float(f1_score(ref, pred, average="macro", zero_division=0))
 
 
 def mcc(pred, ref) -> float:

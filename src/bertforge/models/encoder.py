@@ -302,7 +302,7 @@ class Encoder(nn.Module):
                              f"truncate the input to {limit} tokens")
         if not tracing and input_ids.shape[1] == 0:
             raise ValueError(f"input_ids of shape {tuple(input_ids.shape)} hold no token; give at least one")
-        if tracing or torch.compiler.is_compiling() or input_ids.device.type != "cpu":
+        if tracing or torch.compiler.is_compiling() or input_ids.device.type != "cpu" or input_ids.numel() == 0:
             return  # value checks read the data: not in an exported/compiled graph, no accelerator sync
         vocab = self.embeddings.word_embeddings.num_embeddings
         lo, hi = int(input_ids.min()), int(input_ids.max())

@@ -240,8 +240,9 @@ def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
     of google-research/albert: the budget is ``round(mlm_probability · n)`` of a row's n non-special
     tokens; the words are visited in random order, and at each an n-gram length is drawn with
     p(n) ∝ 1/n, n ≤ ``max_ngram`` (and ≤ the words left before the next special token); while the n words
-    would overrun the budget n shrinks; an n-gram that still overruns or touches a selected word is
-    skipped, else its n whole words are selected. Replacement 80/10/10 per token.
+    would overrun the budget n shrinks; an n-gram that still overruns or overlaps a selected word is
+    skipped, else its n whole words are selected (it may sit right beside an earlier one). Replacement
+    80/10/10 per token.
 
     Args: as :func:`mask_tokens`; ``word_starts`` None means every token is a word.
     Returns: :class:`MaskOutput` with ``input_ids``, ``labels``, ``selected`` and ``span_sampled`` (the
@@ -254,6 +255,7 @@ def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
     prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
     ws = np.asarray(word_starts).astype(bool) | special_mask | prev_special
     probs = ngram_length_distribution(max_ngram)
+    cdfs = [np.cumsum(probs[:k]) / probs[:k].sum() for k in range(1, max_ngram + 1)]  # n ≤ k words left
     selected = np.zeros((n, t), dtype=bool)
     lengths = []
     for i in range(n):
@@ -262,33 +264,35 @@ def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
         if n_tok == 0:
             continue
         budget = max(1, int(round(mlm_probability * n_tok)))
-        starts = np.flatnonzero(ws[i] & cand)
+        starts_a = np.flatnonzero(ws[i] & cand)
         allb = np.flatnonzero(ws[i])
-        nxt = np.searchsorted(allb, starts, side="right")
-        ends = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
-        nw = len(starts)
-        # words left in the same run of non-special tokens, from each word on
-        joined = np.append(starts[1:] == ends[:-1], False)
-        run_left = np.ones(nw, dtype=np.int64)
-        for w in range(nw - 2, -1, -1):
-            if joined[w]:
-                run_left[w] = run_left[w + 1] + 1
-        covered = np.zeros(nw, dtype=bool)
-        count = 0
+        nxt = np.searchsorted(allb, starts_a, side="right")
+        ends_a = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        nw = len(starts_a)
+        # words left in the same run of non-special tokens, from each word on (reverse count per run)
+        brk = np.append(starts_a[1:] != ends_a[:-1], True)  # the run ends after word w
+        run_id = np.concatenate([[0], np.cumsum(brk[:-1])])
+        run_end = np.flatnonzero(brk)[run_id]
+        left_a = run_end - np.arange(nw) + 1
+        # each word's n drawn up front: the inverse CDF of u over n ≤ min(max_ngram, words left)
         u = rng.random(nw)
-        for w0 in rng.permutation(nw):
+        by_k = np.stack([np.searchsorted(c, u, side="right") + 1 for c in cdfs])  # (max_ngram, nw)
+        grams = by_k[np.minimum(left_a, max_ngram) - 1, np.arange(nw)].tolist()
+        run_left = left_a.tolist()
+        starts, ends = starts_a.tolist(), ends_a.tolist()
+        covered = [False] * nw
+        count = 0
+        for w0 in rng.permutation(nw).tolist():
             if count >= budget:
                 break
-            k = int(min(max_ngram, run_left[w0]))
-            cdf = np.cumsum(probs[:k]) / probs[:k].sum()
-            g = int(min(np.searchsorted(cdf, u[w0], side="right"), k - 1)) + 1
+            g = min(grams[w0], run_left[w0], max_ngram)
             while g > 0 and count + ends[w0 + g - 1] - starts[w0] > budget:
                 g -= 1  # a shorter n-gram that fits
-            if g == 0 or covered[w0:w0 + g].any():
+            if g == 0 or any(covered[w0:w0 + g]):
                 continue
-            covered[w0:w0 + g] = True
+            covered[w0:w0 + g] = [True] * g
             selected[i, starts[w0]:ends[w0 + g - 1]] = True
-            count += int(ends[w0 + g - 1] - starts[w0])
+            count += ends[w0 + g - 1] - starts[w0]
             lengths.append(g)
     ids = corrupt(input_ids, selected, rng, mask_id, random_ids, None, replace_probs)
     labels = np.where(selected, input_ids, IGNORE_INDEX)

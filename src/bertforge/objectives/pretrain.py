@@ -5,7 +5,7 @@ objective     family    head (HF class)        sequences   masking     source
 ============  ========  =====================  ==========  ==========  ===================================
 bert          bert      mlm_nsp (ForPreTrain)  nsp pairs   static ×10  Devlin et al. 2018 §3.1, App. A
 roberta       roberta   mlm (ForMaskedLM)      FULL-SENT.  dynamic     Liu et al. 2019 §4.1–4.2
-albert        albert    mlm_sop (ForPreTrain)  sop pairs   n-gram      Lan et al. 2019 §3.1–4.1
+albert        albert    mlm_sop (ForPreTrain)  sop pairs   dyn. n-gram Lan et al. 2019 §3.1–4.1
 electra       electra   G: mlm, D: rtd         FULL-SENT.  dynamic     Clark et al. 2020 §2–3
 spanbert      bert      mlm_sbo (ForMaskedLM)  DOC-SENT.   span        Joshi et al. 2020 §3
 ============  ========  =====================  ==========  ==========  ===================================

@@ -686,7 +686,8 @@ def _saved_recipe(out_dir) -> Optional[dict]:
 def _recipe_changes(old: dict, new: dict, limit: int = 3, fixed: bool = False) -> str:
     """``"key old → new, …"`` for the (at most ``limit``) values that differ between a run's saved recipe
     ``old`` and this run's ``new`` (``fixed``: only the :data:`_FIXED` ones, else all but the
-    :data:`_RESUMABLE` ones); paths are compared resolved; "" when nothing that matters differs."""
+    :data:`_RESUMABLE` ones) among the keys both record; paths are compared resolved; "" when nothing that
+    matters differs."""
     def same_path(v):  # "data/x.txt" and "/abs/data/x.txt" name one file: compare them resolved
         if isinstance(v, (list, tuple)):
             return [same_path(x) for x in v]
@@ -704,7 +705,9 @@ def _recipe_changes(old: dict, new: dict, limit: int = 3, fixed: bool = False) -
     a, b = flat(old), flat(new)
     keep = ((lambda k: k.startswith(_FIXED) and not k.startswith(_FIXED_EXCEPT)) if fixed
             else (lambda k: not k.startswith(_RESUMABLE)))
-    diffs = [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
+    # a key only one side records is a setting another bertforge version added or stopped recording
+    # (pretrain.max_ngram, model.embedding_size of an E = H family): not a change the user made
+    diffs = [f"{k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) & set(b))
              if a.get(k) != b.get(k) and keep(k)]
     return ", ".join(diffs[:limit]) + (f" (+{len(diffs) - limit} more)" if len(diffs) > limit else "")
 
