@@ -200,44 +200,42 @@ def deployed_format(path: Path) -> Optional[tuple]:
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
-def _read_shards(index: Path) -> dict:
-    """The state dict of a sharded checkpoint: ``index``'s ``weight_map`` (weight name → shard file)."""
+def shard_index(path: Path):
+    """``(index file, weight_map)`` of a sharded checkpoint dir (the first of :data:`SHARD_INDEXES` there),
+    else None. Raises CheckpointError for an index without a ``weight_map``."""
+    index = next((path / n for n in SHARD_INDEXES if (path / n).is_file()), None)
+    if index is None:
+        return None
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        shards = sorted(set(weight_map.values()))
+        sorted(set(weight_map.values()))  # names must be hashable, comparable strings
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointError(f"{index} is not a shard index with a weight_map ({type(e).__name__}); "
                               f"re-save the checkpoint") from None
-    state: dict = {}
-    for name in shards:
-        shard = index.parent / name
-        if Path(name).name != name or not shard.is_file():
-            raise CheckpointError(f"{index} names shard {name!r}, which is not a file beside it; re-download "
-                                  f"the checkpoint's shards")
-        state.update(read_weight_file(shard))
-    missing = sorted(set(weight_map) - set(state))
-    if missing:
-        raise CheckpointError(f"{index} maps {missing[0]!r} to a shard that does not hold it; re-save the "
-                              f"checkpoint")
-    return state
+    return index, weight_map
 
 
 def weight_files(path: Path) -> list:
     """The files that hold a checkpoint dir's FP32 weights, as :func:`read_state_dict` reads them:
-    ``[model.safetensors]`` or ``[pytorch_model.bin]``, else the shards a ``*.index.json`` lists (those
-    that exist); [] when there are none."""
+    ``[model.safetensors]`` or ``[pytorch_model.bin]``, else the shards a ``*.index.json`` lists (each
+    checked to be a file beside it); [] when there are none.
+    Raises:
+        CheckpointError: a shard index without a weight_map, or naming a shard that is not there."""
     path = Path(path)
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():
             return [path / name]
-    for index in SHARD_INDEXES:
-        if (path / index).is_file():
-            try:
-                names = sorted(set(json.loads((path / index).read_text(encoding="utf-8"))["weight_map"].values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                return []
-            return [path / n for n in names if (path / n).is_file()]
-    return []
+    found = shard_index(path)
+    if found is None:
+        return []
+    index, weight_map = found
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        if Path(name).name != name or not (path / name).is_file():
+            raise CheckpointError(f"{index} names shard {name!r}, which is not a file beside it; re-download "
+                                  f"the checkpoint's shards")
+        shards.append(path / name)
+    return shards
 
 
 def read_weight_file(f: Path) -> dict:
@@ -259,24 +257,18 @@ def read_weight_file(f: Path) -> dict:
 def read_state_dict(path: Path) -> dict:
     """Read ``model.safetensors`` (preferred) or ``pytorch_model.bin`` (``weights_only=True``), or the
     shards a ``*.index.json`` of :data:`SHARD_INDEXES` lists (``save_pretrained(max_shard_size=…)``)."""
-    st, binf = path / "model.safetensors", path / "pytorch_model.bin"
-    if not st.is_file() and not binf.is_file():
-        index = next((path / n for n in SHARD_INDEXES if (path / n).is_file()), None)
-        if index is not None:
-            return _read_shards(index)
-    if st.is_file():
-        from safetensors.torch import load_file
-        try:
-            return load_file(str(st))
-        except Exception as e:  # corrupt or truncated file
-            raise CheckpointError(f"{st} cannot be read ({str(e).splitlines()[0]}); "
-                                  "re-save or re-download the checkpoint") from None
-    if binf.is_file():
-        try:
-            return torch.load(binf, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise CheckpointError(f"{binf} cannot be read safely ({str(e).splitlines()[0]}); "
-                                  "convert it to model.safetensors") from None
+    files = weight_files(path)
+    if files:
+        state: dict = {}
+        for f in files:
+            state.update(read_weight_file(f))
+        if files[0].name not in ("model.safetensors", "pytorch_model.bin"):  # shards: all mapped weights read
+            index, weight_map = shard_index(path)
+            missing = sorted(set(weight_map) - set(state))
+            if missing:
+                raise CheckpointError(f"{index} maps {missing[0]!r} to a shard that does not hold it; re-save "
+                                      f"the checkpoint")
+        return state
     held = deployed_format(path)
     if held:
         raise CheckpointError(f"{path} holds {held[0]}, no model.safetensors; only `bertforge evaluate`, "
@@ -444,7 +436,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         raise CheckpointError(f"{path} is missing encoder weights ({', '.join(missing[:3])}…) for a "
                               f"{config.model_type} model; is config.json from a different model?")
     _check_shapes(new_state, own, path)  # before the head: a hidden size that disagrees is not a label count
-    fresh_head = None
+    fresh_head = None  # (why the head starts fresh, the note that says so)
     if model.head is not None:
         hk = model.head.hf_keys(config)
         have = {o: head_state[t] for o, t in hk.items() if t in head_state}
@@ -455,19 +447,20 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         if hk and same and len(have) == len(hk) and misfit:
             # another label space (an STS-B regressor as an SST-2 student, SST-2 → MNLI): as transformers'
             # ignore_mismatched_sizes, a fresh head of the asked size on the saved encoder
-            fresh_head = (f"the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
-                          f"{config.num_labels} asked for")
+            why = (f"the {head} head of {path} has {have[misfit[-1]].shape[0]} output(s), not the "
+                   f"{config.num_labels} asked for")
+            fresh_head = (why, f"{why}; it is initialised fresh")
         elif hk and same and len(have) == len(hk):
             for o, t in have.items():
                 new_state["head." + o] = t
         elif hk:
-            fresh_head = f"{head} head weights not in {path}"
+            why = f"{head} head weights not in {path}"
+            fresh_head = (why, f"{why}; initialised fresh")
     if fresh_head and strict_head:
-        raise CheckpointError(f"{fresh_head}; pass a checkpoint with a trained {head} head, or strict_head=False "
-                              f"to start it fresh")
+        raise CheckpointError(f"{fresh_head[0]}; pass a checkpoint with a trained {head} head, or "
+                              f"strict_head=False to start it fresh")
     if fresh_head:
-        print(f"bertforge: {fresh_head}; initialised fresh" if "asked for" not in fresh_head
-              else f"bertforge: {fresh_head}; it is initialised fresh", file=sys.stderr)
+        print(f"bertforge: {fresh_head[1]}", file=sys.stderr)
     _check_shapes(new_state, own, path)
     if model.encoder.pooler is not None and not config.add_pooling_layer:
         print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",

@@ -249,12 +249,12 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
     wf = weight_file(model_dir)
     info = {"backend": backend, "file_mb": round(wf.stat().st_size / 2**20, 3) if wf else None,
             "weights_file": wf.name if wf else None}
-    if wf is None:  # a sharded checkpoint: its index and the shards beside it
-        from ..hf import SHARD_INDEXES, weight_files
-        index = next((n for n in SHARD_INDEXES if (model_dir / n).is_file()), None)
+    if wf is None:  # a sharded checkpoint: the shards its index lists
+        from ..hf import shard_index, weight_files
         shards = weight_files(model_dir)
-        if index is not None and shards:
-            info.update(file_mb=round(sum(f.stat().st_size for f in shards) / 2**20, 3), weights_file=index)
+        if shards:
+            info.update(file_mb=round(sum(f.stat().st_size for f in shards) / 2**20, 3),
+                        weights_file=shard_index(model_dir)[0].name)
     if backend == "onnxruntime":
         import tempfile
         from ..compress import onnx as bo
@@ -402,8 +402,8 @@ def _onnx_is_int8(path: Path) -> bool:
 def _check_transformers_dir(model_dir: Path) -> None:
     """``--backend transformers`` needs FP32 weights (model.safetensors / pytorch_model.bin); name what the
     dir holds instead and the backend that runs it."""
-    from ..hf import SHARD_INDEXES, deployed_format
-    if any((model_dir / n).is_file() for n in ("model.safetensors", "pytorch_model.bin", *SHARD_INDEXES)):
+    from ..hf import deployed_format, weight_files
+    if weight_files(model_dir):
         return
     held = deployed_format(model_dir)
     if held:

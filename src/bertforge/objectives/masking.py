@@ -126,6 +126,24 @@ def mask_tokens(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
     return MaskOutput(ids, labels, selected)
 
 
+def _boundaries(word_starts: Optional[np.ndarray], special_mask: np.ndarray) -> np.ndarray:
+    """(N, T) bool: where a word starts or a special token stands (every token is a word when
+    ``word_starts`` is None); a candidate token right after a special token also starts a word."""
+    n, t = special_mask.shape
+    ws = np.ones((n, t), dtype=bool) if word_starts is None else np.asarray(word_starts).astype(bool)
+    prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
+    return ws | special_mask | prev_special
+
+
+def _words(boundaries: np.ndarray, cand: np.ndarray) -> tuple:
+    """One row's words among its candidate tokens: ``(starts, ends)`` token indices (ends exclusive; a
+    word ends at the next boundary of :func:`_boundaries`, or at T)."""
+    starts = np.flatnonzero(boundaries & cand)
+    allb = np.flatnonzero(boundaries)
+    nxt = np.searchsorted(allb, starts, side="right")
+    return starts, np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], len(boundaries))
+
+
 def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.Generator, mask_id: int,
                random_ids: np.ndarray, mlm_probability: float = 0.15,
                word_starts: Optional[np.ndarray] = None, geometric_p: float = 0.2, max_span: int = 10,
@@ -147,12 +165,7 @@ def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.G
     """
     input_ids = np.asarray(input_ids)
     n, t = input_ids.shape
-    if word_starts is None:
-        word_starts = np.ones((n, t), dtype=bool)
-    ws = np.asarray(word_starts).astype(bool) | special_mask
-    # a word start is also any candidate token that follows a special token
-    prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
-    ws = ws | prev_special
+    ws = _boundaries(word_starts, special_mask)
     probs = span_length_distribution(geometric_p, max_span)
     cdf = np.cumsum(probs)
     cdf[-1] = 1.0
@@ -170,10 +183,7 @@ def mask_spans(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.G
             continue
         # ceil as the reference (1e-9: 0.15 · 100 is 15.000000000000002 in floating point)
         budget = max(1, math.ceil(mlm_probability * len(cand_pos) - 1e-9))
-        starts = np.flatnonzero(ws[i] & cand)
-        allb = np.flatnonzero(ws[i])  # word starts and special tokens: every boundary
-        nxt = np.searchsorted(allb, starts, side="right")
-        ends = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        starts, ends = _words(ws[i], cand)
         word_of = np.searchsorted(starts, cand_pos, side="right") - 1  # candidate token → its word
         nw = len(starts)
         wsel = np.zeros(nw, dtype=bool)
@@ -250,10 +260,7 @@ def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
     """
     input_ids = np.asarray(input_ids)
     n, t = input_ids.shape
-    if word_starts is None:
-        word_starts = np.ones((n, t), dtype=bool)
-    prev_special = np.concatenate([np.ones((n, 1), bool), special_mask[:, :-1]], axis=1)
-    ws = np.asarray(word_starts).astype(bool) | special_mask | prev_special
+    ws = _boundaries(word_starts, special_mask)
     probs = ngram_length_distribution(max_ngram)
     cdfs = [np.cumsum(probs[:k]) / probs[:k].sum() for k in range(1, max_ngram + 1)]  # n ≤ k words left
     selected = np.zeros((n, t), dtype=bool)
@@ -264,10 +271,7 @@ def mask_ngrams(input_ids: np.ndarray, special_mask: np.ndarray, rng: np.random.
         if n_tok == 0:
             continue
         budget = max(1, int(round(mlm_probability * n_tok)))
-        starts_a = np.flatnonzero(ws[i] & cand)
-        allb = np.flatnonzero(ws[i])
-        nxt = np.searchsorted(allb, starts_a, side="right")
-        ends_a = np.where(nxt < len(allb), allb[np.minimum(nxt, len(allb) - 1)], t)
+        starts_a, ends_a = _words(ws[i], cand)
         nw = len(starts_a)
         # words left in the same run of non-special tokens, from each word on (reverse count per run)
         brk = np.append(starts_a[1:] != ends_a[:-1], True)  # the run ends after word w
