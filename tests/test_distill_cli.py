@@ -181,7 +181,7 @@ def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tin
     assert "cosine" in m[0] and "mlm_soft" not in m[0]
 
 
-def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys):
+def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys, cli_error):
     """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text. The hard L_mlm term was
     missing, and without --mlm-prob the inputs were not masked at all; the default is now BERT's 15%."""
     import yaml
@@ -220,22 +220,20 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     assert {"mlm_soft", "mlm", "cosine"} <= set(m[0])
     assert yaml.safe_load((out_dir / "recipe.yaml").read_text())["distill"]["mlm_probability"] == 0.15
     # the hard MLM term cannot learn from unmasked inputs: refused in one line, nothing written
-    from resilience_util import cli_error_line
     bad = tiny / "db-nomask"
-    line = cli_error_line(["distill", "--stage", "general", "--teacher", tdir, "--student", "layers:0",
-                           "--method", "distilbert", "--corpus", tiny / "corpus.txt", "--out", bad,
-                           "--max-steps", "1", "--mlm-prob", "0"], capsys, tdir)
+    line = cli_error(["distill", "--stage", "general", "--teacher", tdir, "--student", "layers:0",
+                      "--method", "distilbert", "--corpus", tiny / "corpus.txt", "--out", bad,
+                      "--max-steps", "1", "--mlm-prob", "0"], tdir)
     assert "mlm term predicts masked tokens" in line and "--mlm-prob" in line
     assert not bad.exists()
 
 
-def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys):
+def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys, cli_error):
     """TinyBERT §3.3: single-piece words are replaced by a masked LM's top-K predictions. The task-stage
     teacher is a classifier, so before --augment-mlm every word came from embedding neighbours (silently);
     now --augment-mlm DIR supplies the masked LM, and without it a note says what is used."""
     import yaml
     import bertforge.hf  # noqa: F401  (registers the mlm head)
-    from resilience_util import cli_error_line
     from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
     from bertforge.hf import load_pretrained
     from bertforge.tokenizer import load_tokenizer
@@ -263,18 +261,17 @@ def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, ca
     # refused in one line: a classifier as the masked LM, no --augment, the general stage
     base = ["distill", "--teacher", tiny / "teacher", "--student", "layers:0", "--task", "sst2",
             "--train", tiny / "train.tsv", "--max-steps", "1"]
-    line = cli_error_line(base + ["--out", tiny / "aug-bad1", "--augment", "1", "--augment-mlm",
-                                  tiny / "teacher"], capsys, tiny / "teacher")
+    line = cli_error(base + ["--out", tiny / "aug-bad1", "--augment", "1", "--augment-mlm",
+                             tiny / "teacher"], tiny / "teacher")
     assert "not a masked-LM one" in line
-    line = cli_error_line(base + ["--out", tiny / "aug-bad2", "--augment-mlm", mlm_dir], capsys, mlm_dir)
+    line = cli_error(base + ["--out", tiny / "aug-bad2", "--augment-mlm", mlm_dir], mlm_dir)
     assert "pass --augment N too" in line
 
 
-def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys):
+def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys, cli_error):
     """--augment-prob 0 is a valid rate (no word replaced) and is recorded as given, not replaced by the
     0.4 default; --augment / --augment-prob in the general stage, or --augment-prob alone, are refused."""
     import yaml
-    from resilience_util import cli_error_line
     out = tiny / "aug0"
     base = ["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2", "--method", "kd",
             "--task", "sst2", "--train", str(tiny / "train.tsv"), "--max-steps", "1", "--batch-size", "8"]
@@ -283,9 +280,9 @@ def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny,
     assert yaml.safe_load((out / "recipe.yaml").read_text())["distill"]["augment"]["prob"] == 0.0
     general = ["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2",
                "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"), "--max-steps", "1"]
-    line = cli_error_line([*general, "--augment", "2", "--out", tiny / "g-aug"], capsys, tiny / "teacher")
+    line = cli_error([*general, "--augment", "2", "--out", tiny / "g-aug"], tiny / "teacher")
     assert "--stage task only" in line
-    line = cli_error_line([*base, "--augment-prob", "0.2", "--out", tiny / "p-only"], capsys, tiny / "teacher")
+    line = cli_error([*base, "--augment-prob", "0.2", "--out", tiny / "p-only"], tiny / "teacher")
     assert "pass --augment N too" in line
 
 
@@ -365,11 +362,10 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
     assert {"mlm_soft", "mlm", "cosine"} <= set(_metrics(out)[0])
 
 
-def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys):
+def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys, cli_error):
     """User trial: `--temperature 2 distill.temperature=3`, `--method kd distill.method=pkd`… ran with the
     flag's value although the README says a flag and an override of one key must agree; `--corpus` with
     --task/--train trained the general stage and dropped the task options silently."""
-    from resilience_util import cli_error_line
     t = tiny / "teacher"
     base = ["distill", "--teacher", t, "--student", "layers:0", "--max-steps", "1"]
     task = ["--task", "sst2", "--train", tiny / "train.tsv"]
@@ -377,14 +373,14 @@ def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, caps
                                                                          "distill.temperature=3"),
                         (["--method", "kd", "distill.method=pkd"], "--method kd conflicts with distill.method=pkd"),
                         (["--alpha", "0.5", "distill.alpha=0.7"], "--alpha 0.5 conflicts with distill.alpha=0.7")):
-        line = cli_error_line(base + task + ["--out", tiny / "conflict"] + extra, capsys, t)
+        line = cli_error(base + task + ["--out", tiny / "conflict"] + extra, t)
         assert want in line, line
     # the same value twice is fine
     assert main([str(a) for a in base + task + ["--out", tiny / "agree", "--batch-size", "8", "--temperature", "2",
                                                 "distill.temperature=2.0"]]) == 0
     capsys.readouterr()
-    line = cli_error_line(base + task + ["--corpus", tiny / "corpus.txt", "--out", tiny / "mixed"], capsys, t)
+    line = cli_error(base + task + ["--corpus", tiny / "corpus.txt", "--out", tiny / "mixed"], t)
     assert "--task belongs to --stage task" in line
-    line = cli_error_line(base + ["--stage", "task", "--task", "sst2", "--train", tiny / "train.tsv", "--corpus",
-                                  tiny / "corpus.txt", "--out", tiny / "mixed2"], capsys, t)
+    line = cli_error(base + ["--stage", "task", "--task", "sst2", "--train", tiny / "train.tsv", "--corpus",
+                             tiny / "corpus.txt", "--out", tiny / "mixed2"], t)
     assert "--corpus (raw text) belongs to --stage general" in line

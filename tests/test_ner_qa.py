@@ -553,11 +553,10 @@ def test_a_sentence_per_line_file_is_not_read_as_conll(tmp_path):
         read_conll(f)
 
 
-def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, capsys):
+def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, cli_error):
     """User trial: `evaluate` on a file with a tag outside the model's tag set answered "pass
     data.labels=[...] with every tag", which evaluate does not accept. The tag set is the model's: the
     message names it and the model."""
-    from resilience_util import cli_error_line
     tags = ["O", "B-PER", "B-LOC"]
     cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, num_labels=3,
@@ -568,7 +567,7 @@ def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, capsys):
     m.save_pretrained(d, tokenizer=tiny_tokenizer())
     f = tmp_path / "org.jsonl"
     f.write_text(json.dumps({"tokens": ["the", "cafe"], "tags": ["B-ORG", "O"]}) + "\n")
-    line = cli_error_line(["evaluate", "--model", d, "--data", f], capsys, d)
+    line = cli_error(["evaluate", "--model", d, "--data", f], d)
     assert f"has tags ['B-ORG'] that {d} was not fine-tuned on (its tags: ['O', 'B-PER', 'B-LOC'])" in line
 
 
