@@ -55,7 +55,7 @@ def exported_workspace(workspace) -> SimpleNamespace:
     ``run``) and ``int8`` (``run`` quantized to INT8 with the torch backend)."""
     from bertforge.cli import main
     d = workspace.d
-    ws = SimpleNamespace(**vars(workspace), text=d / "corpus.txt", onnx=d / "onnx", int8=d / "int8")
+    ws = SimpleNamespace(**vars(workspace), text=d / "corpus.txt", onnx=d / "run-onnx", int8=d / "run-int8")
     ws.text.write_text("\n".join(s for s, _ in sentences(16, 2)) + "\n")
     assert main(["export", "--model", str(ws.run), "--out", str(ws.onnx)]) == 0
     assert main(["quantize", "--model", str(ws.run), "--out", str(ws.int8), "--backend", "torch"]) == 0

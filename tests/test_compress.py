@@ -448,11 +448,10 @@ def _task_dir(tmp_path, head, task, **kw):
 
 
 def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_them(tmp_path, capsys):
-    """User trial: a QA model pruned without --eval crashed (IndexError in the KL tracker); CoNLL .txt and
-    SQuAD files were read as unlabelled (fisher); a regression model's history column was empty. Now
-    QA/NER score importance with their task loss, and the label-free tracker fits each head: KL over QA's
-    start/end positions (checked here against a hand computation on the saved dirs), MSE of regression
-    predictions."""
+    """QA and NER models (CoNLL .txt and SQuAD files are labelled data, not fisher's label-free input) score
+    head importance with their task loss (no --eval needed), and the label-free tracker fits each head:
+    KL over QA's start/end positions (checked here against a hand computation on the saved dirs), MSE of
+    regression predictions (a filled history column)."""
     import csv
     from bertforge.cli import main
     ctx = [f"The river number {i} flows north past the old mill and the town of Alder {i}." for i in range(12)]
@@ -522,9 +521,8 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
 def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, monkeypatch, backend):
-    """User trial: `quantize --overwrite --eval` wrote the new INT8 dir, then the evaluation failed (exit 1)
-    — the earlier good dir was already replaced, or a fresh --out left behind. The dir is now swapped in
-    only after the check."""
+    """`quantize --overwrite --eval` swaps the new INT8 dir in only after its accuracy check: when the
+    evaluation fails (exit 2), the earlier good dir is still in place and no fresh --out is left behind."""
     from bertforge.adapters import SequenceAdapter
     from bertforge.cli import main
     from bertforge.errors import DataError

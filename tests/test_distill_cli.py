@@ -182,8 +182,8 @@ def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tin
 
 
 def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys, cli_error):
-    """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text. The hard L_mlm term was
-    missing, and without --mlm-prob the inputs were not masked at all; the default is now BERT's 15%."""
+    """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text: all three terms train
+    (the hard L_mlm term included), and without --mlm-prob the inputs are masked at BERT's 15%."""
     import yaml
     import bertforge.hf  # noqa: F401  (registers the mlm head)
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
@@ -230,8 +230,8 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
 
 def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys, cli_error):
     """TinyBERT §3.3: single-piece words are replaced by a masked LM's top-K predictions. The task-stage
-    teacher is a classifier, so before --augment-mlm every word came from embedding neighbours (silently);
-    now --augment-mlm DIR supplies the masked LM, and without it a note says what is used."""
+    teacher is a classifier, so --augment-mlm DIR supplies the masked LM; without it every word comes from
+    embedding neighbours and a note says so."""
     import yaml
     import bertforge.hf  # noqa: F401  (registers the mlm head)
     from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
@@ -306,7 +306,7 @@ def test_an_explicit_method_replaces_a_recipes_losses(tiny, capsys):
 
 def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, capsys):
     """With no length asked for, the student trains at the teacher's fine-tuning length; a recipe file that
-    sets data.max_seq_len: 128 (the default's value) was overridden by it too, and is now kept."""
+    sets data.max_seq_len: 128 (the default's value) is kept, not overridden by it."""
     import yaml
     torch.manual_seed(0)
     tdir = save_tiny(tiny / "teacher-160", "sequence_classification", tiny / "teacher", task="sst2", layers=2,
@@ -325,10 +325,9 @@ def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, cap
 
 
 def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
-    """User trial: an STS-B regressor (1 output) as the student of an SST-2 teacher failed with "weight
-    head.classifier.weight has shape (1, 32) but the config gives (2, 32); config.json and the weights
-    disagree" — the file was fine. As transformers' ignore_mismatched_sizes: the encoder is kept, the head
-    is new (and said so)."""
+    """An STS-B regressor (1 output) as the student of an SST-2 teacher (2 labels) loads as transformers'
+    ignore_mismatched_sizes does: the encoder is kept and the head is new (and said so), with no false
+    "config.json and the weights disagree" about a file that is fine."""
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
     rdir = save_tiny(tiny / "stsb-student", "sequence_classification", tiny / "teacher", task="stsb", layers=2,
@@ -343,9 +342,9 @@ def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
 
 
 def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, capsys):
-    """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part was
-    not recognised ("has no MLM head, so the mlm_soft and mlm term(s) … are dropped"); it now teaches with
-    it, and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
+    """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part is
+    recognised (no "has no MLM head, so the mlm_soft and mlm term(s) … are dropped"): it teaches with it,
+    and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
     import bertforge.hf  # noqa: F401  (registers the pretraining heads)
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
@@ -363,9 +362,9 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
 
 
 def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys, cli_error):
-    """User trial: `--temperature 2 distill.temperature=3`, `--method kd distill.method=pkd`… ran with the
-    flag's value although the README says a flag and an override of one key must agree; `--corpus` with
-    --task/--train trained the general stage and dropped the task options silently."""
+    """A flag and an override of one key must agree (as the README says): `--temperature 2
+    distill.temperature=3`, `--method kd distill.method=pkd`… are refused; `--corpus` with --task/--train
+    (options of two stages) is refused rather than training one stage and dropping the other's options."""
     t = tiny / "teacher"
     base = ["distill", "--teacher", t, "--student", "layers:0", "--max-steps", "1"]
     task = ["--task", "sst2", "--train", tiny / "train.tsv"]

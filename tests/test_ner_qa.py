@@ -554,9 +554,8 @@ def test_a_sentence_per_line_file_is_not_read_as_conll(tmp_path):
 
 
 def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, cli_error):
-    """User trial: `evaluate` on a file with a tag outside the model's tag set answered "pass
-    data.labels=[...] with every tag", which evaluate does not accept. The tag set is the model's: the
-    message names it and the model."""
+    """`evaluate` on a file with a tag outside the model's tag set: the tag set is the model's, so the
+    message names it and the model (not "pass data.labels=[...]", which evaluate does not accept)."""
     tags = ["O", "B-PER", "B-LOC"]
     cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, num_labels=3,
@@ -573,8 +572,8 @@ def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, cli_error):
 
 def test_a_squad_model_evaluates_on_squad_v2_data(tmp_path, capsys):
     """QA heads have two outputs, start and end, whatever id2label calls them: `evaluate --task squad_v2` on a
-    model fine-tuned on squad was refused as a label mismatch ("labels LABEL_0, LABEL_1 … labels start,
-    end"); it now scores (EM/F1 with HasAns/NoAns)."""
+    model fine-tuned on squad is not a label mismatch ("labels LABEL_0, LABEL_1 … labels start, end") and
+    scores (EM/F1 with HasAns/NoAns)."""
     d = tiny_model_dir(tmp_path, head="question_answering")
     cfg = json.loads((d / "config.json").read_text())
     cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "task": "squad", "max_seq_len": 32}

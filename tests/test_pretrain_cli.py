@@ -138,8 +138,8 @@ def test_errors_are_one_line(corpus, tmp_path, capsys):
 
 
 def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
-    """User trial: with the small/base recipes' eval_fraction on a small corpus no document gave up a
-    sentence, and the run had no held-out evaluation ("best": null) without a word."""
+    """With the small/base recipes' eval_fraction on a small corpus no document gives up a sentence: the run
+    has no held-out evaluation ("best": null), and says so."""
     files, cache = corpus
     rc = _run(["--objective", "roberta", "--corpus", *files, "--out", str(tmp_path / "o"), "--cache-dir", cache,
                "--vocab-size", "600", "--max-steps", "1", "pretrain.eval_fraction=0.0001", *TINY])

@@ -56,8 +56,9 @@ def test_tokenizer_errors():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokenizer_vocab_floor(kind):
-    """Byte-level BPE always holds its 256 byte symbols + 5 specials (before: --vocab-size 100 gave a
-    261-token model without a word); below each kind's floor the error names it."""
+    """Byte-level BPE always holds its 256 byte symbols + 5 specials (--vocab-size 100 cannot give a
+    100-token model: it would be a 261-token model without a word); below each kind's floor the error names
+    it."""
     need = min_vocab_size(kind)
     assert need == (261 if kind == "bpe" else 69)
     with pytest.raises(ConfigError, match=f"use at least {need}"):

@@ -130,7 +130,7 @@ def test_metrics_hand_computed():
 def test_hub_mnli_labels_follow_their_names(monkeypatch):
     """The hub's glue/mnli numbers its ClassLabel entailment, neutral, contradiction; the task (and the GLUE
     TSVs) contradiction, entailment, neutral. Hub ids are mapped by name, so one sentence pair gets the
-    same label from either source (before, hub 'entailment' (0) was read as 'contradiction')."""
+    same label from either source (hub 'entailment' (0) is not read as the task's 'contradiction')."""
     datasets = pytest.importorskip("datasets")
     rows = {"premise": ["p0", "p1", "p2"], "hypothesis": ["h0", "h1", "h2"], "label": [0, 1, 2]}
     hub_names = ["entailment", "neutral", "contradiction"]
@@ -157,9 +157,9 @@ def test_hub_mnli_labels_follow_their_names(monkeypatch):
 
 
 def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(tmp_path, capsys):
-    """User trial: an STS-B score 'nan' was read as a label, training then failed with "loss became nan …
-    lower train.lr", and `evaluate` printed `"pearson": NaN`, which is not JSON. Now the row is named, and a
-    non-finite metric prints as null."""
+    """An STS-B score 'nan' (or inf) is refused with its row named, rather than read as a label (training
+    would then fail with "loss became nan … lower train.lr"); a non-finite metric prints as null, since
+    `"pearson": NaN` is not JSON."""
     head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
     row = "{i}\tm\tf\t2012\t{i}\tn\tn\tA man plays.\tA man is playing.\t{s}\n"
     for bad in ("nan", "inf", "-Infinity"):
