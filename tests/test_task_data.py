@@ -189,8 +189,6 @@ def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(
 def test_line_separators_inside_a_field_are_text(tmp_path):
     """U+2028 inside a JSON string (valid JSON; json.dumps(ensure_ascii=False) writes it raw) and a form
     feed inside a TSV cell stay in the example's text instead of splitting the row."""
-    from bertforge.data.readers import read_examples
-    from bertforge.data.tasks import get_task
     task = get_task("sst2")
     row = json.dumps({"sentence": "good\u2028movie", "label": "1"}, ensure_ascii=False)
     assert "\u2028" in row
@@ -206,8 +204,6 @@ def test_line_separators_inside_a_field_are_text(tmp_path):
 
 
 def test_a_json_array_of_positional_rows_reads(tmp_path):
-    from bertforge.data.readers import read_examples
-    from bertforge.data.tasks import get_task
     task = get_task("custom", text_columns=[0], label_column=1, labels=["0", "1"])
     ex = read_examples(write_file(tmp_path / "arr.json", '[["good movie", "1"], ["bad film", "0"]]'), task)
     assert [(e.text_a, e.label) for e in ex] == [("good movie", 1), ("bad film", 0)]
@@ -228,7 +224,6 @@ def test_f1_averaging_follows_the_task_not_the_sample(workspace, tmp_path, capsy
     3-label custom task with data.metric=f1 trains and evaluates on an eval file that holds 2 of the 3
     labels."""
     from bertforge.cli import main
-    from bertforge.evaluate.metrics import compute
     ref, pred = [0, 1, 1, 0], [0, 1, 0, 0]
     assert compute(["f1"], pred, ref, 2)["f1"] == pytest.approx(2 / 3)
     assert compute(["f1"], pred, ref, 3)["f1"] == pytest.approx((0.8 + 2 / 3) / 2)
