@@ -1,4 +1,5 @@
-"""Compression: head importance, physical head/FFN removal, reload, magnitude pruning, INT8, ONNX parity.
+"""Compression: head importance, physical head/FFN removal, reload, magnitude pruning, INT8, ONNX parity;
+exported and INT8 dirs score as their checkpoint in `evaluate` and `predict`.
 
 Truths used: pruning heads physically ≡ gating them to 0 in the unpruned model; removing FFN units ≡
 zeroing their output columns; the gate gradient ≡ a finite difference of the loss; a head whose value
@@ -17,6 +18,8 @@ from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
 from bertforge.hf import load_pretrained
 from bertforge.models.heads import TaskModel
+
+from helpers import sentences
 
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
 
@@ -445,11 +448,10 @@ def _task_dir(tmp_path, head, task, **kw):
 
 
 def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_them(tmp_path, capsys):
-    """User trial: a QA model pruned without --eval crashed (IndexError in the KL tracker); CoNLL .txt and
-    SQuAD files were read as unlabelled (fisher); a regression model's history column was empty. Now
-    QA/NER score importance with their task loss, and the label-free tracker fits each head: KL over QA's
-    start/end positions (checked here against a hand computation on the saved dirs), MSE of regression
-    predictions."""
+    """QA and NER models (CoNLL .txt and SQuAD files are labelled data, not fisher's label-free input) score
+    head importance with their task loss (no --eval needed), and the label-free tracker fits each head:
+    KL over QA's start/end positions (checked here against a hand computation on the saved dirs), MSE of
+    regression predictions (a filled history column)."""
     import csv
     from bertforge.cli import main
     ctx = [f"The river number {i} flows north past the old mill and the town of Alder {i}." for i in range(12)]
@@ -519,9 +521,8 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
 
 @pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
 def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, monkeypatch, backend):
-    """User trial: `quantize --overwrite --eval` wrote the new INT8 dir, then the evaluation failed (exit 1)
-    — the earlier good dir was already replaced, or a fresh --out left behind. The dir is now swapped in
-    only after the check."""
+    """`quantize --overwrite --eval` swaps the new INT8 dir in only after its accuracy check: when the
+    evaluation fails (exit 2), the earlier good dir is still in place and no fresh --out is left behind."""
     from bertforge.adapters import SequenceAdapter
     from bertforge.cli import main
     from bertforge.errors import DataError
@@ -544,3 +545,109 @@ def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, m
                                   "--eval", dev]]) == 2
     assert not (tmp_path / "fresh").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging dir left behind
+
+
+def test_electra_discriminator_exports_with_parity_on_real_tokens(tmp_path):
+    from bertforge.compress import onnx as bo
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    import bertforge.objectives  # noqa: F401  registers the electra_discriminator head
+    torch.manual_seed(0)
+    cfg = ModelConfig(model_type="electra", vocab_size=64, hidden_size=32, embedding_size=16,
+                      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=32,
+                      add_pooling_layer=False)
+    model = TaskModel(cfg, head="electra_discriminator").eval()
+    for fused in (True, False):
+        rec = bo.deploy(model, tmp_path / f"e{fused}", quantize=False, fused=fused)
+        assert rec["fp32_max_abs_diff"] < 1e-4
+    # padded rows are in the check batch, and real tokens agree
+    x = bo.dummy_inputs(model, 2, 16, seed=1)
+    with torch.no_grad():
+        ref = model(**x).logits.numpy()
+    got = bo.run_session(bo.session(tmp_path / "eTrue" / "model.onnx"), x)
+    pad = x["attention_mask"].numpy() == 0
+    assert pad.any() and np.abs(got[~pad] - ref[~pad]).max() < 1e-4
+
+
+def test_prune_defaults_to_the_fine_tuning_length():
+    from bertforge.commands.prune import resolve_seq_len
+    cfg = {"model_type": "bert", "max_position_embeddings": 512, "bertforge": {"max_seq_len": 32}}
+    assert resolve_seq_len(None, cfg) == 32
+    assert resolve_seq_len(None, {"model_type": "bert", "max_position_embeddings": 512}) == 128
+    assert resolve_seq_len(None, {"model_type": "bert", "max_position_embeddings": 64}) == 64
+    assert resolve_seq_len(48, cfg) == 48
+
+
+def test_magnitude_prune_spares_pooler_and_classifier_and_reports_eval(workspace, tmp_path, capsys):
+    from bertforge.cli import main
+    from bertforge.hf import load_pretrained
+    out = tmp_path / "mag"
+    ref = load_pretrained(workspace.run)
+    assert main(["prune", "--model", str(workspace.run), "--out", str(out), "--magnitude", "0.5",
+                 "--eval", str(workspace.train)]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    m = load_pretrained(out)
+    # the pooler and the task head are untouched
+    torch.testing.assert_close(m.encoder.pooler.weight, ref.encoder.pooler.weight, atol=0, rtol=0)
+    torch.testing.assert_close(m.head.classifier.weight, ref.head.classifier.weight, atol=0, rtol=0)
+    # half of the encoder's Linear weights are zero
+    enc = [mod.weight for mod in m.encoder.layers.modules() if isinstance(mod, torch.nn.Linear)]
+    zeros = sum(int((x == 0).sum()) for x in enc)
+    total = sum(x.numel() for x in enc)
+    assert abs(zeros / total - 0.5) < 1e-3
+    assert rec["magnitude"]["modules"] == "encoder" and abs(rec["magnitude"]["sparsity"] - 0.5) < 1e-3
+    # --eval is honoured: the task metric before and after, in stdout and prune.json
+    assert rec["metric"] == "accuracy"
+    assert 0 <= rec["eval"]["unpruned"] <= 1 and 0 <= rec["eval"]["pruned"] <= 1
+    saved = json.loads((out / "prune.json").read_text())
+    assert saved["eval"] == rec["eval"]
+
+
+def test_magnitude_prune_library_modules_all_ranks_every_linear():
+    from bertforge.compress import prune as P
+    from bertforge.config import ModelConfig
+    from bertforge.models.heads import TaskModel
+    torch.manual_seed(0)
+    m = TaskModel(ModelConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
+                              vocab_size=120, max_position_embeddings=40), head="sequence_classification")
+    pooler = m.encoder.pooler.weight.detach().clone()
+    P.magnitude_prune(m, 0.4)
+    assert torch.equal(m.encoder.pooler.weight, pooler)
+    rep = P.magnitude_prune(m, 0.6, modules="all")
+    assert rep["modules"] == "all" and int((m.encoder.pooler.weight == 0).sum()) > 0
+
+
+def test_min_heads_lowering_the_fraction_warns_once(workspace, tmp_path, capsys):
+    from bertforge.cli import main
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(s for s, _ in sentences(16, 2)) + "\n")
+    out = tmp_path / "minheads"
+    # 2 layers × 2 heads; --fraction 0.75 wants 3 heads but 1 per layer must stay → only 2 can go
+    assert main(["prune", "--model", str(workspace.tiny), "--out", str(out), "--data", str(text), "--fraction",
+                 "0.75", "--min-heads-per-layer", "1", "--max-seq-len", "24"]) == 0
+    captured = capsys.readouterr()
+    warn = [x for x in captured.err.splitlines() if "warning" in x]
+    assert len(warn) == 1 and "only 2 of 4 heads" in warn[0] and "--fraction 0.75" in warn[0], captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["heads_per_layer"] == [1, 1]
+
+
+def test_evaluate_and_predict_score_export_and_int8_dirs(exported_workspace, tmp_path, capsys):
+    """An ONNX export (FP32, within 1e-4 of PyTorch) scores the same accuracy as its checkpoint; the torch
+    INT8 dir scores what `quantize --eval` reported for it; predict writes one line per example."""
+    from bertforge.cli import main
+    ws = exported_workspace
+
+    def evaluate(model):
+        assert main(["evaluate", "--model", str(model), "--data", str(ws.train)]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    fp32, onnx_fp32, int8 = evaluate(ws.run), evaluate(ws.onnx), evaluate(ws.int8)
+    assert onnx_fp32["accuracy"] == fp32["accuracy"] and onnx_fp32["n"] == fp32["n"] == 24
+    q = tmp_path / "int8-eval"
+    assert main(["quantize", "--model", str(ws.run), "--out", str(q), "--backend", "torch", "--eval",
+                 str(ws.train)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["eval"]["int8"]["accuracy"] == \
+        int8["accuracy"]
+    preds = tmp_path / "onnx-preds.jsonl"
+    assert main(["predict", "--model", str(ws.onnx), "--data", str(ws.train), "--out", str(preds)]) == 0
+    assert len(preds.read_text().splitlines()) == 24

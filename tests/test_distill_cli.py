@@ -181,9 +181,9 @@ def test_distilbert_general_without_teacher_mlm_head_warns_and_trains_cosine(tin
     assert "cosine" in m[0] and "mlm_soft" not in m[0]
 
 
-def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys):
-    """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text. The hard L_mlm term was
-    missing, and without --mlm-prob the inputs were not masked at all; the default is now BERT's 15%."""
+def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsys, cli_error):
+    """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text: all three terms train
+    (the hard L_mlm term included), and without --mlm-prob the inputs are masked at BERT's 15%."""
     import yaml
     import bertforge.hf  # noqa: F401  (registers the mlm head)
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
@@ -220,22 +220,20 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     assert {"mlm_soft", "mlm", "cosine"} <= set(m[0])
     assert yaml.safe_load((out_dir / "recipe.yaml").read_text())["distill"]["mlm_probability"] == 0.15
     # the hard MLM term cannot learn from unmasked inputs: refused in one line, nothing written
-    from resilience_util import cli_error_line
     bad = tiny / "db-nomask"
-    line = cli_error_line(["distill", "--stage", "general", "--teacher", tdir, "--student", "layers:0",
-                           "--method", "distilbert", "--corpus", tiny / "corpus.txt", "--out", bad,
-                           "--max-steps", "1", "--mlm-prob", "0"], capsys, tdir)
+    line = cli_error(["distill", "--stage", "general", "--teacher", tdir, "--student", "layers:0",
+                      "--method", "distilbert", "--corpus", tiny / "corpus.txt", "--out", bad,
+                      "--max-steps", "1", "--mlm-prob", "0"], tdir)
     assert "mlm term predicts masked tokens" in line and "--mlm-prob" in line
     assert not bad.exists()
 
 
-def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys):
+def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, capsys, cli_error):
     """TinyBERT §3.3: single-piece words are replaced by a masked LM's top-K predictions. The task-stage
-    teacher is a classifier, so before --augment-mlm every word came from embedding neighbours (silently);
-    now --augment-mlm DIR supplies the masked LM, and without it a note says what is used."""
+    teacher is a classifier, so --augment-mlm DIR supplies the masked LM; without it every word comes from
+    embedding neighbours and a note says so."""
     import yaml
     import bertforge.hf  # noqa: F401  (registers the mlm head)
-    from resilience_util import cli_error_line
     from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
     from bertforge.hf import load_pretrained
     from bertforge.tokenizer import load_tokenizer
@@ -263,18 +261,17 @@ def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, ca
     # refused in one line: a classifier as the masked LM, no --augment, the general stage
     base = ["distill", "--teacher", tiny / "teacher", "--student", "layers:0", "--task", "sst2",
             "--train", tiny / "train.tsv", "--max-steps", "1"]
-    line = cli_error_line(base + ["--out", tiny / "aug-bad1", "--augment", "1", "--augment-mlm",
-                                  tiny / "teacher"], capsys, tiny / "teacher")
+    line = cli_error(base + ["--out", tiny / "aug-bad1", "--augment", "1", "--augment-mlm",
+                             tiny / "teacher"], tiny / "teacher")
     assert "not a masked-LM one" in line
-    line = cli_error_line(base + ["--out", tiny / "aug-bad2", "--augment-mlm", mlm_dir], capsys, mlm_dir)
+    line = cli_error(base + ["--out", tiny / "aug-bad2", "--augment-mlm", mlm_dir], mlm_dir)
     assert "pass --augment N too" in line
 
 
-def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys):
+def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny, capsys, cli_error):
     """--augment-prob 0 is a valid rate (no word replaced) and is recorded as given, not replaced by the
     0.4 default; --augment / --augment-prob in the general stage, or --augment-prob alone, are refused."""
     import yaml
-    from resilience_util import cli_error_line
     out = tiny / "aug0"
     base = ["distill", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2", "--method", "kd",
             "--task", "sst2", "--train", str(tiny / "train.tsv"), "--max-steps", "1", "--batch-size", "8"]
@@ -283,9 +280,9 @@ def test_augment_prob_zero_is_used_and_augment_options_need_the_task_stage(tiny,
     assert yaml.safe_load((out / "recipe.yaml").read_text())["distill"]["augment"]["prob"] == 0.0
     general = ["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student", "layers:0,2",
                "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"), "--max-steps", "1"]
-    line = cli_error_line([*general, "--augment", "2", "--out", tiny / "g-aug"], capsys, tiny / "teacher")
+    line = cli_error([*general, "--augment", "2", "--out", tiny / "g-aug"], tiny / "teacher")
     assert "--stage task only" in line
-    line = cli_error_line([*base, "--augment-prob", "0.2", "--out", tiny / "p-only"], capsys, tiny / "teacher")
+    line = cli_error([*base, "--augment-prob", "0.2", "--out", tiny / "p-only"], tiny / "teacher")
     assert "pass --augment N too" in line
 
 
@@ -309,7 +306,7 @@ def test_an_explicit_method_replaces_a_recipes_losses(tiny, capsys):
 
 def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, capsys):
     """With no length asked for, the student trains at the teacher's fine-tuning length; a recipe file that
-    sets data.max_seq_len: 128 (the default's value) was overridden by it too, and is now kept."""
+    sets data.max_seq_len: 128 (the default's value) is kept, not overridden by it."""
     import yaml
     torch.manual_seed(0)
     tdir = save_tiny(tiny / "teacher-160", "sequence_classification", tiny / "teacher", task="sst2", layers=2,
@@ -328,10 +325,9 @@ def test_a_recipes_max_seq_len_is_kept_even_when_it_equals_the_default(tiny, cap
 
 
 def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
-    """User trial: an STS-B regressor (1 output) as the student of an SST-2 teacher failed with "weight
-    head.classifier.weight has shape (1, 32) but the config gives (2, 32); config.json and the weights
-    disagree" — the file was fine. As transformers' ignore_mismatched_sizes: the encoder is kept, the head
-    is new (and said so)."""
+    """An STS-B regressor (1 output) as the student of an SST-2 teacher (2 labels) loads as transformers'
+    ignore_mismatched_sizes does: the encoder is kept and the head is new (and said so), with no false
+    "config.json and the weights disagree" about a file that is fine."""
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
     rdir = save_tiny(tiny / "stsb-student", "sequence_classification", tiny / "teacher", task="stsb", layers=2,
@@ -346,9 +342,9 @@ def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
 
 
 def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, capsys):
-    """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part was
-    not recognised ("has no MLM head, so the mlm_soft and mlm term(s) … are dropped"); it now teaches with
-    it, and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
+    """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part is
+    recognised (no "has no MLM head, so the mlm_soft and mlm term(s) … are dropped"): it teaches with it,
+    and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
     import bertforge.hf  # noqa: F401  (registers the pretraining heads)
     from bertforge.hf import load_pretrained
     torch.manual_seed(0)
@@ -365,11 +361,10 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
     assert {"mlm_soft", "mlm", "cosine"} <= set(_metrics(out)[0])
 
 
-def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys):
-    """User trial: `--temperature 2 distill.temperature=3`, `--method kd distill.method=pkd`… ran with the
-    flag's value although the README says a flag and an override of one key must agree; `--corpus` with
-    --task/--train trained the general stage and dropped the task options silently."""
-    from resilience_util import cli_error_line
+def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, capsys, cli_error):
+    """A flag and an override of one key must agree (as the README says): `--temperature 2
+    distill.temperature=3`, `--method kd distill.method=pkd`… are refused; `--corpus` with --task/--train
+    (options of two stages) is refused rather than training one stage and dropping the other's options."""
     t = tiny / "teacher"
     base = ["distill", "--teacher", t, "--student", "layers:0", "--max-steps", "1"]
     task = ["--task", "sst2", "--train", tiny / "train.tsv"]
@@ -377,14 +372,14 @@ def test_flag_override_conflicts_and_other_stages_options_are_refused(tiny, caps
                                                                          "distill.temperature=3"),
                         (["--method", "kd", "distill.method=pkd"], "--method kd conflicts with distill.method=pkd"),
                         (["--alpha", "0.5", "distill.alpha=0.7"], "--alpha 0.5 conflicts with distill.alpha=0.7")):
-        line = cli_error_line(base + task + ["--out", tiny / "conflict"] + extra, capsys, t)
+        line = cli_error(base + task + ["--out", tiny / "conflict"] + extra, t)
         assert want in line, line
     # the same value twice is fine
     assert main([str(a) for a in base + task + ["--out", tiny / "agree", "--batch-size", "8", "--temperature", "2",
                                                 "distill.temperature=2.0"]]) == 0
     capsys.readouterr()
-    line = cli_error_line(base + task + ["--corpus", tiny / "corpus.txt", "--out", tiny / "mixed"], capsys, t)
+    line = cli_error(base + task + ["--corpus", tiny / "corpus.txt", "--out", tiny / "mixed"], t)
     assert "--task belongs to --stage task" in line
-    line = cli_error_line(base + ["--stage", "task", "--task", "sst2", "--train", tiny / "train.tsv", "--corpus",
-                                  tiny / "corpus.txt", "--out", tiny / "mixed2"], capsys, t)
+    line = cli_error(base + ["--stage", "task", "--task", "sst2", "--train", tiny / "train.tsv", "--corpus",
+                             tiny / "corpus.txt", "--out", tiny / "mixed2"], t)
     assert "--corpus (raw text) belongs to --stage general" in line

@@ -231,8 +231,8 @@ def test_a_fully_pruned_layer_builds_without_torch_warnings():
 
 
 def test_a_layer_map_without_pairs_is_refused():
-    """PKD leaves out the student's last layer, so a 1-layer student has no pairs: the distiller summed
-    nothing and crashed ('float' object has no attribute 'detach'). Now a one-line ConfigError."""
+    """PKD leaves out the student's last layer, so a 1-layer student has no pairs to sum: a one-line
+    ConfigError, not an AttributeError from an empty sum."""
     from bertforge.errors import ConfigError
     with pytest.raises(ConfigError, match="pairs no layers of a 1-layer student.*--layer-map"):
         build_terms(method_terms("pkd", "task"), 1, 4)

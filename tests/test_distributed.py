@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from resilience_util import (bertforge_cmd, load_weights, make_tiny_checkpoint, read_metrics, run,
-                             sentences, torchrun_cmd, write_tsv)
+from helpers import (bertforge_cmd, load_weights, make_tiny_checkpoint, read_metrics, run,
+                     sentences, torchrun_cmd, write_tsv)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_fsdp_two_processes_equal_one_and_resume(tiny, finetune_one):
 
 def _corpus(path):
     import random
-    from resilience_util import WORDS
+    from helpers import WORDS
     rng = random.Random(0)
     docs = []
     for _ in range(30):

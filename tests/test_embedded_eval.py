@@ -1,4 +1,5 @@
-"""Embedded data (gensim text), sentence-embedding evaluation (Lee ρ, Pang–Lee probe, latency) and report."""
+"""Embedded data (gensim text), sentence-embedding evaluation (Lee ρ, Pang–Lee probe, latency) and report;
+`embed-eval` checks its options and its models before any work and truncates to the model's positions."""
 import json
 import time
 
@@ -11,6 +12,8 @@ from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences
 from bertforge.evaluate import report as rp
 from bertforge.evaluate.embedded import (Embedder, OnnxEmbedder, TorchEmbedder, lee_spearman, mean_pool,
                                          measure_latencies, polarity_accuracy, task_metrics)
+
+from helpers import make_tiny_checkpoint, sentences, write_file
 
 pytest.importorskip("gensim")
 
@@ -270,3 +273,52 @@ def test_plots_and_loss_curve_reader(tmp_path):
     for f in ("l.png", "q.png"):
         assert (tmp_path / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not rp.plot_loss_curves({}, tmp_path / "none.png")
+
+
+def test_embed_eval_out_is_checked_before_any_work(tmp_path, cli_error):
+    ckpt = make_tiny_checkpoint(tmp_path / "m")
+    common = ["embed-eval", "--model", ckpt, "--rounds", 1, "--iters", 1, "--seq-len", 8, "--no-progress"]
+    line = cli_error([*common, "--out", ckpt / "model.safetensors"], ckpt)
+    assert "inside the model directory" in line
+    existing = tmp_path / "results.json"
+    existing.write_text("{}")
+    assert "--overwrite" in cli_error([*common, "--out", existing], ckpt)
+    assert existing.read_text() == "{}"
+    for flag, value in (("--threads", -1), ("--lee-max-seq-len", -5), ("--max-eval-samples", 0)):
+        assert flag in cli_error([*common, flag, value], ckpt)
+    assert "exceeds the 64 positions" in cli_error([*common[:-3], "--seq-len", 100], ckpt)
+
+
+def test_embedding_truncates_to_the_models_positions(tmp_path):
+    """A 32-position model embeds a 200-word document (Lee documents are longer than 256 tokens): the
+    text is cut at the model's limit, and the embedding equals the one of the text cut by hand."""
+    from bertforge.evaluate.embedded import TorchEmbedder
+    ckpt = make_tiny_checkpoint(tmp_path / "m", max_pos=32)
+    e = TorchEmbedder(ckpt)
+    assert e.max_positions == 32 and e.truncation(256) == 32 and e.truncation(16) == 16
+    long_text = " ".join(s for s, _ in sentences(40))
+    assert len(e.tok.encode(long_text).ids) > 100
+    got = e.embed([long_text], 256)
+    assert np.allclose(got, e.embed([long_text], 32), atol=1e-6)
+
+
+@pytest.mark.parametrize("head,labels", [("token_classification", 9), ("question_answering", 2),
+                                         ("sequence_classification", 2)])
+def test_embed_eval_task_needs_a_classifier_of_the_task(workspace, tmp_path, cli_error, head, labels):
+    """A tagger or QA model (one output per token) or a 2-label model on STS-B (1 output) is refused, not
+    scored (np.stack of per-token outputs, or Pearson of argmax labels, would mean nothing)."""
+    from bertforge.hf import load_pretrained
+    from bertforge.models.heads import TaskModel
+    base = load_pretrained(workspace.tiny)
+    base.config.num_labels = labels
+    torch.manual_seed(0)
+    d = tmp_path / f"m-{head}"
+    TaskModel(base.config, head=head).save_pretrained(d, tokenizer_dir=workspace.tiny)
+    stsb = write_file(tmp_path / "stsb.tsv", "sentence1\tsentence2\tscore\na good film\ta fine film\t4.0\n"
+                                             "a bad film\ta dull film\t1.0\n")
+    task, data = ("stsb", stsb) if head == "sequence_classification" else ("sst2", workspace.train)
+    line = cli_error(["embed-eval", "--model", f"m={d}", "--rounds", 1, "--iters", 1, "--seq-len", 32,
+                      "--lee-max-seq-len", 32, "--max-seq-len", 32, "--task", task,
+                      "--data", data, "--no-progress"], untouched=workspace.run)
+    want = "predicts 2 labels but task stsb has 1" if task == "stsb" else "is not a sequence classifier"
+    assert want in line, line

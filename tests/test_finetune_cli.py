@@ -123,7 +123,7 @@ def test_custom_task_model_evaluates_predicts_and_distills_without_its_column_fl
     """A `--task custom` run keeps its columns and labels in config.json; evaluate, predict and a distilled
     student use them without the data.* flags. Truth: evaluate's accuracy equals the predictions scored by
     hand against the file's labels."""
-    from resilience_util import make_tiny_checkpoint, sentences
+    from helpers import make_tiny_checkpoint, sentences
     tiny = make_tiny_checkpoint(tmp_path / "tiny")
     rows = sentences(48, 2)
     data = tmp_path / "reviews.csv"

@@ -553,11 +553,9 @@ def test_a_sentence_per_line_file_is_not_read_as_conll(tmp_path):
         read_conll(f)
 
 
-def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, capsys):
-    """User trial: `evaluate` on a file with a tag outside the model's tag set answered "pass
-    data.labels=[...] with every tag", which evaluate does not accept. The tag set is the model's: the
-    message names it and the model."""
-    from resilience_util import cli_error_line
+def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, cli_error):
+    """`evaluate` on a file with a tag outside the model's tag set: the tag set is the model's, so the
+    message names it and the model (not "pass data.labels=[...]", which evaluate does not accept)."""
     tags = ["O", "B-PER", "B-LOC"]
     cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, num_labels=3,
@@ -568,14 +566,14 @@ def test_evaluate_on_a_tag_the_model_never_learnt_says_so(tmp_path, capsys):
     m.save_pretrained(d, tokenizer=tiny_tokenizer())
     f = tmp_path / "org.jsonl"
     f.write_text(json.dumps({"tokens": ["the", "cafe"], "tags": ["B-ORG", "O"]}) + "\n")
-    line = cli_error_line(["evaluate", "--model", d, "--data", f], capsys, d)
+    line = cli_error(["evaluate", "--model", d, "--data", f], d)
     assert f"has tags ['B-ORG'] that {d} was not fine-tuned on (its tags: ['O', 'B-PER', 'B-LOC'])" in line
 
 
 def test_a_squad_model_evaluates_on_squad_v2_data(tmp_path, capsys):
     """QA heads have two outputs, start and end, whatever id2label calls them: `evaluate --task squad_v2` on a
-    model fine-tuned on squad was refused as a label mismatch ("labels LABEL_0, LABEL_1 … labels start,
-    end"); it now scores (EM/F1 with HasAns/NoAns)."""
+    model fine-tuned on squad is not a label mismatch ("labels LABEL_0, LABEL_1 … labels start, end") and
+    scores (EM/F1 with HasAns/NoAns)."""
     d = tiny_model_dir(tmp_path, head="question_answering")
     cfg = json.loads((d / "config.json").read_text())
     cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "task": "squad", "max_seq_len": 32}

@@ -16,6 +16,8 @@ import yaml
 
 from bertforge.cli import main
 
+from helpers import sentences
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 HF = {"bert": ("BertForPreTraining", ["mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc"]),
       "roberta": ("RobertaForMaskedLM", ["mlm_loss", "mlm_acc"]),
@@ -136,8 +138,8 @@ def test_errors_are_one_line(corpus, tmp_path, capsys):
 
 
 def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
-    """User trial: with the small/base recipes' eval_fraction on a small corpus no document gave up a
-    sentence, and the run had no held-out evaluation ("best": null) without a word."""
+    """With the small/base recipes' eval_fraction on a small corpus no document gives up a sentence: the run
+    has no held-out evaluation ("best": null), and says so."""
     files, cache = corpus
     rc = _run(["--objective", "roberta", "--corpus", *files, "--out", str(tmp_path / "o"), "--cache-dir", cache,
                "--vocab-size", "600", "--max-steps", "1", "pretrain.eval_fraction=0.0001", *TINY])
@@ -161,3 +163,29 @@ def test_objective_optimizer_constants_yield_to_recipe_and_flags(tmp_path):
     f.write_text("train:\n  adam_betas: [0.9, 0.999]\n")
     got = recipe("--recipe", str(f))
     assert (tuple(got.adam_betas), got.adam_eps) == ((0.9, 0.999), 1e-6)
+
+
+def test_a_corpus_file_given_twice_is_refused(tmp_path, cli_error):
+    f = tmp_path / "c.txt"
+    f.write_text("\n".join(s for s, _ in sentences(50)) + "\n")
+    line = cli_error(["pretrain", "--objective", "bert", "--corpus", f, str(tmp_path / "." / "c.txt"),
+                      "--out", tmp_path / "run", "--max-steps", 1], tmp_path / "run")
+    assert "lists" in line and "twice" in line
+
+
+def test_dynamic_masking_serves_each_sequence_once_per_epoch(tmp_path, capsys):
+    """BERT's static masking copies the data (dupe_factor 10); with --masking dynamic the default is one
+    copy, as for RoBERTa."""
+    import shutil
+    docs = tmp_path / "docs.txt"
+    docs.write_text("\n\n".join(" ".join(s.capitalize() + "." for s, _ in sentences(4, i)) for i in range(6)) + "\n")
+    sizes = {}
+    for name, flags in (("static", ()), ("static-once", ("--dupe-factor", 1)), ("dynamic", ("--masking", "dynamic"))):
+        out = tmp_path / f"pt-{name}"
+        assert main([str(a) for a in ["pretrain", "--objective", "bert", "--corpus", docs, "--out", out, "--size",
+                                      "tiny", "--max-steps", 1, "--vocab-size", 120, "--cache-dir", tmp_path / "cache",
+                                      "--no-progress", *flags, "--doc-sep", "blank", "--batch-size", 1]]) == 0
+        sizes[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["train_sequences"]
+        shutil.rmtree(out)
+    # the ten static copies draw their own pairs and lengths, so they hold about, not exactly, 10× as many
+    assert sizes["dynamic"] == sizes["static-once"] > 0 and sizes["static"] > 5 * sizes["dynamic"]

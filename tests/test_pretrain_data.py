@@ -1,4 +1,5 @@
-"""Tokenizer training and the corpus pipeline (documents, sentences, cache, FULL-/DOC-SENTENCES)."""
+"""Tokenizer training and the corpus pipeline (documents, sentences, cache, FULL-/DOC-SENTENCES; a sentence
+longer than a sequence is split at word starts, not cut)."""
 import numpy as np
 import pytest
 
@@ -6,6 +7,8 @@ from bertforge.data.corpus import (PretrainDataset, TokenizedCorpus, iter_docume
                                    split_sentences)
 from bertforge.data.tokenizers_train import KINDS, SPECIALS, min_vocab_size, train_tokenizer
 from bertforge.errors import ConfigError, DataError
+
+from helpers import sentences
 
 WIKI = """ = Alpha Article = 
  
@@ -53,8 +56,9 @@ def test_tokenizer_errors():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokenizer_vocab_floor(kind):
-    """Byte-level BPE always holds its 256 byte symbols + 5 specials (before: --vocab-size 100 gave a
-    261-token model without a word); below each kind's floor the error names it."""
+    """Byte-level BPE always holds its 256 byte symbols + 5 specials (--vocab-size 100 cannot give a
+    100-token model: it would be a 261-token model without a word); below each kind's floor the error names
+    it."""
     need = min_vocab_size(kind)
     assert need == (261 if kind == "bpe" else 69)
     with pytest.raises(ConfigError, match=f"use at least {need}"):
@@ -165,3 +169,44 @@ def test_wordpiece_training_is_reproducible_and_ids_do_not_change_segmentation(d
     assert set(raw.get_vocab()) == set(runs[0].get_vocab())
     sample = [ln for ln in lines[3000 - 400:] if ln.strip()]
     assert [e.tokens for e in raw.encode_batch(sample)] == [e.tokens for e in runs[0].encode_batch(sample)]
+
+
+def _corpus(tmp_path, text: str):
+    from tokenizers.implementations import BertWordPieceTokenizer
+    from bertforge.data.corpus import TokenizedCorpus
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator([s for s, _ in sentences(200)], vocab_size=120, min_frequency=1)
+    f = tmp_path / "c.txt"
+    f.write_text(text)
+    return TokenizedCorpus.build([f], wp._tokenizer, cache_dir=tmp_path / "cache"), wp._tokenizer
+
+
+@pytest.mark.parametrize("mode", ["full", "doc", "sop"])
+def test_a_sentence_longer_than_a_sequence_is_split_at_word_starts_and_fully_used(tmp_path, mode):
+    from bertforge.data.corpus import PretrainDataset
+    words = [s for s, _ in sentences(400, 3)]
+    long_doc = " ".join(w.rstrip(".") for w in words[:200])  # one "sentence" of ~1000 words, no full stop
+    text = long_doc + "\n\n" + ". ".join(words[200:260]) + ".\n\n" + " ".join(words[260:400]) + "\n"
+    c, _ = _corpus(tmp_path, text)
+    assert c.lengths.max() > 400  # the corpus really has sentences far longer than a sequence
+    ds = PretrainDataset(c, mode, 64, 2, 3)
+    cap = 64 - 3
+    assert (ds.hi - ds.lo).max() <= cap
+    assert (ds.hi - ds.lo).min() >= 1
+    assert ds.lo[0] == 0 and ds.hi[-1] == c.num_tokens and (ds.lo[1:] == ds.hi[:-1]).all()  # a partition
+    ws = np.asarray(c.word_starts)
+    assert all(ws[o] == 1 for o in ds.lo)  # every piece starts at a word start (these words are short)
+    if mode == "full":  # every corpus token lands in exactly one sequence
+        served = sum(len(ds[i]["input_ids"]) - 2 for i in range(len(ds)))
+        seps = sum(int((ds[i]["input_ids"][1:-1] == 3).sum()) for i in range(len(ds)))
+        assert served - seps == c.num_tokens
+    for i in range(len(ds)):
+        assert len(ds[i]["input_ids"]) <= 64
+
+
+def test_a_single_word_longer_than_a_piece_is_cut_mid_word(tmp_path):
+    from bertforge.data.corpus import TokenizedCorpus, _pieces
+    c, _ = _corpus(tmp_path, "x" * 400 + "\n")
+    sent, lo, hi = _pieces(c, np.arange(len(c)), 10)
+    assert (hi - lo).max() <= 10 and lo[0] == 0 and hi[-1] == c.num_tokens and (lo[1:] == hi[:-1]).all()
+    assert isinstance(c, TokenizedCorpus) and (sent == 0).all()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from resilience_util import REPO, cli_env
+from helpers import REPO, cli_env
 
 DOCS = ["The cat sat on the mat. It was warm there.\nThe dog did not mind.",
         "Rain fell over the hills for three days. The river rose.",

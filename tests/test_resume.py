@@ -17,8 +17,8 @@ import time
 import pytest
 import torch
 
-from resilience_util import (bertforge_cmd, cli_env, load_weights, make_tiny_checkpoint, read_metrics, run,
-                             sentences, write_tsv, REPO)
+from helpers import (bertforge_cmd, cli_env, load_weights, make_tiny_checkpoint, read_metrics, run,
+                     sentences, write_tsv, REPO)
 
 STEPS = 12
 
@@ -276,7 +276,7 @@ def test_resume_refuses_a_pickle_that_runs_code(tmp_path):
 def test_ddp_resume_restores_every_ranks_rng(setup):
     """2 processes, dropout ON: each rank draws its own dropout masks, so resuming bit-identically needs the
     RNG state of every rank (rng.pt holds one per rank). Crash simulated by removing the newest checkpoint."""
-    from resilience_util import torchrun_cmd
+    from helpers import torchrun_cmd
     d, ckpt, train, ref = setup
     out = d / "ddp"
     args = ["finetune", "--model", ckpt, "--task", "sst2", "--train", train, "--out", out, "--max-steps", 4,
@@ -338,7 +338,7 @@ def test_resume_with_another_lr_continues_the_schedule_from_the_new_peak(setup, 
 def test_sigterm_during_overwrite_cleans_up_and_keeps_the_old_run(setup):
     """``kill`` (SIGTERM) is handled like Ctrl-C: exit 143, one line, the staging dir of the ``--overwrite``
     run removed, the earlier run byte-for-byte as it was."""
-    from resilience_util import snapshot
+    from helpers import snapshot
     d, ckpt, train, ref = setup
     old = d / "old-term"
     shutil.copytree(ref, old)
@@ -379,7 +379,7 @@ def test_staging_dirs_of_killed_runs_are_removed_by_the_next_run(setup, tmp_path
 def test_resume_past_the_new_total_is_refused_and_a_constant_schedule_needs_no_note(setup, tmp_path):
     """A checkpoint already beyond --max-steps cannot be continued (exit 2, nothing trained, the run as it
     was); a schedule that does not depend on the total (constant, fixed warm-up) resumes without the note."""
-    from resilience_util import snapshot
+    from helpers import snapshot
     d, ckpt, train, ref = setup
     out = tmp_path / "past"
     shutil.copytree(ref, out)
@@ -405,3 +405,13 @@ def test_load_pretrained_returns_a_model_ready_for_inference(setup):
     ids = torch.tensor([[2, 10, 11, 12, 3]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, model(ids).logits)
+
+
+def test_resume_ignores_settings_only_one_version_records():
+    """A run started before pretrain.max_ngram existed (or whose recipe recorded model.embedding_size for
+    an E = H family) still resumes; a recorded value that changed is still named."""
+    from bertforge.train.trainer import _recipe_changes
+    old = {"model": {"hidden_size": 32, "embedding_size": 64}, "pretrain": {"scheme": "token"}}
+    assert _recipe_changes(old, {"model": {"hidden_size": 32}, "pretrain": {"scheme": "token", "max_ngram": 3}}) == ""
+    assert "pretrain.scheme 'token' → 'ngram'" in _recipe_changes(old, {"model": {"hidden_size": 32},
+                                                                         "pretrain": {"scheme": "ngram"}})

@@ -1,5 +1,6 @@
 """Task registry and readers: the nine GLUE layouts as the GLUE distribution ships them, generic
-CSV/TSV/JSONL, metrics against hand-computed values."""
+CSV/TSV/JSONL/JSON (line separators inside a field are text), collation of labelled and unlabelled rows,
+metrics against hand-computed values."""
 import json
 
 import numpy as np
@@ -9,6 +10,8 @@ from bertforge.data.readers import read_examples
 from bertforge.data.tasks import TASKS, get_task
 from bertforge.errors import ConfigError, DataError
 from bertforge.evaluate.metrics import compute
+
+from helpers import sentences, write_file
 
 # one or two rows of each GLUE file, header and column order exactly as in the GLUE distribution
 GLUE_FILES = {
@@ -127,7 +130,7 @@ def test_metrics_hand_computed():
 def test_hub_mnli_labels_follow_their_names(monkeypatch):
     """The hub's glue/mnli numbers its ClassLabel entailment, neutral, contradiction; the task (and the GLUE
     TSVs) contradiction, entailment, neutral. Hub ids are mapped by name, so one sentence pair gets the
-    same label from either source (before, hub 'entailment' (0) was read as 'contradiction')."""
+    same label from either source (hub 'entailment' (0) is not read as the task's 'contradiction')."""
     datasets = pytest.importorskip("datasets")
     rows = {"premise": ["p0", "p1", "p2"], "hypothesis": ["h0", "h1", "h2"], "label": [0, 1, 2]}
     hub_names = ["entailment", "neutral", "contradiction"]
@@ -154,9 +157,9 @@ def test_hub_mnli_labels_follow_their_names(monkeypatch):
 
 
 def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(tmp_path, capsys):
-    """User trial: an STS-B score 'nan' was read as a label, training then failed with "loss became nan …
-    lower train.lr", and `evaluate` printed `"pearson": NaN`, which is not JSON. Now the row is named, and a
-    non-finite metric prints as null."""
+    """An STS-B score 'nan' (or inf) is refused with its row named, rather than read as a label (training
+    would then fail with "loss became nan … lower train.lr"); a non-finite metric prints as null, since
+    `"pearson": NaN` is not JSON."""
     head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
     row = "{i}\tm\tf\t2012\t{i}\tn\tn\tA man plays.\tA man is playing.\t{s}\n"
     for bad in ("nan", "inf", "-Infinity"):
@@ -181,3 +184,59 @@ def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(
         return json.loads(s, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     print_json({"pearson": float("nan"), "spearman": np.float32("inf"), "n": 3, "l": [1.5, float("-inf")]})
     assert strict(capsys.readouterr().out) == {"pearson": None, "spearman": None, "n": 3, "l": [1.5, None]}
+
+
+def test_line_separators_inside_a_field_are_text(tmp_path):
+    """U+2028 inside a JSON string (valid JSON; json.dumps(ensure_ascii=False) writes it raw) and a form
+    feed inside a TSV cell stay in the example's text instead of splitting the row."""
+    task = get_task("sst2")
+    row = json.dumps({"sentence": "good\u2028movie", "label": "1"}, ensure_ascii=False)
+    assert "\u2028" in row
+    ex = read_examples(write_file(tmp_path / "u.jsonl", row + "\n"), task)
+    assert len(ex) == 1 and ex[0].text_a == "good\u2028movie"
+    ex = read_examples(write_file(tmp_path / "ff.tsv", "sentence\tlabel\ngood\x0cmovie\t1\r\nbad one\t0\n"),
+                       task)
+    assert [(e.text_a, e.label) for e in ex] == [("good\x0cmovie", 1), ("bad one", 0)]
+    from bertforge.data.conll import read_token_jsonl
+    row = json.dumps({"tokens": ["a\u2028b", "c"], "tags": ["O", "O"]}, ensure_ascii=False)
+    toks = read_token_jsonl(write_file(tmp_path / "t.jsonl", row + "\n"))
+    assert toks[0].tokens == ["a\u2028b", "c"]
+
+
+def test_a_json_array_of_positional_rows_reads(tmp_path):
+    task = get_task("custom", text_columns=[0], label_column=1, labels=["0", "1"])
+    ex = read_examples(write_file(tmp_path / "arr.json", '[["good movie", "1"], ["bad film", "0"]]'), task)
+    assert [(e.text_a, e.label) for e in ex] == [("good movie", 1), ("bad film", 0)]
+
+
+def test_a_batch_with_labels_on_some_rows_only_is_collated_without_labels():
+    """predict on a JSONL file where some rows carry a label: no KeyError, the batch simply has no labels."""
+    from bertforge.data.collate import PadCollator
+    rows = [{"input_ids": [5, 6, 7], "labels": 1}, {"input_ids": [8, 9]}]
+    batch = PadCollator(0)(rows)
+    assert "labels" not in batch and batch["input_ids"].tolist() == [[5, 6, 7], [8, 9, 0]]
+    assert PadCollator(0)([rows[0], {"input_ids": [8], "labels": 0}])["labels"].tolist() == [1, 0]
+
+
+def test_f1_averaging_follows_the_task_not_the_sample(workspace, tmp_path, capsys):
+    """Hand-computed: ref [0,1,1,0], pred [0,1,0,0]. 2 labels: F1 of class 1 = 2/3. 3 labels (class 2 in
+    neither side): macro of the present classes 0.8 and 2/3 = 0.7333, and perfect predictions give 1. A
+    3-label custom task with data.metric=f1 trains and evaluates on an eval file that holds 2 of the 3
+    labels."""
+    from bertforge.cli import main
+    ref, pred = [0, 1, 1, 0], [0, 1, 0, 0]
+    assert compute(["f1"], pred, ref, 2)["f1"] == pytest.approx(2 / 3)
+    assert compute(["f1"], pred, ref, 3)["f1"] == pytest.approx((0.8 + 2 / 3) / 2)
+    assert compute(["f1"], ref, ref, 3)["f1"] == 1.0
+    assert compute(["f1"], [0, 2, 1], [0, 1, 1], 3)["f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)  # a false class 2
+    data = write_file(tmp_path / "three.csv", "text,label\n" + "".join(f"{s},{'pos' if y else 'neg'}\n"
+                                                                       for s, y in sentences(16, 3)))
+    out = tmp_path / "f1run"
+    assert main(["finetune", "--model", str(workspace.tiny), "--task", "custom", "--train", str(data), "--eval",
+                 str(data), "--out", str(out), "--max-steps", "1", "--batch-size", "4", "--max-seq-len", "32",
+                 "--no-progress", "data.text_columns=[text]", "data.label_column=label",
+                 "data.labels=[neg,pos,neutral]", "data.metric=f1"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(data)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.0 <= res["f1"] <= 1.0

@@ -90,3 +90,21 @@ def test_result_names_the_saved_step_and_the_last_evaluation(tmp_path):
     assert top.keys() == ck.keys() and all(torch.equal(top[k], ck[k]) for k in top)
     with pytest.raises(ConfigError, match="train.batch_size 64 exceeds the 32 training examples"):
         Trainer(model, _data(), PadCollator(0), load_recipe(None, ["train.batch_size=64"]), tmp_path / "big")
+
+
+def test_an_unknown_metric_for_best_is_named_once(tmp_path, capsys):
+    from bertforge.config import ModelConfig, load_recipe
+    from bertforge.data.collate import PadCollator
+    from bertforge.models.heads import TaskModel
+    from bertforge.train.trainer import Trainer
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, max_position_embeddings=32, num_labels=2)
+    data = [{"input_ids": [3, 4, 5], "token_type_ids": [0, 0, 0], "labels": 1}] * 8
+    recipe = load_recipe(None, ["train.batch_size=4", "train.max_steps=2", "train.eval_every=1",
+                                "impl.progress=false", "train.metric_for_best=nope"])
+    t = Trainer(TaskModel(cfg, head="sequence_classification"), data, PadCollator(0), recipe, tmp_path / "r",
+                eval_fn=lambda m: {"accuracy": 0.5})
+    result = t.fit()
+    err = capsys.readouterr().err
+    assert err.count("train.metric_for_best='nope' is not among the evaluation's metrics (accuracy)") == 1
+    assert result["best"] is None

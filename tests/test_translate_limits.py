@@ -1,6 +1,6 @@
-"""`translate train` length limits and vocabulary size (user trial): a length limit that drops every pair
-says so and names the key to raise (not "the training set is empty"); a vocab size below what the
-tokenizer needs is refused with the minimum (BPE quietly grew it, Unigram crashed)."""
+"""`translate train` length limits and vocabulary size: a length limit that drops every pair says so and
+names the key to raise (not "the training set is empty"); a vocab size below what the tokenizer needs is
+refused with the minimum (for BPE and Unigram alike)."""
 from __future__ import annotations
 
 import json
@@ -74,8 +74,8 @@ def test_vocab_size_below_the_tokenizer_minimum_is_refused(tmp_path, capsys, kin
     f = _files(tmp_path)
     texts = [ln for p in (f["train.en"], f["train.de"]) for ln in Path(p).read_text().splitlines()]
     need = min_vocab_size(texts, kind)
-    # the minimum is exact: it works, and one less is refused (BPE used to return `need` tokens anyway,
-    # Unigram raised a bare "The vocabulary is not large enough to contain all chars")
+    # the minimum is exact: it works, and one less is refused (a ConfigError for both kinds: not BPE quietly
+    # returning `need` tokens, nor Unigram's bare "The vocabulary is not large enough to contain all chars")
     assert train_joint_tokenizer(texts, need, kind).get_vocab_size() <= need
     with pytest.raises(ConfigError, match=f"at least {need} "):
         train_joint_tokenizer(texts, need - 1, kind)

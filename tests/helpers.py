@@ -1,5 +1,6 @@
-"""Shared fixtures of the distributed / resume / bad-input tests: a tiny BERT checkpoint with its own
-WordPiece vocabulary, small SST-2-style TSV files, and helpers to run the CLI in a subprocess."""
+"""Helpers shared by the test files (plain functions, importable from subprocess-driven tests as well as
+from the fixtures in conftest.py): tiny SST-2-style data, a tiny BERT checkpoint with its own WordPiece
+vocabulary, running the CLI in a subprocess, and the one-error-line contract of a refused CLI call."""
 from __future__ import annotations
 
 import os
@@ -47,20 +48,11 @@ def make_tiny_checkpoint(path: Path, vocab: int = 120, hidden: int = 32, layers:
     return Path(path)
 
 
-def tiny_workspace(d: Path, *finetune_extra):
-    """A namespace with ``d``, ``tiny`` (:func:`make_tiny_checkpoint`), ``train`` (24 labelled rows, SST-2
-    layout) and ``run``: a finished 2-step ``finetune --task sst2`` of ``tiny`` on ``train`` (the earlier
-    output that bad input must leave intact); ``finetune_extra`` are more finetune arguments."""
-    from bertforge.cli import main
-    ns = type("W", (), {})()
-    ns.d = Path(d)
-    ns.tiny = make_tiny_checkpoint(ns.d / "tiny")
-    ns.train = write_tsv(ns.d / "train.tsv", sentences(24, 1))
-    ns.run = ns.d / "run"
-    assert main(["finetune", "--model", str(ns.tiny), "--task", "sst2", "--train", str(ns.train), "--out",
-                 str(ns.run), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32", "--no-progress",
-                 *finetune_extra]) == 0
-    return ns
+def write_file(path: Path, data) -> Path:
+    """Write ``data`` (bytes as they are, text as UTF-8) to ``path``; returns ``path``."""
+    path = Path(path)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
 
 
 def cli_env(**extra) -> dict:

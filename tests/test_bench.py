@@ -1,6 +1,7 @@
-"""`bertforge bench` reports the same parameter count for one model dir on every backend: each distinct
-weight once (the tied input/output embedding once), whatever the backend runs (user trial: torch,
-transformers and onnxruntime gave three different numbers for one pretraining run dir)."""
+"""`bertforge bench`: the same parameter count for one model dir on every backend (torch, transformers,
+onnxruntime): each distinct weight once, the tied input/output embedding once, whatever the backend runs;
+a batch that does not fit in memory is refused before any work, with the sizes that fit; --threads and
+--int8 are honoured where they apply."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def mlm_dir(tmp_path_factory):
                       intermediate_size=64, vocab_size=300, max_position_embeddings=34, type_vocab_size=1,
                       pad_token_id=1, add_pooling_layer=False)
     m = TaskModel(cfg, head="mlm").eval()
-    d = tmp_path_factory.mktemp("s12bench") / "rob"
+    d = tmp_path_factory.mktemp("bench") / "rob"
     m.save_pretrained(d)
     return d, sum(p.numel() for p in m.parameters())  # parameters() yields a tied tensor once
 
@@ -102,3 +103,60 @@ def test_bench_transformers_prints_no_loading_bar(mlm_dir, capsys):
     err = capsys.readouterr().err
     assert rc == 0 and "Loading weights" not in err
     assert hf_logging.is_progress_bar_enabled()
+
+
+
+def _bench_argv(model, *extra) -> list:
+    return ["bench", "--model", model, "--seq-len", 16, "--iters", 2, "--warmup", 0, *extra]
+
+
+def test_bench_refuses_a_batch_that_does_not_fit_in_memory(workspace, capsys, monkeypatch, cli_error):
+    import importlib
+
+    from bertforge.cli import main
+    B = importlib.import_module("bertforge.evaluate.bench")  # the module; bertforge.evaluate.bench is the function
+    monkeypatch.setattr(B, "available_memory_bytes", lambda: 2**30)  # a 1 GiB machine
+    for extra in (["--batch-size", "100000"], ["--batch-size", "20000", "--seq-len", "64"]):
+        line = cli_error(_bench_argv(workspace.run, *extra), untouched=workspace.run)
+        assert "--batch-size" in line and "GiB" in line and "available" in line, line
+        assert "lower --batch-size or --seq-len" in line
+    # normal sizes still run on the same (pretend) 1 GiB machine
+    argv = _bench_argv(workspace.run, "--batch-size", "64", "--seq-len", "64", "--iters", "1")
+    assert main([str(a) for a in argv]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["batch_size"] == 64 and rec["calls"] == 1
+
+
+def test_memory_estimate_is_sane_for_real_models():
+    from bertforge.evaluate.bench import activation_bytes, available_memory_bytes, check_memory
+    from bertforge.errors import ConfigError
+    base = {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072}
+    minilm = {"hidden_size": 384, "num_attention_heads": 12, "intermediate_size": 1536}
+    assert activation_bytes(base, 64, 512) < 4 * 2**30  # BERT-base batch 64 × 512: a few GiB
+    check_memory(minilm, 64, 512, available=8 * 2**30)
+    with pytest.raises(ConfigError, match="--batch-size 4096"):
+        check_memory(minilm, 4096, 512, available=64 * 2**30)
+    avail = available_memory_bytes()
+    assert avail is None or avail > 0
+
+
+def test_bench_threads_within_range_runs(workspace, capsys):
+    from bertforge.cli import main
+    torch_threads = torch.get_num_threads()
+    try:
+        assert main([str(a) for a in _bench_argv(workspace.run, "--threads", "1")]) == 0
+        assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["threads"] == 1
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
+def test_bench_int8_on_an_int8_onnx_dir_is_fine(workspace, tmp_path, capsys):
+    """--int8 is only refused where it would be silently ignored (an FP32 graph)."""
+    from bertforge.cli import main
+    q = tmp_path / "onnx-int8"
+    assert main(["quantize", "--model", str(workspace.run), "--out", str(q), "--reduce-range"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reduce_range"] is True
+    assert json.loads((q / "onnx.json").read_text())["reduce_range"] is True
+    assert main([str(a) for a in _bench_argv(q, "--int8")]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["precision"] == "int8" and "7-bit reduce_range" in rec["quantization"]
