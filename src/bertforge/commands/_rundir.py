@@ -108,7 +108,7 @@ class RunDir:
                 raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
             return
         busy = out.is_dir() and any(out.iterdir())
-        if busy and self.overwrite:
+        if busy and self.overwrite and self.trains:
             self._check_replaceable()
         self._check_placement()
         if busy and not self.overwrite:
@@ -119,6 +119,8 @@ class RunDir:
                                      f"or new --out")
             raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, "
                                  f"--overwrite to replace it, or another --out")
+        if busy and self.overwrite and not self.trains:
+            self._check_replaceable()
 
     def _check_placement(self) -> None:
         out, res = self.out, self.out.resolve()
