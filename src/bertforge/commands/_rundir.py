@@ -27,8 +27,8 @@ distill, translate train) and the verbs that write a model in one go (prune, qua
    staging dirs whose writer (this host, the pid in the name) is gone
    (:func:`bertforge.io.remove_stale_siblings`).
 
-Under ``torchrun`` every rank writes into the same folder (a staging dir named after the run id) and only
-rank 0 swaps it in or cleans it up.
+Under ``torchrun`` every rank of a training run writes into the same folder (a staging dir named after the
+run id) and only rank 0 swaps it in or cleans it up.
 """
 from __future__ import annotations
 
@@ -52,10 +52,6 @@ def holds_output(path: Path) -> bool:
 def enclosing_output(path: Path) -> Optional[Path]:
     """The nearest directory above ``path`` (resolved) that holds a run, checkpoint or export, or None."""
     return next((p for p in Path(path).resolve().parents if holds_output(p)), None)
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
 
 
 class RunDir:
@@ -163,7 +159,7 @@ class RunDir:
             return out
         self._staged = True
         res = out.resolve()  # staged beside the resolved path ("runs/x/.." has no name of its own)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
+        if self.trains and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
             st = res.with_name(f".{res.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
@@ -182,8 +178,12 @@ class RunDir:
             raise _explain(exc, self.out) from None
         return False
 
+    def _rank0(self) -> bool:
+        """Whether this process swaps in and cleans up: any one-shot verb, a training run's rank 0."""
+        return not self.trains or int(os.environ.get("RANK", "0")) == 0
+
     def _swap_in(self) -> None:
-        if not self._staged or _rank() != 0:
+        if not self._staged or not self._rank0():
             return
         try:
             swap_in(self.work, self.out.resolve())
@@ -192,7 +192,7 @@ class RunDir:
             raise _explain(e, self.out) from None
 
     def _clean_up(self) -> None:
-        if self.work is None or _rank() != 0:
+        if self.work is None or not self._rank0():
             return
         if self._staged:
             shutil.rmtree(self.work, ignore_errors=True)

@@ -367,9 +367,11 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
     from ..data.collate import encode_examples
     items = list(adapter.load(d.train, d.max_train_samples)) if token_task \
         else encode_examples(tok, examples, d.max_seq_len)
-    return Data(teachers=teachers, tokenizer=tok, head=head, head_config=head_cfg, items=items, base_collate=adapter.collator(),
-                eval_ds=adapter.load(d.eval, d.max_eval_samples) if d.eval else None, adapter=adapter, task=task,
-                task_spec=spec, token_task=token_task, augment_record=aug_record)
+    base_collate = adapter.collator()
+    eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+    return Data(teachers=teachers, tokenizer=tok, head=head, head_config=head_cfg, items=items,
+                base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec=spec,
+                token_task=token_task, augment_record=aug_record)
 
 
 def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tuple:
