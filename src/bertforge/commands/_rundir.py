@@ -104,6 +104,8 @@ class RunDir:
                 raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
             return
         busy = out.is_dir() and any(out.iterdir())
+        # of two broken rules, a training verb names what --overwrite may not replace, a one-shot verb
+        # where --out may not lie
         if busy and self.overwrite and self.trains:
             self._check_replaceable()
         self._check_placement()
@@ -159,7 +161,7 @@ class RunDir:
             return out
         self._staged = True
         res = out.resolve()  # staged beside the resolved path ("runs/x/.." has no name of its own)
-        if self.trains and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
+        if self.trains and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: the ranks agree on one dir
             st = res.with_name(f".{res.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
             st.mkdir(exist_ok=True)
             return st
