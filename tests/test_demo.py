@@ -81,3 +81,15 @@ def test_demo_refuses_a_foreign_out_dir(tmp_path, capsys):
     assert "not a demo" in capsys.readouterr().err
     assert (tmp_path / "precious.txt").read_text() == "x"
     assert main(["demo", "--task", "sst2", "--out", str(tmp_path / "x")]) == 2  # --task needs --train
+
+
+def test_a_demo_stage_row_renders_as_its_command_line():
+    """A row's arguments dict becomes the command line the report records and the stage runs."""
+    from pathlib import Path
+
+    from bertforge.commands.demo import Stage
+    row = Stage("evaluate", "embed-eval", {"--model": ["teacher=minilm", "a=runs/a"], "--rounds": 2,
+                                           "--out": Path("runs/eval/results.json"), "--overwrite": True,
+                                           "--task": None, "--no-progress": False, "train.log_every": 5})
+    assert row.argv() == ["embed-eval", "--model=teacher=minilm", "--model=a=runs/a", "--rounds", "2",
+                          "--out", "runs/eval/results.json", "--overwrite", "train.log_every=5"]

@@ -100,25 +100,25 @@ def test_overwrite_never_removes_other_files_or_the_working_directory(workspace,
 
 
 def test_a_failed_run_leaves_a_new_out_as_it_found_it(tmp_path):
-    """prepare_out_dir → failure → abandon_out_dir: a dir the run created is removed, an empty one emptied,
-    one holding a saved checkpoint kept for --resume."""
-    from bertforge.commands._common import abandon_out_dir, prepare_out_dir
+    """RunDir of a training run → failure: a dir the run created is removed, an empty one emptied, one
+    holding a saved checkpoint kept for --resume."""
+    from bertforge.commands._rundir import RunDir
+
+    def fail(out, write):
+        with pytest.raises(RuntimeError):
+            with RunDir(out, resume=False) as work:
+                write(work)
+                raise RuntimeError("the run failed")
+
     new = tmp_path / "new"
-    work = prepare_out_dir(new, resume=False, overwrite=False)
-    (work / "recipe.yaml").write_text("x")
-    (work / "teacher_cache").mkdir()
-    abandon_out_dir(work, new)
+    fail(new, lambda work: ((work / "recipe.yaml").write_text("x"), (work / "teacher_cache").mkdir()))
     assert not new.exists()
     empty = tmp_path / "empty"
     empty.mkdir()
-    work = prepare_out_dir(empty, resume=False, overwrite=False)
-    (work / "recipe.yaml").write_text("x")
-    abandon_out_dir(work, empty)
+    fail(empty, lambda work: (work / "recipe.yaml").write_text("x"))
     assert empty.is_dir() and not any(empty.iterdir())
     kept = tmp_path / "kept"
-    work = prepare_out_dir(kept, resume=False, overwrite=False)
-    (work / "checkpoints" / "step-1").mkdir(parents=True)
-    abandon_out_dir(work, kept)
+    fail(kept, lambda work: (work / "checkpoints" / "step-1").mkdir(parents=True))
     assert (kept / "checkpoints" / "step-1").is_dir()
 
 

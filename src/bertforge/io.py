@@ -107,6 +107,47 @@ def move_files_into(src: Path, dst: Path) -> None:
         f.replace(Path(dst) / f.name)
 
 
+def staging_dir(path: Path, label: str = "", suffix: str = "") -> Path:
+    """A new empty directory ``.NAME.<label>HOST_PID_xxxx<suffix>`` beside ``path``, with the mode the umask gives
+    a new directory (``mkdtemp`` makes 0700); the writer's host and pid in its name let
+    :func:`remove_stale_siblings` clear it away after a kill. Creates ``path``'s parent when missing.
+
+    Raises:
+        OSError: the parent cannot be created or written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{label}{owner_tag()}", suffix=suffix,
+                                dir=path.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
+
+
+def swap_in(tmp: Path, path: Path) -> None:
+    """Put the complete directory ``tmp`` at ``path`` (a sibling of it): the old ``path``, if any, is renamed
+    away, ``tmp`` renamed into its place, then the old one deleted — at every moment one of the two is
+    complete. Files written 0600 get the umask's mode (:func:`normal_file_mode`).
+
+    Raises:
+        OSError: a rename failed (``path`` is then the old directory again).
+    """
+    tmp, path = Path(tmp), Path(path)
+    for f in tmp.rglob("*"):
+        normal_file_mode(f)
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{owner_tag()}")
+        os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if old is not None:
+            os.replace(old, path)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces ``path`` (the old one is removed
@@ -114,23 +155,13 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     ``path`` is untouched."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_siblings(path)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{owner_tag()}", suffix=".tmp", dir=path.parent))
-        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the result gets a normal dir's mode
+        tmp = staging_dir(path, suffix=".tmp")
     except OSError as e:
         raise _explain(e, path) from None
     try:
         yield tmp
-        for f in tmp.rglob("*"):
-            normal_file_mode(f)
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{owner_tag()}")
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_in(tmp, path)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _explain(e, path) from None

@@ -12,6 +12,7 @@ from typing import Optional
 from ..config import Recipe, load_recipe
 from ..errors import BertforgeError, ConfigError, require_at_least
 from ..hf import EMBEDDED, resolve_model_dir  # noqa: F401  (re-exported for the verbs)
+from ._rundir import enclosing_output, holds_output
 
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
@@ -131,85 +132,6 @@ def check_recipe(r: Recipe) -> Recipe:
     return r
 
 
-def _check_placement(out: Path, inputs: tuple = ()) -> None:
-    """Refuse an ``out`` that is, contains or sits inside one of ``inputs`` (model dirs the verb reads), or
-    that sits inside another run, checkpoint or export dir (a later ``--overwrite`` of that dir, or a
-    ``--resume`` of it, would then delete or trip over this one)."""
-    res = Path(out).resolve()
-    for src in inputs:
-        src = Path(src).resolve()
-        how = ("would replace the input" if src == res else "contains the input" if res in src.parents
-               else "is inside the input" if src in res.parents else None)
-        if how:
-            raise BertforgeError(f"--out {out} {how} {src}; choose an --out outside it")
-    parent = enclosing_output(res)
-    if parent is not None:
-        raise BertforgeError(f"--out {out} is inside {parent}, which holds a bertforge run or model; "
-                             f"choose an --out outside it")
-
-
-def prepare_out_dir(out: Path, resume: bool, overwrite: bool, inputs: tuple = ()) -> Path:
-    """Decide where a run writes. Returns the directory to train into.
-
-    * new or empty ``out`` → ``out``;
-    * ``--resume`` → ``out`` (it must hold checkpoints);
-    * existing run without ``--resume``/``--overwrite`` → error (nothing is touched);
-    * ``--overwrite`` → a staging sibling that replaces ``out`` only when the run succeeds.
-    """
-    out = Path(out)
-    if resume and overwrite:
-        raise BertforgeError("--resume continues the run in --out and --overwrite replaces it; pass one of them")
-    if out.exists() and not out.is_dir():
-        raise BertforgeError(f"--out {out} is a file; pass a directory path")
-    from ..io import remove_stale_siblings
-    remove_stale_siblings(out.resolve())  # staging dirs of runs killed (kill -9) before they could clean up
-    busy = out.is_dir() and any(out.iterdir())
-    if busy and overwrite:
-        _check_replaceable(out)
-    if resume:
-        if not (out / "checkpoints").is_dir():
-            raise BertforgeError(f"--resume: {out} has no checkpoints/; run without --resume first")
-        return out
-    _check_placement(out, inputs)
-    if busy and not overwrite:
-        if not holds_output(out):
-            raise BertforgeError(f"--out {out} is a non-empty directory that holds no run; pass an empty or "
-                                 f"new --out")
-        raise BertforgeError(f"--out {out} already holds a run; pass --resume to continue it, --overwrite "
-                             f"to replace it, or another --out")
-    if busy:  # staged beside the resolved path ("runs/x/.." has no name of its own)
-        import tempfile
-        res = out.resolve()
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: every rank must agree on one dir
-            st = res.with_name(f".{res.name}.staging-{os.environ.get('TORCHELASTIC_RUN_ID', 'ddp')}")
-            st.mkdir(exist_ok=True)
-            return st
-        from ..io import current_umask, owner_tag
-        st = Path(tempfile.mkdtemp(prefix=f".{res.name}.staging-{owner_tag()}", dir=res.parent))
-        os.chmod(st, 0o777 & ~current_umask())  # the run dir it becomes gets a normal dir's mode
-        return st
-    existed = out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BertforgeError(f"cannot create --out {out} ({e.strerror}); choose a writable path") from None
-    _FRESH_OUT[out.resolve()] = not existed  # new (True) or empty (False): a failed run leaves it as it was
-    return out
-
-
-#: what a dir bertforge wrote holds at its top: a run, a checkpoint, or an exported graph
-_OUTPUT_MARKERS = ("recipe.yaml", "config.json", "checkpoints", "model.onnx")
-
-
-def holds_output(out: Path) -> bool:
-    return any((out / f).exists() for f in _OUTPUT_MARKERS)
-
-
-def enclosing_output(path: Path):
-    """The nearest directory above ``path`` (resolved) that holds a run, checkpoint or export, or None."""
-    return next((p for p in Path(path).resolve().parents if holds_output(p)), None)
-
-
 def check_cache_dir(cache: Path, out: Path, inputs: tuple = (), *, reuse_hint: str, kind: str = "a cache",
                     is_cache=None, inside_out: bool = False) -> None:
     """Refuse a ``--cache-dir`` before anything is written when it is a file; is, contains or lies inside an
@@ -280,69 +202,6 @@ def check_out_files(out_dir: Path, names: tuple, overwrite: bool, inputs: tuple 
     for n in names:
         check_out_file(out_dir / n, inputs=inputs, overwrite=overwrite, flag=flag)
     return out_dir
-
-
-def _check_replaceable(out: Path) -> None:
-    """``--overwrite`` replaces only a dir bertforge (or transformers) wrote, never the working directory or
-    one that contains it, and never a dir of other files."""
-    res, cwd = out.resolve(), Path.cwd().resolve()
-    if res == cwd or res in cwd.parents:
-        raise BertforgeError(f"--out {out} is the current directory or contains it; --overwrite cannot replace "
-                             f"it, pass a path below it")
-    if not holds_output(out):
-        raise BertforgeError(f"--out {out} holds files that are not a bertforge run; --overwrite replaces only "
-                             f"a run or checkpoint dir, pass an empty or new --out")
-
-
-#: run dirs that :func:`prepare_out_dir` handed out new or empty → whether it created them
-_FRESH_OUT: dict = {}
-
-
-def check_out_free(out: Path, overwrite: bool, inputs: tuple = ()) -> Path:
-    """For verbs that write one output dir atomically: refuse a file, a non-empty ``out`` unless
-    ``--overwrite``, and (even with ``--overwrite``) an ``out`` that is or contains one of ``inputs``."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BertforgeError(f"--out {out} is a file; pass a directory path")
-    _check_placement(out, inputs)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise BertforgeError(f"--out {out} is not empty; pass --overwrite or another --out")
-        _check_replaceable(out)
-    return out
-
-
-def finish_out_dir(work: Path, out: Path) -> None:
-    """Swap a staging dir into place (no-op when the run wrote ``out`` directly)."""
-    work, out = Path(work).resolve(), Path(out).resolve()
-    if work == out or int(os.environ.get("RANK", "0")) != 0:
-        return
-    import shutil
-    from ..io import owner_tag
-    old = out.with_name(f".{out.name}.old-{owner_tag()}")
-    os.replace(out, old)
-    os.replace(work, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def abandon_out_dir(work: Path, out: Path) -> None:
-    """After a failed run: drop the staging dir, or return a new/empty ``out`` to how it was when no
-    checkpoint was saved yet (a run that saved one stays, for ``--resume``)."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
-    import shutil
-    work, out = Path(work), Path(out)
-    if work.resolve() != out.resolve():
-        shutil.rmtree(work, ignore_errors=True)
-        return
-    created = _FRESH_OUT.pop(out.resolve(), None)
-    if created is None or any((out / "checkpoints").glob("step-*")):
-        return
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-    else:
-        for child in out.iterdir():
-            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
 
 def print_json(obj) -> None:

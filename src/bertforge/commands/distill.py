@@ -13,11 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from ..errors import ConfigError
-from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, check_cache_dir,
-                      check_flags_agree, finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
+from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
+                      print_json, resolve_model_dir)
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -151,19 +154,88 @@ def _applied(entry: dict, term, layer_map) -> dict:
     return e
 
 
-def run(args) -> int:
-    from ..adapters import adapter_for
-    from ..data.tasks import get_task, saved_task_spec, task_spec
-    from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
-    from ..distill.distiller import (MLM_LOSSES, Distiller, build_terms, has_mlm_head, method_terms,
-                                      mlm_head_name)
-    from ..distill.student import build_student
-    from ..hf import check_seq_len, load_pretrained, read_config
-    from ..tokenizer import load_tokenizer, pad_id, special_tokens
-    from ..data.collate import PadCollator
-    from ..train.trainer import Trainer
+@dataclass
+class Options:
+    """What the command line and the recipe's ``distill`` section ask for, checked (flags win)."""
+    section: dict              # the recipe's distill section as given
+    stage: str                 # "task" (labelled data) or "general" (raw text)
+    method: str                # kd | distilbert | pkd | tinybert | minilm
+    student: str               # shape, layers:…, or a checkpoint dir
+    temperature: Optional[float]
+    alpha: Optional[float]
+    augment: dict              # the recipe's distill.augment
+    copies: int                # augmented copies per training example (0: none)
+    augment_mlm: Optional[str]  # masked LM whose predictions replace words
 
+
+@dataclass
+class Data:
+    """The teachers loaded with the head the data needs, and the training/evaluation data."""
+    teachers: list
+    tokenizer: object          # the teacher's (teachers and student share one vocabulary)
+    head: str
+    head_config: dict
+    items: list                # encoded training examples or corpus sequences
+    base_collate: object       # pads a batch of ``items``
+    eval_ds: object = None
+    adapter: object = None
+    task: object = None
+    task_spec: Optional[dict] = None
+    token_task: bool = False   # per-token logits (NER, QA)
+    augment_record: Optional[dict] = None  # the augmentation applied, for recipe.yaml
+
+
+@dataclass
+class Losses:
+    """The loss terms the distiller trains, as the recipe lists them (``entries``) and built (``terms``)."""
+    entries: list
+    terms: list
+    mlm_probability: float     # share of input tokens MLM-corrupted (general stage)
+
+
+def run(args) -> int:
+    """``bertforge distill``: options → teachers → data → student → losses → run dir → distiller → train.
+    Every check runs before anything is written; the run dir is a :class:`RunDir`."""
+    from ..distill.data import IndexedDataset
     recipe = build_recipe(args, extra_sections=("distill",))
+    opts = read_options(args, recipe)
+    teacher_dirs = resolve_teachers(args, opts, recipe)
+    data = build_data(args, opts, recipe, teacher_dirs)
+    student = build_student_model(opts, data, teacher_dirs, recipe.train.seed)
+    losses = choose_losses(args, opts, data.teachers[0], teacher_dirs, student)
+    use_cache = wants_teacher_cache(args, opts, recipe, data, losses)
+    collate = distill_collator(data, losses)
+    dataset = IndexedDataset(data.items)
+    record_run(args, opts, recipe, data, losses, student, teacher_dirs)
+
+    out = Path(args.out)
+    inputs = (*teacher_dirs, *([opts.student] if Path(opts.student).is_dir() else []))
+    check_teacher_cache_dir(args, out, inputs)
+    run_dir = RunDir(out, inputs=inputs, overwrite=args.overwrite, resume=args.resume)
+    sources = source_fingerprints(teacher_dirs, opts.student)
+    if args.resume:
+        from ..train.trainer import check_resume
+        check_resume(out, len(dataset), recipe.train, sources, recipe)  # before anything is written
+    with run_dir as work:
+        distiller, cache = build_distiller(args, opts, recipe, data, losses, student, teacher_dirs, work,
+                                           use_cache)
+        result = train(distiller, dataset, collate, recipe, work, data, teacher_dirs, sources, args.resume)
+        if cache is not None:
+            cache.flush()
+    print_json({"out": str(out), "stage": opts.stage, "method": opts.method, "student": opts.student,
+                "student_params": sum(p.numel() for p in student.parameters()),
+                "teacher_params": sum(p.numel() for p in data.teachers[0].parameters()), **result})
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- options
+def read_options(args, recipe) -> Options:
+    """Stage, method, student, temperature, alpha and augmentation from the flags over the recipe.
+
+    Raises:
+        ConfigError: a flag of the other stage, a missing or malformed student, T ≤ 0, α outside [0, 1],
+            augmentation options that do not apply, an unknown recipe key.
+    """
     ds = _distill_section(recipe)
     check_flags_agree(args, "distill", {
         "stage": ("--stage", args.stage), "method": ("--method", args.method), "student": ("--student", args.student),
@@ -204,7 +276,6 @@ def run(args) -> int:
         raise ConfigError(f"unknown recipe key distill.augment.{sorted(bad)[0]}; valid: "
                           f"{', '.join(sorted(AUGMENT_KEYS))}")
     n_aug = args.augment if args.augment is not None else aug_cfg.get("copies", 0)
-    aug_mlm = args.augment_mlm or aug_cfg.get("mlm")
     if args.augment_mlm and (stage == "general" or not n_aug):
         raise ConfigError("--augment-mlm picks the masked LM of --augment N (task stage); pass --augment N too"
                           if stage == "task" else "--augment-mlm applies to --stage task only; drop it")
@@ -214,96 +285,161 @@ def run(args) -> int:
                               f"pruned model), a shape like 4L-312H-12A-1200I, or layers:0,2,4")
         from ..distill.student import parse_shape
         parse_shape(student_spec)  # a malformed shape is reported before any model is loaded
+    return Options(section=ds, stage=stage, method=method, student=student_spec, temperature=temperature,
+                   alpha=alpha, augment=aug_cfg, copies=n_aug, augment_mlm=args.augment_mlm or aug_cfg.get("mlm"))
+
+
+# ------------------------------------------------------------------------------------------ teachers
+def resolve_teachers(args, opts: Options, recipe) -> list:
+    """The teacher dirs, checked before any model is loaded: ``--max-seq-len`` fits every teacher, teachers
+    and a student dir share one vocabulary, an ``--augment-mlm`` dir is a masked LM of that vocabulary.
+    Without a length asked for, ``data.max_seq_len`` becomes the one the teacher was fine-tuned with."""
+    from ..hf import check_seq_len, read_config
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         check_seq_len(args.max_seq_len, read_config(t))  # validates the dir before anything is written
-    _check_vocabularies(teacher_dirs, student_spec)
-    d = recipe.data
+    _check_vocabularies(teacher_dirs, opts.student)
     if args.max_seq_len is None and "data.max_seq_len" not in recipe.given:
         # nothing asked for a length: the teacher's own (as it was fine-tuned)
         meta = read_config(teacher_dirs[0]).get("bertforge") or {}
         if meta.get("max_seq_len"):
-            d.max_seq_len = int(meta["max_seq_len"])
-    if aug_mlm and stage == "task" and n_aug:
-        aug_mlm = str(Path(resolve_model_dir(str(aug_mlm))).resolve())
-        _check_augment_mlm(aug_mlm, teacher_dirs[0])
+            recipe.data.max_seq_len = int(meta["max_seq_len"])
+    if opts.augment_mlm and opts.stage == "task" and opts.copies:
+        opts.augment_mlm = str(Path(resolve_model_dir(str(opts.augment_mlm))).resolve())
+        _check_augment_mlm(opts.augment_mlm, teacher_dirs[0])
+    return teacher_dirs
+
+
+# ---------------------------------------------------------------------------------------------- data
+def build_data(args, opts: Options, recipe, teacher_dirs) -> Data:
+    """Load the teachers and the training data of the stage: labelled task examples (optionally augmented,
+    TinyBERT §3.3) or corpus sequences."""
+    from ..tokenizer import load_tokenizer
     tok = load_tokenizer(teacher_dirs[0])
-    eval_ds = adapter = task = None
-    aug_record = None  # the augmentation actually applied, for recipe.yaml
+    if opts.stage == "task":
+        return _task_data(args, opts, recipe, teacher_dirs, tok)
+    return _corpus_data(args, recipe, teacher_dirs, tok)
 
-    if stage == "task":
-        meta = read_config(teacher_dirs[0]).get("bertforge") or {}
-        d.task = args.task or d.task or meta.get("task")
-        d.train = args.train or d.train
-        d.eval = args.eval or d.eval
-        if not d.task:
-            raise ConfigError("--stage task needs --task NAME (the teacher does not record one)")
-        if not d.train:
-            raise ConfigError("--stage task needs --train FILE (labelled data)")
-        # the teacher's column/label settings for its own task, under any given on this command line
-        spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
-        task = get_task(d.task, **spec)
-        adapter = adapter_for(task, tok, d.max_seq_len)
-        token_task = task.kind in ("token_classification", "qa")  # per-token logits (docs/ner_qa.md)
-        if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
-            adapter.use_model_labels(teacher_dirs[0])
-        head, head_cfg = adapter.head, adapter.head_config()
-        from ..hf import read_config, require_saved_head
-        for tdir in teacher_dirs:  # a teacher without this task's head would teach from random weights
-            require_saved_head(read_config(tdir), head, f"teacher {tdir}", task.name,
-                               f"fine-tune the teacher on {task.name} first (bertforge finetune) or pass --task")
-        teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
-        for t, tdir in zip(teachers, teacher_dirs):
-            if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
-                raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
-                                  f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
-        from ..data.readers import read_examples
-        examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
-        if n_aug and token_task:
-            raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
-        if n_aug:
-            from ..distill.augment import augment_examples, default_augmenter
-            aug_record = {**aug_cfg, "copies": n_aug, "prob": args.augment_prob if args.augment_prob is not None
-                          else aug_cfg.get("prob", 0.4)}
-            mlm_model = None
-            if aug_mlm:
-                mlm_model = load_pretrained(aug_mlm)
-                aug_record["mlm"] = aug_mlm
-            else:
-                aug_record.pop("mlm", None)
-                sys.stderr.write("bertforge distill: note: --augment without --augment-mlm replaces every word "
-                                 "by its nearest neighbours in the teacher's embeddings; TinyBERT draws "
-                                 "single-piece words from a masked LM's predictions: pass --augment-mlm DIR\n")
-            augmenter = default_augmenter(tok, teachers[0], corpus_examples=examples,
-                                          p=aug_record["prob"],
-                                          k=aug_cfg.get("top_k", 15),
-                                          swap_prob=aug_cfg.get("swap_prob", 0.0),
-                                          seed=recipe.train.seed, mlm_model=mlm_model)
-            examples = augment_examples(examples, augmenter, n_aug)
-        from ..data.collate import encode_examples
-        items = list(adapter.load(d.train, d.max_train_samples)) if token_task \
-            else encode_examples(tok, examples, d.max_seq_len)
-        base_collate = adapter.collator()
-        eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+
+def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
+    """Teachers with the task's head (each checked to have it, with the task's label count) and the task's
+    examples.
+
+    Raises:
+        ConfigError: no task or training file, a teacher without the task's head or with another label
+            count, ``--augment`` for a token task.
+    """
+    from ..adapters import adapter_for
+    from ..data.tasks import get_task, saved_task_spec, task_spec
+    from ..hf import load_pretrained, read_config, require_saved_head
+    d = recipe.data
+    meta = read_config(teacher_dirs[0]).get("bertforge") or {}
+    d.task = args.task or d.task or meta.get("task")
+    d.train = args.train or d.train
+    d.eval = args.eval or d.eval
+    if not d.task:
+        raise ConfigError("--stage task needs --task NAME (the teacher does not record one)")
+    if not d.train:
+        raise ConfigError("--stage task needs --train FILE (labelled data)")
+    # the teacher's column/label settings for its own task, under any given on this command line
+    spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
+    task = get_task(d.task, **spec)
+    adapter = adapter_for(task, tok, d.max_seq_len)
+    token_task = task.kind in ("token_classification", "qa")  # per-token logits (docs/ner_qa.md)
+    if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
+        adapter.use_model_labels(teacher_dirs[0])
+    head, head_cfg = adapter.head, adapter.head_config()
+    for tdir in teacher_dirs:  # a teacher without this task's head would teach from random weights
+        require_saved_head(read_config(tdir), head, f"teacher {tdir}", task.name,
+                           f"fine-tune the teacher on {task.name} first (bertforge finetune) or pass --task")
+    teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
+    for t, tdir in zip(teachers, teacher_dirs):
+        if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
+            raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
+                              f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
+    from ..data.readers import read_examples
+    examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
+    if opts.copies and token_task:
+        raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
+    aug_record = None
+    if opts.copies:
+        examples, aug_record = _augment(args, opts, examples, tok, teachers[0], recipe.train.seed)
+    from ..data.collate import encode_examples
+    items = list(adapter.load(d.train, d.max_train_samples)) if token_task \
+        else encode_examples(tok, examples, d.max_seq_len)
+    base_collate = adapter.collator()
+    eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+    return Data(teachers=teachers, tokenizer=tok, head=head, head_config=head_cfg, items=items,
+                base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec=spec,
+                token_task=token_task, augment_record=aug_record)
+
+
+def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tuple:
+    """TinyBERT's data augmentation (Jiao et al. 2020 §3.3): ``opts.copies`` rewritten copies of every
+    example. Returns (examples with the copies, the settings applied for recipe.yaml)."""
+    from ..distill.augment import augment_examples, default_augmenter
+    from ..hf import load_pretrained
+    aug_cfg = opts.augment
+    record = {**aug_cfg, "copies": opts.copies, "prob": args.augment_prob if args.augment_prob is not None
+              else aug_cfg.get("prob", 0.4)}
+    mlm_model = None
+    if opts.augment_mlm:
+        mlm_model = load_pretrained(opts.augment_mlm)
+        record["mlm"] = opts.augment_mlm
     else:
-        corpus = args.corpus or d.corpus
-        if not corpus:
-            raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
-        d.corpus = list(corpus)
-        from ..hf import MLM_HEADS, saved_head_name
-        # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
-        teachers = [load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
-                                    else None) for t in teacher_dirs]
-        head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
-        head_cfg = {}
-        items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
-        base_collate = PadCollator(pad_id(tok))
+        record.pop("mlm", None)
+        sys.stderr.write("bertforge distill: note: --augment without --augment-mlm replaces every word "
+                         "by its nearest neighbours in the teacher's embeddings; TinyBERT draws "
+                         "single-piece words from a masked LM's predictions: pass --augment-mlm DIR\n")
+    augmenter = default_augmenter(tok, teacher, corpus_examples=examples, p=record["prob"],
+                                  k=aug_cfg.get("top_k", 15), swap_prob=aug_cfg.get("swap_prob", 0.0),
+                                  seed=seed, mlm_model=mlm_model)
+    return augment_examples(examples, augmenter, opts.copies), record
 
-    teacher = teachers[0]
+
+def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
+    """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
+    from ..data.collate import PadCollator
+    from ..distill.data import corpus_sequences
+    from ..distill.distiller import has_mlm_head, mlm_head_name
+    from ..hf import MLM_HEADS, load_pretrained, read_config, saved_head_name
+    from ..tokenizer import pad_id
+    d = recipe.data
+    corpus = args.corpus or d.corpus
+    if not corpus:
+        raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
+    d.corpus = list(corpus)
+    # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
+    teachers = [load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
+                                else None) for t in teacher_dirs]
+    head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
+    return Data(teachers=teachers, tokenizer=tok, head=head, head_config={},
+                items=corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples),
+                base_collate=PadCollator(pad_id(tok)))
+
+
+# ------------------------------------------------------------------------------------------- student
+def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int):
+    """The student (:func:`bertforge.distill.student.build_student`), seeded so that its fresh weights are
+    the same in every run and on every rank; its head follows the teacher's."""
+    from ..distill.student import build_student
     from ..train.trainer import set_seed
-    set_seed(recipe.train.seed)  # the same fresh student weights in every run and on every rank
-    student = build_student(student_spec, teacher, head=head, head_config=head_cfg,
-                            teacher_dir=str(teacher_dirs[0]))
+    set_seed(seed)
+    return build_student(opts.student, data.teachers[0], head=data.head, head_config=data.head_config,
+                         teacher_dir=str(teacher_dirs[0]))
+
+
+# -------------------------------------------------------------------------------------------- losses
+def choose_losses(args, opts: Options, teacher, teacher_dirs, student) -> Losses:
+    """The loss terms: an explicit ``--method``'s own, else the recipe's ``losses`` list, else the method's;
+    checked against the teacher (MLM terms need its MLM head) and against the flags that tune them.
+
+    Raises:
+        ConfigError: no term left without an MLM head; a flag no term reads; an mlm term with no masking.
+    """
+    from ..distill.distiller import MLM_LOSSES, build_terms, has_mlm_head, method_terms
+    from ..errors import require_number
+    ds, stage, method = opts.section, opts.stage, opts.method
     # an explicit --method names its own loss terms (Hinton KD, DistilBERT, …); a recipe's losses list is the
     # recipe's method, so it applies only when --method is not given
     overridden = bool(args.method and ds.get("losses") and ds.get("method") != args.method)
@@ -322,102 +458,129 @@ def run(args) -> int:
                              f"{' and '.join(e['loss'] for e in dropped)} term(s) of --method {method} are "
                              f"dropped; training uses {', '.join(e.get('loss', '?') for e in entries)} only\n")
     terms = build_terms(entries, student.config.num_hidden_layers, teacher.config.num_hidden_layers,
-                        temperature=temperature, alpha=alpha,
+                        temperature=opts.temperature, alpha=opts.alpha,
                         layer_map=args.layer_map or ds.get("layer_map"))
     _check_flags_used(args, entries, method, stage)
     # masked-LM terms read MLM-corrupted inputs: BERT's 15% unless set (Devlin et al. 2019 §3.1; Sanh et al. §3)
     reads_mlm = stage == "general" and any(e.get("loss") in MLM_LOSSES for e in entries)
     mlm_p = args.mlm_prob if args.mlm_prob is not None else ds.get("mlm_probability",
                                                                     0.15 if reads_mlm else 0.0)
-    from ..errors import require_number
     require_number("--mlm-prob / distill.mlm_probability", mlm_p, 0, 1, open_high=True,
                    note="the fraction of input tokens corrupted")
     mlm_p = float(mlm_p)
     if mlm_p == 0 and any(e.get("loss") == "mlm" for e in entries):
         raise ConfigError("the mlm term predicts masked tokens, but --mlm-prob / distill.mlm_probability is 0; "
                           "set it above 0 (BERT: 0.15) or drop the mlm term")
+    return Losses(entries=entries, terms=terms, mlm_probability=mlm_p)
+
+
+def wants_teacher_cache(args, opts: Options, recipe, data: Data, losses: Losses) -> bool:
+    """Whether the teacher's outputs are cached on disk: they pay off only when examples are seen again
+    (more than one epoch) with fixed inputs (no MLM corruption) and per-example logits (no token task)."""
     tr = recipe.train
-    seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(items)
-    # the cache pays off only when examples are seen again (more than one epoch), inputs are fixed
-    use_cache = not args.no_cache and ds.get("cache", True) and mlm_p == 0 and seen > len(items)
-    if stage == "task" and token_task:
-        use_cache = False  # the teacher cache stores (C,) logits per example; token tasks have (T, C)
+    seen = (tr.max_steps * tr.batch_size * tr.grad_accum_steps) if tr.max_steps else tr.epochs * len(data.items)
+    use = not args.no_cache and opts.section.get("cache", True) and losses.mlm_probability == 0 \
+        and seen > len(data.items)
+    if opts.stage == "task" and data.token_task:
+        use = False  # the teacher cache stores (C,) logits per example; token tasks have (T, C)
+    return use
+
+
+def distill_collator(data: Data, losses: Losses):
+    """Pads a batch and, in the general stage, MLM-corrupts it for the masked-LM terms."""
+    from ..distill.data import DistillCollator
+    from ..tokenizer import special_tokens
+    tok = data.tokenizer
     sp = special_tokens(tok)
-    collate = DistillCollator(base_collate, mlm_p, tok.token_to_id(sp.get("mask", "[MASK]")) if mlm_p else None,
-                              teacher.config.vocab_size,
-                              tuple(tok.token_to_id(sp[r]) for r in ("cls", "sep", "pad") if r in sp))
-    dataset = IndexedDataset(items)
-    student.config.bertforge = {**student.config.bertforge, "max_seq_len": d.max_seq_len,
-                                "distill": {"method": method, "stage": stage,
-                                            "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
+    mlm_p = losses.mlm_probability
+    return DistillCollator(data.base_collate, mlm_p, tok.token_to_id(sp.get("mask", "[MASK]")) if mlm_p else None,
+                           data.teachers[0].config.vocab_size,
+                           tuple(tok.token_to_id(sp[r]) for r in ("cls", "sep", "pad") if r in sp))
+
+
+# ----------------------------------------------------------------------------------------- recording
+def record_run(args, opts: Options, recipe, data: Data, losses: Losses, student, teacher_dirs) -> None:
+    """What this run used, in the student's ``config.json`` and in ``recipe.yaml`` (so that ``--recipe
+    RUN/recipe.yaml`` repeats it; CLI flags win over the section)."""
+    ds, terms = opts.section, losses.terms
+    teachers = [str(Path(t).resolve()) for t in teacher_dirs]
+    student.config.bertforge = {**student.config.bertforge, "max_seq_len": recipe.data.max_seq_len,
+                                "distill": {"method": opts.method, "stage": opts.stage, "teachers": teachers,
                                             "losses": [{"loss": t.loss, "weight": t.weight, "pairs": t.pairs,
                                                         "temperature": t.temperature, "alpha": t.alpha}
                                                        for t in terms]}}
-    if task is not None:
-        student.config.bertforge["task"] = task.name
-        student.config.bertforge["task_spec"] = spec
-    recipe.extra["distill"] = {**ds, "method": method, "stage": stage, "student": student_spec,
-                               "teachers": [str(Path(t).resolve()) for t in teacher_dirs],
-                               "losses": [_applied(e, t, args.layer_map or ds.get("layer_map"))
-                                          for e, t in zip(entries, terms)]}
-    # what this run used, so `--recipe RUN/recipe.yaml` repeats it (CLI flags win over the section)
-    if stage == "general":
-        recipe.extra["distill"]["mlm_probability"] = mlm_p
-    for key, value in (("temperature", temperature), ("alpha", alpha), ("augment", aug_record)):
+    if data.task is not None:
+        student.config.bertforge["task"] = data.task.name
+        student.config.bertforge["task_spec"] = data.task_spec
+    section = {**ds, "method": opts.method, "stage": opts.stage, "student": opts.student, "teachers": teachers,
+               "losses": [_applied(e, t, args.layer_map or ds.get("layer_map"))
+                          for e, t in zip(losses.entries, terms)]}
+    if opts.stage == "general":
+        section["mlm_probability"] = losses.mlm_probability
+    for key, value in (("temperature", opts.temperature), ("alpha", opts.alpha), ("augment", data.augment_record)):
         if value is not None:
-            recipe.extra["distill"][key] = value
+            section[key] = value
         elif key == "augment":
-            recipe.extra["distill"].pop("augment", None)
-    out = Path(args.out)
-    inputs = (*teacher_dirs, *([student_spec] if Path(str(student_spec)).is_dir() else []))
-    if args.cache_dir is not None:
-        if args.no_cache:
-            raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
-        from ..distill.cache import is_cache_dir
-        check_cache_dir(Path(args.cache_dir), out, inputs, reuse_hint="an earlier distill run's teacher_cache",
-                        kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
-    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=inputs)
+            section.pop("augment", None)
+    recipe.extra["distill"] = section
+
+
+def check_teacher_cache_dir(args, out: Path, inputs: tuple) -> None:
+    """``--cache-dir``: not with ``--no-cache``, and a place :func:`check_cache_dir` accepts."""
+    if args.cache_dir is None:
+        return
+    if args.no_cache:
+        raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
+    from ..distill.cache import is_cache_dir
+    check_cache_dir(Path(args.cache_dir), out, inputs, reuse_hint="an earlier distill run's teacher_cache",
+                    kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
+
+
+def source_fingerprints(teacher_dirs, student_spec: str) -> dict:
+    """The input model dirs by flag, fingerprinted, so that ``--resume`` refuses other ones."""
     from ..io import dir_fingerprint
     sources = {("--teacher" if len(teacher_dirs) == 1 else f"--teacher #{i + 1}"): dir_fingerprint(t)
                for i, t in enumerate(teacher_dirs)}
-    if Path(str(student_spec)).is_dir():
+    if Path(student_spec).is_dir():
         sources["--student"] = dir_fingerprint(student_spec)
-    if args.resume:
-        from ..train.trainer import check_resume
-        check_resume(work, len(dataset), recipe.train, sources, recipe)  # before anything is written
-    try:
-        cache = None
-        distiller = Distiller(student, teachers, terms)
-        if Path(str(student_spec)).is_dir():  # an earlier stage's W (TinyBERT: general → task)
-            from ..distill.distiller import PROJECTIONS_FILE
-            fresh = sorted(set(distiller.proj) - set(distiller.load_projections(student_spec)))
-            if fresh and (Path(student_spec) / PROJECTIONS_FILE).is_file():
-                sys.stderr.write(f"bertforge distill: note: {student_spec}/{PROJECTIONS_FILE} has no W of this "
-                                 f"shape for {', '.join(fresh)} (another teacher width or loss); "
-                                 f"initialised fresh\n")
-        if use_cache:
-            from ..distill.cache import TeacherCache
-            root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
-            shapes = distiller.cache_shapes(d.max_seq_len)
-            cache = TeacherCache(root, len(items), shapes,
-                                 _fingerprint(teacher_dirs, items, d.max_seq_len, shapes))
-            distiller.cache = cache
-        if eval_ds is not None and recipe.train.metric_for_best is None:
-            recipe.train.metric_for_best = task.metrics[0]
-        eval_fn = (lambda m: adapter.evaluate(m.student, eval_ds)) if eval_ds is not None else None
-        trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
-                          save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
-                                                  m.save_projections(dst)),
-                          sources=sources)
-        result = trainer.fit(resume=args.resume)
-        if cache is not None:
-            cache.flush()
-    except BaseException:
-        abandon_out_dir(work, out)
-        raise
-    finish_out_dir(work, out)
-    res = {"out": str(out), "stage": stage, "method": method, "student": student_spec,
-           "student_params": sum(p.numel() for p in student.parameters()),
-           "teacher_params": sum(p.numel() for p in teacher.parameters()), **result}
-    print_json(res)
-    return 0
+    return sources
+
+
+# ----------------------------------------------------------------------------------- distiller, train
+def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, student, teacher_dirs, work: Path,
+                    use_cache: bool) -> tuple:
+    """The :class:`~bertforge.distill.distiller.Distiller` (student + frozen teachers + projections W, an
+    earlier stage's W loaded where the shapes match) and its teacher cache (or None)."""
+    from ..distill.distiller import Distiller
+    distiller = Distiller(student, data.teachers, losses.terms)
+    if Path(opts.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
+        from ..distill.distiller import PROJECTIONS_FILE
+        fresh = sorted(set(distiller.proj) - set(distiller.load_projections(opts.student)))
+        if fresh and (Path(opts.student) / PROJECTIONS_FILE).is_file():
+            sys.stderr.write(f"bertforge distill: note: {opts.student}/{PROJECTIONS_FILE} has no W of this "
+                             f"shape for {', '.join(fresh)} (another teacher width or loss); "
+                             f"initialised fresh\n")
+    cache = None
+    if use_cache:
+        from ..distill.cache import TeacherCache
+        max_len = recipe.data.max_seq_len
+        root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
+        shapes = distiller.cache_shapes(max_len)
+        cache = TeacherCache(root, len(data.items), shapes, _fingerprint(teacher_dirs, data.items, max_len, shapes))
+        distiller.cache = cache
+    return distiller, cache
+
+
+def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_dirs, sources: dict,
+          resume: bool) -> dict:
+    """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
+    student (HF layout, the teacher's tokenizer) plus the projections W."""
+    from ..train.trainer import Trainer
+    if data.eval_ds is not None and recipe.train.metric_for_best is None:
+        recipe.train.metric_for_best = data.task.metrics[0]
+    eval_fn = (lambda m: data.adapter.evaluate(m.student, data.eval_ds)) if data.eval_ds is not None else None
+    trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
+                      save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
+                                              m.save_projections(dst)),
+                      sources=sources)
+    return trainer.fit(resume=resume)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 from ..errors import ConfigError
-from ._common import add_int8_weight_args, check_out_free, print_json, resolve_model_dir
+from ._common import add_int8_weight_args, print_json, resolve_model_dir
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -36,10 +37,11 @@ def run(args) -> int:
         raise ConfigError("--fusions picks the ONNX Runtime optimizer's fusions and --no-optimize skips that "
                           "optimizer; pass one of them")
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
+    run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     model = load_pretrained(model_dir).eval()
-    rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
-                 fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",
-                 reduce_range=args.reduce_range)
-    print_json({"model": str(model_dir), "out": str(out), **rec})
+    with run_dir as work:
+        rec = deploy(model, work, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
+                     fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",
+                     reduce_range=args.reduce_range)
+    print_json({"model": str(model_dir), "out": str(run_dir.out), **rec})
     return 0

@@ -13,8 +13,8 @@ from ..data.tasks import get_task, task_spec
 from ..errors import ConfigError
 from ..hf import check_seq_len, load_pretrained, read_config
 from ..tokenizer import load_tokenizer
-from ._common import (abandon_out_dir, add_recipe_args, add_train_args, build_recipe, finish_out_dir,
-                      prepare_out_dir, print_json, resolve_model_dir)
+from ._common import add_recipe_args, add_train_args, build_recipe, print_json, resolve_model_dir
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -66,13 +66,13 @@ def run(args) -> int:
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=(model_dir,))
+    run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite, resume=args.resume)
     from ..io import dir_fingerprint
     sources = {"--model": dir_fingerprint(model_dir)}
     if args.resume:
         from ..train.trainer import check_resume
-        check_resume(work, len(train_ds), recipe.train, sources, recipe)  # before the model is built
-    try:
+        check_resume(out, len(train_ds), recipe.train, sources, recipe)  # before the model is built
+    with run_dir as work:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
@@ -84,9 +84,5 @@ def run(args) -> int:
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
                           save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir), sources=sources)
         result = trainer.fit(resume=args.resume)
-    except BaseException:
-        abandon_out_dir(work, out)
-        raise
-    finish_out_dir(work, out)
     print_json({"out": str(out), **result})
     return 0

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from ..config import deep_merge, load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
-from ._common import (abandon_out_dir, add_train_args, apply_train_flags, check_cache_dir, check_flags_agree,
-                      check_recipe,
-                      finish_out_dir, prepare_out_dir, print_json, resolve_model_dir)
+from ._common import (add_train_args, apply_train_flags, check_cache_dir, check_flags_agree, check_recipe,
+                      print_json, resolve_model_dir)
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -190,11 +190,11 @@ def run(args) -> int:
         recipe.model.pop("embedding_size", None)
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite, inputs=tok_inputs)
+    run_dir = RunDir(out, inputs=tok_inputs, overwrite=args.overwrite, resume=args.resume)
     if args.resume:
         from ..train.trainer import check_resume
-        check_resume(work, len(train_ds), recipe.train, None, recipe)  # before the model is built
-    try:
+        check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built
+    with run_dir as work:
         from ..train.trainer import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
         model = build_model(opts, config)
@@ -205,10 +205,6 @@ def run(args) -> int:
         trainer = Trainer(model, train_ds, collate, recipe, work, eval_fn=eval_fn,
                           save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer=tok))
         result = trainer.fit(resume=args.resume)
-    except BaseException:
-        abandon_out_dir(work, out)
-        raise
-    finish_out_dir(work, out)
     if why and int(os.environ.get("RANK", "0")) == 0:  # said once the run has succeeded
         print(f"bertforge pretrain: note: the run had no held-out evaluation: {why}; raise "
               f"pretrain.eval_fraction or add text", file=sys.stderr)

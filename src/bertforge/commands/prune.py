@@ -26,7 +26,8 @@ import torch
 
 from ..errors import ConfigError, DataError, require_at_least
 from ..io import json_safe
-from ._common import check_out_free, print_json, resolve_model_dir
+from ._common import print_json, resolve_model_dir
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -280,11 +281,11 @@ def run(args) -> int:
     from ..compress import prune as P
     from ..data.collate import PadCollator
     from ..hf import load_pretrained, read_config
-    from ..io import atomic_dir, atomic_write_text
+    from ..io import atomic_write_text
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     check_args(args)
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
+    run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     cfg = read_config(model_dir)
     args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
@@ -292,7 +293,7 @@ def run(args) -> int:
     if args.magnitude is None and not args.data:
         raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")
     torch.manual_seed(args.seed)
-    result: dict = {"model": str(model_dir), "out": str(out)}
+    result: dict = {"model": str(model_dir), "out": str(run_dir.out)}
     history = []
     if args.magnitude is not None:
         eval_fn = metric = None
@@ -353,7 +354,7 @@ def run(args) -> int:
                       metric=metric, history=[{k: v for k, v in r.items() if k != "heads_per_layer"}
                                               for r in history])
     result["parameters"] = P.count_parameters(model)
-    with atomic_dir(out) as tmp:
+    with run_dir as tmp:
         model.save_pretrained(tmp, tokenizer_dir=model_dir)
         if history:
             write_history(tmp, history, result["metric"])

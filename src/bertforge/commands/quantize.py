@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError, require_at_least
-from ._common import add_int8_weight_args, check_out_free, print_json, resolve_model_dir
+from ._common import add_int8_weight_args, print_json, resolve_model_dir
+from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
@@ -37,7 +38,7 @@ def run(args) -> int:
     from ..compress import quantize as bq
     from ..hf import load_pretrained
     model_dir = resolve_model_dir(args.model)
-    out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
+    run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
     if args.backend != "onnxruntime":  # graph options would be silently ignored by the torch backend
@@ -63,9 +64,8 @@ def run(args) -> int:
     model = load_pretrained(model_dir).eval()
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
-    rec = {"model": str(model_dir), "out": str(out), "backend": args.backend, "fp32_file_mb": src_mb}
-    from ..io import atomic_dir
-    with atomic_dir(out) as tmp:  # --out (or the dir it replaces) changes only once every check has run
+    rec = {"model": str(model_dir), "out": str(run_dir.out), "backend": args.backend, "fp32_file_mb": src_mb}
+    with run_dir as tmp:  # --out (or the dir it replaces) changes only once every check has run
         if args.backend == "onnxruntime":
             rec.update(bo.deploy(model, tmp, source_dir=model_dir, quantize=True, fused=not args.no_fused,
                                  per_channel=not args.per_tensor, fusions=args.fusions or "lean",

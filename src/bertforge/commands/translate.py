@@ -22,14 +22,8 @@ from pathlib import Path
 
 from ..config import load_recipe
 from ..errors import ConfigError, DataError, require_number
-from ._common import (
-    abandon_out_dir,
-    add_train_args,
-    apply_train_flags,
-    finish_out_dir,
-    prepare_out_dir,
-    print_json,
-)
+from ._common import add_train_args, apply_train_flags, print_json
+from ._rundir import RunDir
 
 #: the defaults of `translate train` (mirrored in recipes/translate/small.yaml; a test keeps them equal)
 DEFAULT_RECIPE = {
@@ -200,8 +194,7 @@ def run_train(args) -> int:
     src, tgt = read_parallel(args.src, args.tgt)
     vsrc, vtgt = read_parallel(args.valid_src, args.valid_tgt)
     out = Path(args.out)
-    work = prepare_out_dir(out, args.resume, args.overwrite)
-    try:
+    with RunDir(out, overwrite=args.overwrite, resume=args.resume) as work:
         t0 = time.perf_counter()
         from tokenizers import Tokenizer
         tok_file = work / "tokenizer.json"
@@ -237,10 +230,6 @@ def run_train(args) -> int:
         result.update(train_seconds=round(time.perf_counter() - t1, 1), prep_seconds=round(prep_s, 1),
                       parameters=model.num_parameters(), vocab_size=tok.get_vocab_size(),
                       batches_per_epoch=len(ds))
-    except BaseException:
-        abandon_out_dir(work, out)
-        raise
-    finish_out_dir(work, out)
     result["out"] = str(out)
     print_json(result)
     return 0
