@@ -121,10 +121,10 @@ def test_embed_eval_out_is_checked_before_any_work(tmp_path, capsys):
 def test_embedding_truncates_to_the_models_positions(tmp_path):
     """A 32-position model embeds a 200-word document (Lee documents are longer than 256 tokens): the
     text is cut at the model's limit, and the embedding equals the one of the text cut by hand."""
-    from bertforge.evaluate.embedded import TorchEmbedder
+    from bertforge.evaluate.embedded import load_embedder
     from resilience_util import sentences
     ckpt = make_tiny_checkpoint(tmp_path / "m", max_pos=32)
-    e = TorchEmbedder(ckpt)
+    e = load_embedder(ckpt)
     assert e.max_positions == 32 and e.truncation(256) == 32 and e.truncation(16) == 16
     long_text = " ".join(s for s, _ in sentences(40))
     assert len(e.tok.encode(long_text).ids) > 100
