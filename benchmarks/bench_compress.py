@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     from bertforge.compress import onnx as bo
     from bertforge.compress import quantize as bq
     from bertforge.evaluate import bench as bb
+    from bertforge.runtime import load_runner
 
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
@@ -220,7 +221,8 @@ def main(argv=None) -> int:
         return lambda x: sess.run(None, {n: x[n].numpy() for n in names})
 
     def runner(model_dir, backend, int8=False):
-        return bb.load_runner(model_dir, backend, int8, threads)[0]
+        r = load_runner(model_dir, backend, threads, int8=int8, mkl_pack=True)
+        return lambda x: r(**x)
 
     rows = [  # (name, shape, calls per round, call)
         ("transformers FP32", "bert-base", args.big_calls, runner(base, "transformers")),

@@ -59,9 +59,10 @@ def main(argv=None) -> int:
     from bertforge.compress import quantize as bq
     from bertforge.data.readers import read_examples
     from bertforge.data.collate import encode_examples
+    from bertforge.runtime import load_runner
 
-    model_dir, task, adapter, model = load_for_task(args.model, "sst2")
-    model.eval()
+    model_dir, task, adapter, fp32_runner = load_for_task(args.model, "sst2")
+    model = fp32_runner.model
     dev = adapter.load(str(DATA / "dev.tsv"))
     lines = []
     t0 = time.time()
@@ -75,14 +76,14 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="compress_sst2-")  # removed on exit, even after an error
     work = Path(tmp.name)
     rec = bo.deploy(model, work / "ort-int8", quantize=True)
-    a_ort = acc(bo.OrtModel(work / "ort-int8"))
+    a_ort = acc(load_runner(work / "ort-int8"))
     lines.append(f"ONNX Runtime INT8 accuracy (per-channel)         {100 * a_ort:.2f}  (delta {100 * (a_ort - fp32):+.2f} points; "
                  f"FP32 graph parity {rec['fp32_max_abs_diff']:.1e}; {rec['file_mb']} MB vs "
                  f"{(model_dir / 'model.safetensors').stat().st_size / 2**20:.1f} MB FP32)")
     q_pt = bq.quantize_dynamic(model, per_channel=False)
     a_pt = acc(q_pt)
     bo.deploy(model, work / "ort-int8-pt", quantize=True, per_channel=False)
-    a_ort_pt = acc(bo.OrtModel(work / "ort-int8-pt"))
+    a_ort_pt = acc(load_runner(work / "ort-int8-pt"))
     lines.append(f"  (per-tensor weight scales instead: PyTorch {100 * a_pt:.2f} ({100 * (a_pt - fp32):+.2f}), "
                  f"ONNX Runtime {100 * a_ort_pt:.2f} ({100 * (a_ort_pt - fp32):+.2f}))")
     print("\n".join(lines), flush=True)
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     hists = {}
     step30 = round(0.3 * args.steps / args.max_fraction)  # the step closest to 30% of the heads
     for norm in ("layer", "none"):
-        pm = load_for_task(args.model, "sst2")[3].eval()
+        pm = load_for_task(args.model, "sst2")[3].model
 
         def log(r, norm=norm, pm=pm):
             print(f"  [{norm}] step {r['step']}: {r['heads_pruned']:3d}/{total} heads pruned "
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
                   "--max-train-samples", str(args.skip_train), "--epochs", str(args.recover_epochs),
                   "--out", str(work / "recovered"), "--no-progress"])
         assert rc == 0, rc
-        rm = load_for_task(str(work / "recovered"), "sst2")[3].eval()
+        rm = load_for_task(str(work / "recovered"), "sst2")[3].model
         assert P.head_counts(rm) == a30["heads_per_layer"]
         a_rec = acc(rm)
         t_rec = time.time() - t_rec
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
                   "--max-train-samples", str(args.skip_train), "--epochs", str(args.recover_epochs),
                   "--out", str(work / "control"), "--no-progress"])
         assert rc == 0, rc
-        a_ctl = acc(load_for_task(str(work / "control"), "sst2")[3].eval())
+        a_ctl = acc(load_for_task(str(work / "control"), "sst2")[3])
         rec_line = (f"  recovery: 30% pruned + KD from the unpruned model ({args.recover_epochs:g} epoch on the "
                     f"fine-tune's {args.skip_train} train rows, {t_rec:.0f}s) -> dev {100 * a_rec:.2f}, delta "
                     f"{100 * (a_rec - fp32):+.2f} vs the fine-tuned model; control, the same KD epoch on the "

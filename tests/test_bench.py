@@ -68,10 +68,10 @@ def test_bench_onnx_count_for_a_foreign_config_says_what_it_counts():
     import onnx
     from onnx import TensorProto, helper
 
-    from bertforge.evaluate.bench import _onnx_dir_parameters
+    from bertforge.runtime.onnx import count_graph_parameters
     w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.0] * 12)
     g = helper.make_graph([], "g", [], [], initializer=[w])
-    res = _onnx_dir_parameters({"model_type": "not-a-family"}, onnx.helper.make_model(g).graph)
+    res = count_graph_parameters({"model_type": "not-a-family"}, onnx.helper.make_model(g).graph)
     assert res["parameters"] == 12 and "initializer" in res["parameters_counted"]
 
 

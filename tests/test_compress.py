@@ -312,11 +312,12 @@ def test_onnx_int8_graph_is_quantized_and_close(tmp_path):
     ops = {n.op_type for n in g.node}
     assert "QAttention" in ops and ({"MatMulInteger", "DynamicQuantizeMatMul"} & ops)
     assert rec["fp32_max_abs_diff"] < 1e-4
-    ort = O.OrtModel(tmp_path / "d")
+    from bertforge.runtime import load_runner
+    ort = load_runner(tmp_path / "d")
     x = batch()
     with torch.no_grad():
         a = m(**inputs(x)).logits
-        b = ort(**inputs(x)).logits
+        b = torch.from_numpy(ort(**inputs(x))["logits"])
     assert float((a - b).abs().max()) < 0.05 * float(a.abs().max()) + 1e-3
 
 
@@ -380,12 +381,12 @@ def test_cli_label_free_prune_export_quantize_bench(tiny_dir, tmp_path, capsys):
     # a checkpoint benched on onnxruntime is exported on the fly; the temporary export is not left behind
     import glob
     import tempfile
-    before = set(glob.glob(f"{tempfile.gettempdir()}/bertforge-bench-*"))
+    before = set(glob.glob(f"{tempfile.gettempdir()}/bertforge-onnx-*"))
     assert main(["bench", "--model", str(tmp_path / "p"), "--backend", "onnxruntime", "--seq-len", "32",
                  "--iters", "3", "--warmup", "1"]) == 0
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["exported_on_the_fly"] and r["precision"] == "fp32"
-    assert set(glob.glob(f"{tempfile.gettempdir()}/bertforge-bench-*")) == before
+    assert set(glob.glob(f"{tempfile.gettempdir()}/bertforge-onnx-*")) == before
 
 
 def test_cli_errors_are_one_line(tiny_dir, tmp_path, capsys):

@@ -10,8 +10,8 @@ import torch
 from bertforge.cli import main
 from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences
 from bertforge.evaluate import report as rp
-from bertforge.evaluate.embedded import (Embedder, OnnxEmbedder, TorchEmbedder, lee_spearman, mean_pool,
-                                         measure_latencies, polarity_accuracy, task_metrics)
+from bertforge.evaluate.embedded import (Embedder, lee_spearman, load_embedder, mean_pool, measure_latencies,
+                                         polarity_accuracy, task_metrics)
 
 from helpers import make_tiny_checkpoint, sentences, write_file
 
@@ -62,7 +62,7 @@ def test_teacher_lee_spearman_matches_transformers_reference(minilm_dir):
     from scipy.stats import spearmanr
     from transformers import AutoModel, AutoTokenizer
     docs, sims = lee_corpus()
-    ours = lee_spearman(TorchEmbedder(minilm_dir, "teacher"))
+    ours = lee_spearman(load_embedder(minilm_dir, "teacher"))
     tok = AutoTokenizer.from_pretrained(str(minilm_dir))
     ref = AutoModel.from_pretrained(str(minilm_dir)).eval()
     enc = tok(docs, padding=True, truncation=True, max_length=256, return_tensors="pt")
@@ -186,7 +186,7 @@ def test_onnx_embedder_matches_torch(tmp_path, minilm_dir):
     _export(m, onnx_dir / "model.onnx", "last_hidden_state")
     from bertforge.tokenizer import copy_tokenizer_files
     copy_tokenizer_files(d, onnx_dir)
-    te, oe = TorchEmbedder(d, "t"), OnnxEmbedder(onnx_dir / "model.onnx", "o")
+    te, oe = load_embedder(d, "t"), load_embedder(onnx_dir / "model.onnx", "o")
     texts = ["a short one .", "a somewhat longer sentence about the weather in sydney ."]
     assert np.allclose(te.embed(texts), oe.embed(texts), atol=1e-4)
     # every weight is an initializer, counted once; the pooler (unused by last_hidden_state) is dropped
@@ -204,8 +204,8 @@ def test_task_metrics_torch_and_onnx_agree(tmp_path, minilm_dir):
     pairs = pairs[:20] + pairs[-20:]  # 20 negative, 20 positive
     rows = ["sentence\tlabel"] + [f"{t}\t{y}" for t, y in pairs]
     data.write_text("\n".join(rows) + "\n")
-    te = TorchEmbedder(d, "t")
-    oe = OnnxEmbedder(tmp_path / "cls.onnx", "o", tokenizer_dir=d)
+    te = load_embedder(d, "t")
+    oe = load_embedder(tmp_path / "cls.onnx", "o", tokenizer_dir=d)
     assert not oe.can_embed
     mt, mo = task_metrics(te, "sst2", data), task_metrics(oe, "sst2", data)
     # independent truth: argmax of the model's own logits, counted by hand
@@ -232,7 +232,7 @@ def test_embed_eval_cli(tmp_path, minilm_dir, capsys):
     assert row["name"] == "tiny" and row["backend"] == "torch"
     assert -1 <= row["lee_spearman"] <= 1 and 0 <= row["polarity_acc"] <= 1
     assert row["latency_ms"] > 0 and row["latency_seq_len"] == 128
-    n_params = sum(p.numel() for p in TorchEmbedder(d).model.parameters())
+    n_params = sum(p.numel() for p in load_embedder(d).runner.model.parameters())
     assert row["params"] == n_params
     assert row["size_mb"] == pytest.approx((d / "model.safetensors").stat().st_size / 1e6)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == res
@@ -292,9 +292,9 @@ def test_embed_eval_out_is_checked_before_any_work(tmp_path, cli_error):
 def test_embedding_truncates_to_the_models_positions(tmp_path):
     """A 32-position model embeds a 200-word document (Lee documents are longer than 256 tokens): the
     text is cut at the model's limit, and the embedding equals the one of the text cut by hand."""
-    from bertforge.evaluate.embedded import TorchEmbedder
+    from bertforge.evaluate.embedded import load_embedder
     ckpt = make_tiny_checkpoint(tmp_path / "m", max_pos=32)
-    e = TorchEmbedder(ckpt)
+    e = load_embedder(ckpt)
     assert e.max_positions == 32 and e.truncation(256) == 32 and e.truncation(16) == 16
     long_text = " ".join(s for s, _ in sentences(40))
     assert len(e.tok.encode(long_text).ids) > 100

@@ -56,6 +56,19 @@ class TaskAdapter:
         raise NotImplementedError
 
 
+def batch_logits(model, batch: dict) -> np.ndarray:
+    """The ``logits`` of one batch (inputs only, (B, T) tensors) as a float32 numpy array.
+
+    ``model`` is a PyTorch ``nn.Module`` returning an output with ``.logits`` (run without gradients on its
+    device, in the mode the caller set), or a runner of :mod:`bertforge.runtime` (any callable taking the
+    batch's tensors and returning a mapping with ``logits``)."""
+    if not isinstance(model, torch.nn.Module):
+        return np.asarray(model(**batch)["logits"], dtype=np.float32)
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        return model(**{k: v.to(dev) for k, v in batch.items()}).logits.float().cpu().numpy()
+
+
 def iter_batches(dataset: list, collate, batch_size: int, sort: bool = True):
     """Yield (indices, batch) in length-sorted order (less padding); predictions are re-ordered by
     the caller with the indices."""
@@ -90,15 +103,14 @@ class SequenceAdapter(TaskAdapter):
     def collator(self):
         return PadCollator(pad_id(self.tok))
 
-    @torch.no_grad()
     def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
-        model.eval()
-        dev = next(model.parameters()).device
+        if isinstance(model, torch.nn.Module):
+            model.eval()
         out = [None] * len(dataset)
         collate = self.collator()
         for idx, batch in iter_batches(dataset, collate, batch_size):
             batch.pop("labels", None)
-            logits = model(**{k: v.to(dev) for k, v in batch.items()}).logits.float().cpu().numpy()
+            logits = batch_logits(model, batch)
             for i, row in zip(idx, logits):
                 out[i] = row
         return np.stack(out)

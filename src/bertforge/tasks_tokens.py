@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .adapters import TaskAdapter, iter_batches, register_adapter
+from .adapters import TaskAdapter, batch_logits, iter_batches, register_adapter
 from .data.conll import (IGNORE_INDEX, encode_token_windows, label_list, pack_sentences, read_token_examples,
                          unpack_words, words_from_windows)
 from .data.squad import decode_answers, encode_qa_windows, read_squad
@@ -98,19 +98,19 @@ class QACollator(TokenCollator):
         return batch
 
 
-@torch.no_grad()
 def window_logits(model, windows: list, collate, batch_size: int = 64, seq_axis: int = 0) -> list:
-    """Run ``model`` on every window; returns per window its logits (numpy) cut to the window length
-    along ``seq_axis`` (of the per-example logits): (T_w, C) for token classification (axis 0),
-    (2, T_w) for QA (axis 1)."""
-    was_training = model.training
-    model.eval()
-    dev = next(model.parameters()).device
+    """Run ``model`` (a PyTorch module or a :mod:`bertforge.runtime` runner, see
+    :func:`~bertforge.adapters.batch_logits`) on every window; returns per window its logits (numpy) cut to
+    the window length along ``seq_axis`` (of the per-example logits): (T_w, C) for token classification
+    (axis 0), (2, T_w) for QA (axis 1)."""
+    was_training = isinstance(model, torch.nn.Module) and model.training
+    if was_training:
+        model.eval()
     out = [None] * len(windows)
     for idx, batch in iter_batches(windows, collate, batch_size):
         for k in ("labels", "start_positions", "end_positions"):
             batch.pop(k, None)
-        z = model(**{k: v.to(dev) for k, v in batch.items()}).logits.float().cpu().numpy()
+        z = batch_logits(model, batch)
         for i, row in zip(idx, z):
             n = len(windows[i]["input_ids"])
             out[i] = row[:n] if seq_axis == 0 else row[:, :n]

@@ -26,10 +26,10 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     require_at_least("--batch-size", args.batch_size, 1)
-    model_dir, _, adapter, model = load_for_task(args.model, args.task, args.max_seq_len)
+    model_dir, _, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len)
     out = check_out_file(Path(args.out), (model_dir,), (args.data,), args.overwrite)
     data = adapter.load(args.data, require_labels=False)
-    preds = adapter.predictions(model, data, args.batch_size)
+    preds = adapter.predictions(runner, data, args.batch_size)
     atomic_write_text(out, "".join(json.dumps(p) + "\n" for p in preds))
     print(json.dumps({"out": args.out, "n": len(preds)}))
     return 0

@@ -270,6 +270,18 @@ def optimize_onnx(src, dst, fused: bool = True, fusions: str = "lean") -> dict:
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
+def _cpu_flags() -> list:
+    """All flags /proc/cpuinfo lists for this CPU ([] where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
 def needs_reduce_range(flags: Optional[list] = None) -> bool:
     """Whether this CPU's INT8 GEMM may saturate with 8-bit weights: True on x86 without VNNI/AMX.
 
@@ -279,10 +291,9 @@ def needs_reduce_range(flags: Optional[list] = None) -> bool:
     model's INT8 logits were off by 2.3e-3 (of 1.4e-2) with 8 bits and 4.5e-4 with 7, but a MiniLM
     fine-tuned on SST-2 was closer to FP32 with 8 bits (max |logit error| 0.13 vs 0.24; dev accuracy 84.40
     vs 83.94, FP32 84.29), so 8 bits stay the default and ``--reduce-range`` is the remedy to try.
-    ``flags``: the CPU's SIMD flags (default: :func:`bertforge.evaluate.bench.cpu_flags`)."""
+    ``flags``: the CPU's flags (default: those /proc/cpuinfo lists for this CPU)."""
     if flags is None:
-        from ..evaluate.bench import cpu_flags
-        flags = cpu_flags()
+        flags = _cpu_flags()
     x86 = any(f.startswith(("sse", "avx")) for f in flags)
     return x86 and not any(f in flags for f in VNNI_FLAGS)
 
@@ -312,7 +323,9 @@ SESSION_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 def session(path, threads: Optional[int] = None):
     """An ``onnxruntime.InferenceSession`` on CPU with all graph optimisations on except
-    :data:`SESSION_DISABLED_OPTIMIZERS`.
+    :data:`SESSION_DISABLED_OPTIMIZERS`, ``threads`` intra-op threads (None: ONNX Runtime's default). The
+    one place session options are chosen: :func:`parity` checks an export with it, and
+    :class:`bertforge.runtime.onnx.OnnxRunner` (the runner for exported graphs) serves with it.
 
     Raises:
         CheckpointError: ONNX Runtime cannot load ``path`` (corrupt or foreign graph)."""
@@ -332,6 +345,8 @@ def session(path, threads: Optional[int] = None):
 
 
 def run_session(sess, inputs: dict) -> np.ndarray:
+    """The first output of ``sess`` on ``inputs`` ({name: (B, T) int tensor or array}; the names the graph
+    does not declare are left out), for export checks; models are run by :mod:`bertforge.runtime`."""
     names = {i.name for i in sess.get_inputs()}
     feed = {k: (v.numpy() if torch.is_tensor(v) else v).astype(np.int64) for k, v in inputs.items()
             if k in names}
@@ -401,26 +416,5 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     return rec
 
 
-class OrtModel(nn.Module):
-    """An ``nn.Module`` facade over an ONNX Runtime session of ``model_dir/model.onnx``, so the task
-    adapters (``adapter.evaluate``) can score an exported / INT8 graph exactly as a PyTorch model.
-
-    ``forward(input_ids, attention_mask, token_type_ids)`` (B, T) → ModelOutput with ``logits`` (CPU)."""
-
-    def __init__(self, model_dir, threads: Optional[int] = None):
-        super().__init__()
-        self.sess = session(Path(model_dir) / "model.onnx", threads)
-        self.names = [i.name for i in self.sess.get_inputs()]
-        self._device_anchor = nn.Parameter(torch.zeros(0), requires_grad=False)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **_):
-        from ..models.heads import ModelOutput
-        x = {"input_ids": input_ids, "attention_mask": attention_mask if attention_mask is not None
-             else torch.ones_like(input_ids), "token_type_ids": token_type_ids if token_type_ids is not None
-             else torch.zeros_like(input_ids)}
-        out = torch.from_numpy(run_session(self.sess, {k: x[k] for k in self.names}))
-        return ModelOutput(logits=out)
-
-
-__all__ = ["OrtModel", "ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
-           "session", "parity", "deploy"]
+__all__ = ["ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
+           "session", "run_session", "parity", "deploy"]

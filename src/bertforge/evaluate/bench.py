@@ -1,5 +1,6 @@
 """Inference latency benchmark: one timing loop for bertforge (PyTorch FP32/INT8), ONNX Runtime graphs and
-plain ``transformers`` models, so their numbers are comparable.
+plain ``transformers`` models, so their numbers are comparable; the models are run by
+:mod:`bertforge.runtime`.
 
 :func:`bench` times ``forward`` on a random batch of ``batch_size`` × ``seq_len`` token ids (no padding)
 after ``warmup`` calls, and reports latency p50/p90 (ms per call), throughput (sequences/s = batch / mean
@@ -8,7 +9,6 @@ achieved GFLOP/s, thread count and the CPU's SIMD flags. :func:`time_calls` is t
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -19,10 +19,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, ConfigError, require_at_least
+from ..errors import ConfigError, require_at_least
 
-BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
-WEIGHT_FILES = ("model.onnx", "model.int8.safetensors", "model.safetensors", "pytorch_model.bin")
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
           "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
 
@@ -194,237 +192,36 @@ def random_inputs(vocab_size: int, batch_size: int, seq_len: int, seed: int = 0,
     return out
 
 
-def weight_file(model_dir: Path) -> Optional[Path]:
-    for name in WEIGHT_FILES:
-        if (model_dir / name).is_file():
-            return model_dir / name
-    return None
+def check_int8_option(model_dir: Path, backend: str, int8: bool) -> None:
+    """Reject ``--int8`` where bench cannot apply it, in the words of its flags (before anything is loaded).
 
-
-def is_bertforge_dir(cfg: dict) -> bool:
-    return "bertforge_head" in cfg or "layer_num_heads" in cfg
-
-
-def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: Optional[int] = None,
-                inputs: Optional[dict] = None):
-    """Build ``(call, info)`` for ``model_dir``: ``call(inputs)`` runs one forward; ``info`` has backend,
-    parameters, file size and the precision.
-
-    Backends: ``torch`` (bertforge in PyTorch, FP32 Linear weights pre-packed for MKL (:mod:`..compress.packed`);
-    ``int8`` = dynamic INT8 Linear layers; a dir written by
-    ``bertforge quantize --backend torch`` is INT8 already), ``onnxruntime`` (the dir's ``model.onnx``; a
-    checkpoint without one is exported on the fly with fused attention + ORT optimisation, INT8 when
-    ``int8``), ``transformers`` (the dir's ``architectures[0]`` class, else ``AutoModel``; FP32). ``auto``: onnxruntime when the dir has
-    ``model.onnx``, else torch.
-
-    ``info["parameters"]`` counts each distinct weight once (tied input/output embeddings once, buffers and
-    quantization scales not at all), so every backend reports the same number for the same dir: torch the
-    loaded model, onnxruntime the model it exported on the fly or, for a dir's own ``model.onnx``, the
-    model of its ``config.json`` (not the graph's initializers, which repeat a tied embedding), transformers
-    the class named by ``architectures[0]`` (``model_class``; ``AutoModel`` if transformers has no such
-    class). Where the transformers model is not the checkpoint's (a head it has no class for), the fields
-    ``weights_initialised_fresh`` / ``checkpoint_weights_unused`` list the weights that differ.
     Raises:
-        ConfigError: unknown backend; CheckpointError: unusable dir.
+        ConfigError: ``--int8`` with ``--backend transformers``, or on a dir whose ``model.onnx`` is FP32.
     """
-    from ..hf import read_config
-    model_dir = Path(model_dir)
-    cfg = read_config(model_dir)
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    has_onnx = (model_dir / "model.onnx").is_file()
-    if backend == "auto":
-        backend = "onnxruntime" if has_onnx else "torch"
-    check_threads(threads)
-    if int8 and backend == "transformers":
-        raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
-    if int8 and backend == "onnxruntime" and has_onnx and not _onnx_is_int8(model_dir / "model.onnx"):
-        raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
-                          f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
-                          f"`bertforge export --int8`) and bench that dir, or drop --int8")
-    if backend == "transformers":
-        _check_transformers_dir(model_dir)
-    if threads:
-        torch.set_num_threads(threads)
-    wf = weight_file(model_dir)
-    info = {"backend": backend, "file_mb": round(wf.stat().st_size / 2**20, 3) if wf else None,
-            "weights_file": wf.name if wf else None}
-    if wf is None:  # a sharded checkpoint: the shards its index lists
-        from ..hf import shard_index, weight_files
-        shards = weight_files(model_dir)
-        if shards:
-            info.update(file_mb=round(sum(f.stat().st_size for f in shards) / 2**20, 3),
-                        weights_file=shard_index(model_dir)[0].name)
-    if backend == "onnxruntime":
-        import tempfile
-        from ..compress import onnx as bo
-        path = model_dir / "model.onnx"
-        tmpdir = None
-        if not has_onnx:
-            from ..hf import load_pretrained
-            if (model_dir / "model.int8.safetensors").is_file():
-                raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model; run `bertforge quantize "
-                                      f"--backend onnxruntime` on its FP32 source for ONNX Runtime")
-            model = load_pretrained(model_dir)
-            tmpdir = tempfile.mkdtemp(prefix="bertforge-bench-")
-            bo.deploy(model, tmpdir + "/m", optimize=True, quantize=int8, check=False)
-            path = Path(tmpdir) / "m" / "model.onnx"
-            info["exported_on_the_fly"] = True
-            info["weights_file"] = "model.onnx (exported on the fly, not kept)"
-            info["file_mb"] = round(path.stat().st_size / 2**20, 3)
-        sess = bo.session(path, threads or torch.get_num_threads())
-        names = [i.name for i in sess.get_inputs()]
-        import onnx
-        g = onnx.load(str(path), load_external_data=False).graph
-        if tmpdir is not None:  # exported from `model` just now: its distinct weights, as --backend torch
-            info["parameters"] = count_parameters(model)
-        else:
-            info.update(_onnx_dir_parameters(cfg, g))
-        info["precision"] = "int8" if any(n.op_type in _INT8_OPS for n in g.node) else "fp32"
-        rec_path = path.parent / "onnx.json"  # how bertforge export/quantize made the graph (8- or 7-bit weights…)
-        if tmpdir is None and rec_path.is_file():
-            try:
-                info["quantization"] = json.loads(rec_path.read_text(encoding="utf-8")).get("quantization")
-            except (ValueError, UnicodeDecodeError, AttributeError):
-                pass
-        info["threads"] = threads or torch.get_num_threads()
-        if tmpdir is not None:  # the session holds the graph in memory: the on-the-fly export is not kept
-            import shutil
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-        def call(x):
-            return sess.run(None, {n: x[n].numpy() for n in names})
-        return call, info, cfg
-    if backend == "transformers":
-        import transformers
-        if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
-            what = " and ".join(w for k, w in (("layer_num_heads", "head counts"),
-                                               ("layer_intermediate_sizes", "FFN widths")) if cfg.get(k))
-            raise CheckpointError(f"{model_dir} has per-layer pruned shapes ({what}), which transformers "
-                                  f"cannot build (one width for every layer; no pruned_heads since v5); use "
-                                  f"--backend torch or onnxruntime")
-        from transformers.utils import logging as hf_logging
-        cls = _transformers_class(cfg)
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # its "Loading weights" bar is not bench output
-        try:
-            model, loading = cls.from_pretrained(str(model_dir), output_loading_info=True)
-        except Exception as e:
-            raise CheckpointError(f"transformers cannot load {model_dir} ({str(e).splitlines()[0][:160]}); "
-                                  f"use --backend torch") from None
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
-        model.eval()
-        info.update(parameters=count_parameters(model), precision="fp32", model_class=type(model).__name__,
-                    threads=torch.get_num_threads(), library=f"transformers {transformers.__version__}")
-        fresh = sorted(loading.get("missing_keys") or [])
-        unused = sorted(loading.get("unexpected_keys") or [])
-        if fresh:  # the timed model is not the checkpoint's: these weights were initialised at random
-            info["weights_initialised_fresh"] = fresh
-        if unused:  # … or it leaves out part of the checkpoint (a head transformers has no class for)
-            info["checkpoint_weights_unused"] = unused
-
-        def call(x):
-            with torch.inference_mode():
-                return model(**x)
-        return call, info, cfg
-    # torch
-    from ..compress import quantize as bq
-    if bq.is_quantized_dir(model_dir):
-        model = bq.load_quantized(model_dir)
-        info["precision"] = "int8"
-    else:
-        from ..hf import load_pretrained
-        model = load_pretrained(model_dir).eval()
-        info["parameters"] = count_parameters(model)
-        if int8:
-            model = bq.quantize_dynamic(model)
-        else:  # FP32: GEMM weights pre-packed once for MKL (same results, see compress/packed.py)
-            from ..compress.packed import pack_linears
-            info["mkl_packed_linears"] = pack_linears(model)
-        info["precision"] = "int8" if int8 else "fp32"
-    if "parameters" not in info:
-        info["parameters"] = _count_params_int8(model)
-    info["threads"] = torch.get_num_threads()
-    model.eval()
-
-    def call(x):
-        with torch.inference_mode():
-            return model(**x)
-    return call, info, cfg
-
-
-_INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention")
-
-
-def count_parameters(model: torch.nn.Module) -> int:
-    """Number of distinct weights (elements) of ``model``: a tensor shared by several modules (tied input
-    and output embeddings, ALBERT's shared layers) is counted once, buffers are not counted."""
-    return int(sum(p.numel() for p in model.parameters()))  # parameters() yields a shared tensor once
-
-
-def _transformers_class(cfg: dict):
-    """The ``transformers`` class of the dir's ``architectures[0]`` (e.g. ``RobertaForMaskedLM``), so that
-    ``--backend transformers`` times the same head as ``torch``/``onnxruntime``; ``AutoModel`` (the bare
-    encoder) when the config names no architecture or one this transformers lacks."""
-    import transformers
-    archs = cfg.get("architectures") or []
-    cls = getattr(transformers, archs[0], None) if archs and isinstance(archs[0], str) else None
-    return cls if isinstance(cls, type) and hasattr(cls, "from_pretrained") else transformers.AutoModel
-
-
-def _onnx_dir_parameters(cfg: dict, graph) -> dict:
-    """``{"parameters": n}`` for a dir's own ``model.onnx``: the distinct weights of the model its
-    ``config.json`` describes (built without weights on the meta device), so an exported or INT8 dir
-    counts as the checkpoint it came from. The graph's initializers are not a weight count: a tied output
-    projection is stored again, transposed, and the exporter merges initializers that happen to hold
-    equal values. For a config bertforge cannot build, the initializer elements are counted and
-    ``parameters_counted`` says so."""
-    try:
-        from ..hf import config_from_hf, saved_head_name
-        from ..models.heads import TaskModel
-        with torch.device("meta"):
-            model = TaskModel(config_from_hf(cfg), head=saved_head_name(cfg) or "base")
-        return {"parameters": count_parameters(model)}
-    except Exception:  # noqa: BLE001 - a foreign ONNX dir: fall back to the graph
-        n = int(sum(int(np.prod(t.dims)) for t in graph.initializer if len(t.dims) > 0))
-        return {"parameters": n, "parameters_counted": "onnx initializer elements (tied weights may be "
-                                                        "counted twice)"}
-
-
-def _onnx_is_int8(path: Path) -> bool:
-    import onnx
-    g = onnx.load(str(path), load_external_data=False).graph
-    return any(n.op_type in _INT8_OPS for n in g.node)
-
-
-def _check_transformers_dir(model_dir: Path) -> None:
-    """``--backend transformers`` needs FP32 weights (model.safetensors / pytorch_model.bin); name what the
-    dir holds instead and the backend that runs it."""
-    from ..hf import deployed_format, weight_files
-    if weight_files(model_dir):
+    if not int8:
         return
-    held = deployed_format(model_dir)
-    if held:
-        raise CheckpointError(f"{model_dir} holds {held[0]}, no model.safetensors, so transformers cannot load "
-                              f"it; use --backend {held[1]} (or auto)")
-    raise CheckpointError(f"{model_dir} has no model.safetensors or pytorch_model.bin for transformers; "
-                          f"pass a checkpoint dir with FP32 weights")
+    if backend == "transformers":
+        raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
+    graph = Path(model_dir) / "model.onnx"
+    if backend in ("auto", "onnxruntime") and graph.is_file():
+        import onnx
 
-
-def _count_params_int8(model) -> int:
-    """Weights of a PyTorch INT8 model, as many as its FP32 source has: the INT8 matrices, biases and the
-    FP32 rest, not the quantization metadata (``.scale`` / ``.zero_point`` / per-channel ``.axis``)."""
-    from ..compress.quantize import int8_state
-    return int(sum(v.numel() for k, v in int8_state(model).items()
-                   if not k.endswith((".scale", ".zero_point", ".axis"))))
+        from ..runtime.onnx import graph_is_int8
+        if not graph_is_int8(onnx.load(str(graph), load_external_data=False).graph):
+            raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
+                              f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
+                              f"`bertforge export --int8`) and bench that dir, or drop --int8")
 
 
 def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int = 1,
           threads: Optional[int] = None, warmup: int = 5, iters: int = 30, min_seconds: float = 0.0,
           int8: bool = False, seed: int = 0) -> dict:
-    """Time ``model_dir`` (see :func:`load_runner`) at ``batch_size`` × ``seq_len``; one JSON-able dict.
+    """Time one forward of ``model_dir`` at ``batch_size`` × ``seq_len``; one JSON-able dict.
+
+    The model is run by :func:`bertforge.runtime.load_runner` (``backend``, ``threads``, ``int8``; FP32
+    PyTorch Linear weights pre-packed for MKL); the record holds the runner's
+    :meth:`~bertforge.runtime.base.Runner.describe` (parameters counted once per distinct weight on every
+    backend, file size, precision, threads …) and the timing summary.
 
     Raises:
         ConfigError: ``seq_len`` beyond the model's positions, non-positive sizes, ``iters`` < 1,
@@ -432,21 +229,24 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
         available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
     from ..hf import check_seq_len, read_config
+    from ..runtime import load_runner
     check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
     cfg0 = read_config(Path(model_dir))
     check_seq_len(seq_len, cfg0, flag="--seq-len")
     check_memory(cfg0, batch_size, seq_len)
-    call, info, cfg = load_runner(model_dir, backend, int8, threads)
+    check_int8_option(Path(model_dir), backend, int8)
+    runner = load_runner(model_dir, backend, threads, int8=int8, mkl_pack=True)
+    cfg = runner.config
     tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"
     x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)
-    lat = time_calls(lambda: call(x), warmup, iters, min_seconds)
-    rec = {"model": str(model_dir), **info, "seq_len": seq_len, "batch_size": batch_size,
+    lat = time_calls(lambda: runner(**x), warmup, iters, min_seconds)
+    rec = {"model": str(model_dir), **runner.describe(), "seq_len": seq_len, "batch_size": batch_size,
            **summarize(lat, batch_size, encoder_flops(cfg, seq_len)),
            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
            "cpu_flags": cpu_flags(), "torch": torch.__version__}
     return rec
 
 
-__all__ = ["bench", "load_runner", "count_parameters", "check_bench_args", "check_threads", "check_memory",
+__all__ = ["bench", "check_int8_option", "check_bench_args", "check_threads", "check_memory",
            "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "cpu_flags", "summarize",
            "random_inputs"]

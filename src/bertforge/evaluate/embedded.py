@@ -1,7 +1,8 @@
 """Task-free evaluation of an encoder on the embedded default data, for PyTorch and ONNX Runtime models.
 
-Every model — a checkpoint dir run by PyTorch, or an ``.onnx`` graph (FP32 or INT8) run by ONNX Runtime
-— is wrapped in an :class:`Embedder` that returns mean-pooled sentence embeddings
+Every model — a checkpoint dir run by PyTorch, or an ``.onnx`` graph (FP32 or INT8) run by ONNX Runtime,
+each through :mod:`bertforge.runtime` — is wrapped in an :class:`Embedder` that returns mean-pooled
+sentence embeddings
 
     e = Σ_t m_t·h_t / Σ_t m_t      (h_t: last-layer hidden state (H,), m_t: attention_mask ∈ {0, 1})
 
@@ -35,16 +36,27 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    """Interface: ``embed(texts) -> (N, H) float32``; ``forward(input_ids, attention_mask,
-    token_type_ids)`` for timing; ``num_parameters``; ``size_mb``; ``backend``; ``name``."""
+    """A model as a sentence encoder: ``embed(texts) -> (N, H) float32`` (mean-pooled last hidden states),
+    ``forward(input_ids, attention_mask, token_type_ids)`` for timing, ``logits`` for task metrics,
+    ``num_parameters``, ``size_mb``, ``backend``, ``name``. The model is run by a
+    :class:`bertforge.runtime.base.Runner` (PyTorch, ONNX Runtime …; see :func:`load_embedder`).
+
+    ``num_parameters``: a PyTorch model's distinct weights; for an ONNX graph the weights stored in the file
+    (:func:`onnx_num_parameters`). ``size_mb``: the weight files in MB = 10⁶ bytes.
+    """
 
     backend = "?"
 
     #: token positions the model can embed (None: unknown); texts are truncated to it
     max_positions: Optional[int] = None
 
-    def __init__(self, name: str, tokenizer, path: Path):
-        self.name, self.tok, self.path = name, tokenizer, Path(path)
+    def __init__(self, runner, name: Optional[str] = None):
+        self.runner = runner
+        self.name = name or (runner.path.stem if runner.path.is_file() else runner.path.name)
+        self.tok, self.path, self.backend = runner.tokenizer, runner.path, runner.backend
+        self.max_positions = runner.max_length
+        self.num_parameters = (onnx_num_parameters(runner.onnx_path) if runner.backend == "onnxruntime"
+                               else runner.num_parameters)
 
     def truncation(self, max_seq_len: int) -> int:
         """``max_seq_len`` capped at the model's positions (a truncation length, like a tokenizer's)."""
@@ -77,156 +89,31 @@ class Embedder:
 
     @property
     def can_embed(self) -> bool:
-        return True
+        """Whether the model gives hidden states (a graph exported with a task head gives logits only)."""
+        return "last_hidden_state" in self.runner.outputs
 
     def hidden(self, input_ids: np.ndarray, attention_mask: np.ndarray,
                token_type_ids: np.ndarray) -> np.ndarray:
-        """(B, T) int64 arrays → last-layer hidden states (B, T, H) float32."""
-        raise NotImplementedError
+        """(B, T) int64 arrays → last-layer hidden states (B, T, H) float32 (all positions, also under a
+        head that reads [CLS] only)."""
+        if not self.can_embed:
+            raise CheckpointError(f"{self.path} outputs logits only; export the base encoder to embed")
+        return self.runner(input_ids, attention_mask, token_type_ids,
+                           outputs=("last_hidden_state",))["last_hidden_state"]
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray, token_type_ids: np.ndarray):
-        """One full inference call (what latency measures)."""
-        raise NotImplementedError
+        """One full inference call, encoder and head, as it would be served (what latency measures)."""
+        return self.runner(input_ids, attention_mask, token_type_ids)
 
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray, token_type_ids: np.ndarray):
         """Task-head logits (B, num_labels) float32, or None for a head-less encoder."""
-        return None
+        if "logits" not in self.runner.outputs:
+            return None
+        return self.runner(input_ids, attention_mask, token_type_ids, outputs=("logits",))["logits"]
 
     @property
     def size_mb(self) -> float:
-        files = getattr(self, "weight_files", None) or [self.weights_file]
-        return sum(f.stat().st_size for f in files) / 1e6
-
-
-class TorchEmbedder(Embedder):
-    """A checkpoint dir (HF layout) run by bertforge's PyTorch encoder, FP32, ``torch.inference_mode``.
-
-    The model is loaded with the head it was saved with; embeddings read the encoder's last layer
-    (all positions), latency times the whole forward (encoder + head), as it would be served.
-    """
-
-    backend = "torch"
-
-    def __init__(self, model_dir, name: Optional[str] = None):
-        import torch
-
-        from ..hf import load_pretrained
-        from ..tokenizer import load_tokenizer
-        model_dir = Path(model_dir)
-        super().__init__(name or model_dir.name, load_tokenizer(model_dir), model_dir)
-        self.model = load_pretrained(model_dir).eval()
-        from ..hf import read_config, token_positions
-        self.max_positions = token_positions(read_config(model_dir))
-        self.torch = torch
-        from ..hf import weight_files
-        self.weight_files = weight_files(model_dir)  # one file, or a sharded checkpoint's shards
-        self.weights_file = self.weight_files[0]
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
-
-    def _tensors(self, input_ids, attention_mask, token_type_ids) -> dict:
-        t = self.torch
-        return {"input_ids": t.from_numpy(input_ids), "attention_mask": t.from_numpy(attention_mask),
-                "token_type_ids": t.from_numpy(token_type_ids)}
-
-    def hidden(self, input_ids, attention_mask, token_type_ids):
-        with self.torch.inference_mode():
-            out = self.model.encoder(**self._tensors(input_ids, attention_mask, token_type_ids))
-        return out.last_hidden_state.float().numpy()
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        with self.torch.inference_mode():
-            out = self.model(**self._tensors(input_ids, attention_mask, token_type_ids))
-        return out.logits if out.logits is not None else out.last_hidden_state
-
-    def logits(self, input_ids, attention_mask, token_type_ids):
-        if self.model.head is None:
-            return None
-        with self.torch.inference_mode():
-            out = self.model(**self._tensors(input_ids, attention_mask, token_type_ids))
-        return out.logits.float().numpy()
-
-
-class OnnxEmbedder(Embedder):
-    """An ``.onnx`` graph run by ONNX Runtime (CPU execution provider, all graph optimisations on).
-
-    Inputs are fed by name (``input_ids``, ``attention_mask``, ``token_type_ids`` — whichever the graph
-    declares); embeddings read the output ``last_hidden_state`` (else the first rank-3 output), task
-    metrics the output ``logits``.
-    The tokenizer is read from ``tokenizer_dir`` or the graph's folder.
-    Raises:
-        CheckpointError: file missing / unreadable, no tokenizer, or neither output.
-    """
-
-    backend = "onnxruntime"
-
-    def __init__(self, onnx_path, name: Optional[str] = None, tokenizer_dir=None,
-                 threads: Optional[int] = None):
-        import onnxruntime as ort
-
-        from ..tokenizer import load_tokenizer
-        onnx_path = Path(onnx_path)
-        if not onnx_path.is_file():
-            raise CheckpointError(f"{onnx_path} does not exist; pass an .onnx file written by "
-                                  f"`bertforge export` / `bertforge quantize`")
-        tok_dir = Path(tokenizer_dir) if tokenizer_dir else onnx_path.parent
-        super().__init__(name or onnx_path.stem, load_tokenizer(tok_dir), onnx_path)
-        if (tok_dir / "config.json").is_file():  # the export dir keeps the model's config
-            from ..hf import read_config, token_positions
-            self.max_positions = token_positions(read_config(tok_dir))
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads is None:
-            import torch
-            threads = torch.get_num_threads()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        try:
-            self.session = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-        except Exception as e:
-            raise CheckpointError(f"ONNX Runtime cannot load {onnx_path} ({str(e).splitlines()[0][:160]}); "
-                                  f"re-export it") from None
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        outs = self.session.get_outputs()
-        names = [o.name for o in outs]
-        rank3 = [o.name for o in outs if o.shape is not None and len(o.shape) == 3]
-        self.hidden_output = "last_hidden_state" if "last_hidden_state" in names else \
-            (rank3[0] if rank3 and "logits" not in names else None)
-        self.logits_output = "logits" if "logits" in names else None
-        if self.hidden_output is None and self.logits_output is None:
-            raise CheckpointError(f"{onnx_path} has neither a last_hidden_state nor a logits output "
-                                  f"({', '.join(names)}); export it with `bertforge export`")
-        self.weights_file = onnx_path
-        self.num_parameters = onnx_num_parameters(onnx_path)
-
-    @property
-    def can_embed(self) -> bool:
-        return self.hidden_output is not None
-
-    def _feed(self, input_ids, attention_mask, token_type_ids) -> dict:
-        feed = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        return {k: feed[k] for k in self.input_names}
-
-    def hidden(self, input_ids, attention_mask, token_type_ids):
-        if self.hidden_output is None:
-            raise CheckpointError(f"{self.path} outputs logits only; export the base encoder to embed")
-        return self.session.run([self.hidden_output], self._feed(input_ids, attention_mask, token_type_ids))[0]
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        out = self.hidden_output or self.logits_output
-        return self.session.run([out], self._feed(input_ids, attention_mask, token_type_ids))[0]
-
-    def logits(self, input_ids, attention_mask, token_type_ids):
-        if self.logits_output is None:
-            return None
-        return self.session.run([self.logits_output],
-                                self._feed(input_ids, attention_mask, token_type_ids))[0].astype(np.float32)
-
-    @property
-    def size_mb(self) -> float:
-        p = self.path
-        extra = sum(f.stat().st_size for f in p.parent.glob(p.name + ".data")) if p.parent.is_dir() else 0
-        return (p.stat().st_size + extra) / 1e6
+        return sum(f.stat().st_size for f in self.runner.weight_files) / 1e6
 
 
 def onnx_num_parameters(path) -> int:
@@ -242,29 +129,23 @@ def onnx_num_parameters(path) -> int:
     return n
 
 
-def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None) -> Embedder:
-    """A checkpoint dir → :class:`TorchEmbedder`; an ``.onnx`` file (or a dir holding exactly one, with
-    no ``model.safetensors``) → :class:`OnnxEmbedder`. ``minilm`` names the embedded teacher.
+def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
+                  threads: Optional[int] = None) -> Embedder:
+    """An :class:`Embedder` over :func:`bertforge.runtime.load_runner` of ``path``: a checkpoint dir (PyTorch),
+    an ``.onnx`` file or a dir holding one (ONNX Runtime), or ``minilm`` (the embedded teacher).
+    ``tokenizer_dir``: where a graph's tokenizer is read when its folder has none.
     Raises:
         CheckpointError: nothing loadable at ``path``.
     """
-    from ..commands._common import resolve_model_dir
+    from ..hf import resolve_model_dir
+    from ..runtime import load_runner
     p = resolve_model_dir(str(path))
     if not p.exists():
         raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an .onnx file or 'minilm'")
     if name is None and str(p) != str(path) and not Path(path).exists():
         name = str(path)  # an alias such as 'minilm': the row is named after it, not its folder
-    if p.is_file() and p.suffix == ".onnx":
-        return OnnxEmbedder(p, name, tokenizer_dir)
-    from ..hf import weight_files
-    if p.is_dir() and not weight_files(p):
-        graphs = sorted(p.glob("*.onnx"))
-        if len(graphs) == 1:
-            return OnnxEmbedder(graphs[0], name or p.name, tokenizer_dir)
-        if len(graphs) > 1:
-            raise CheckpointError(f"{p} holds several .onnx files ({', '.join(g.name for g in graphs)}); "
-                                  f"pass one of them")
-    return TorchEmbedder(p, name)
+    name = name or (p.stem if p.is_file() else p.name)
+    return Embedder(load_runner(p, threads=threads, tokenizer_dir=tokenizer_dir), name)
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -407,6 +288,6 @@ def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1,
     return rows
 
 
-__all__ = ["Embedder", "TorchEmbedder", "OnnxEmbedder", "load_embedder", "lee_spearman",
+__all__ = ["Embedder", "load_embedder", "lee_spearman",
            "polarity_accuracy", "measure_latencies", "evaluate_embedders", "mean_pool",
            "onnx_num_parameters", "task_metrics"]
