@@ -223,7 +223,7 @@ def test_magnitude_prune_spares_pooler_and_classifier_and_reports_eval(w, capsys
 def test_magnitude_prune_library_modules_all_ranks_every_linear():
     from bertforge.compress import prune as P
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     m = TaskModel(ModelConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
                               vocab_size=120, max_position_embeddings=40), head="sequence_classification")

@@ -16,7 +16,7 @@ import torch
 from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
 from bertforge.hf import load_pretrained
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
 
@@ -465,8 +465,7 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["metric"] == "kl_to_unpruned" and rec["history"][-1]["importance_loss"] == "task"
     # the tracked KL: mean over windows × {start, end} of KL(p_unpruned ‖ p_pruned) over the real positions
-    from bertforge.adapters import adapter_for
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import adapter_for, get_task
     from bertforge.tokenizer import load_tokenizer
     ad = adapter_for(get_task("squad"), load_tokenizer(qa), 48)
     b = ad.collator()(list(ad.load(sq, require_labels=False)))
@@ -522,7 +521,7 @@ def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, m
     """User trial: `quantize --overwrite --eval` wrote the new INT8 dir, then the evaluation failed (exit 1)
     — the earlier good dir was already replaced, or a fresh --out left behind. The dir is now swapped in
     only after the check."""
-    from bertforge.adapters import SequenceAdapter
+    from bertforge.tasks.classification import SequenceAdapter
     from bertforge.cli import main
     from bertforge.errors import DataError
     m = _task_dir(tmp_path, "sequence_classification", "sst2", num_labels=2)

@@ -138,7 +138,7 @@ def test_latency_rounds_are_interleaved_and_measure_sleep():
 
 def _tiny_dir(tmp_path, minilm_dir, head="base", num_labels=2):
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                       num_labels=num_labels, max_position_embeddings=512)

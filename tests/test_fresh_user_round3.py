@@ -62,7 +62,7 @@ def test_a_single_word_longer_than_a_piece_is_cut_mid_word(tmp_path):
 def test_electra_discriminator_exports_with_parity_on_real_tokens(tmp_path):
     from bertforge.compress import onnx as bo
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     import bertforge.objectives  # noqa: F401  registers the electra_discriminator head
     torch.manual_seed(0)
     cfg = ModelConfig(model_type="electra", vocab_size=64, hidden_size=32, embedding_size=16, num_hidden_layers=2,

@@ -42,7 +42,7 @@ def test_classifying_from_an_encoder_saved_without_pooler_gets_a_fresh_one(tmp_p
     import transformers
     from bertforge.config import ModelConfig
     from bertforge.hf import load_pretrained
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=32, add_pooling_layer=False)
@@ -149,7 +149,7 @@ def test_recipe_file_numbers_in_exponent_form_and_scalar_sections(tmp_path):
 def test_an_unknown_metric_for_best_is_named_once(tmp_path, capsys):
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     from bertforge.train.trainer import Trainer
     cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=32, num_labels=2)

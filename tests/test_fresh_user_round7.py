@@ -121,7 +121,7 @@ def test_embed_eval_task_needs_a_classifier_of_the_task(w, capsys, head, labels)
     """A tagger or QA model (one output per token) or a 2-label model on STS-B (1 output) is refused; each
     was scored before (a crash in np.stack, or Pearson of argmax labels)."""
     from bertforge.hf import load_pretrained
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     base = load_pretrained(w.tiny)
     base.config.num_labels = labels
     torch.manual_seed(0)
@@ -141,7 +141,7 @@ def test_line_separators_inside_a_field_are_text(w):
     """U+2028 inside a JSON string (valid JSON; json.dumps(ensure_ascii=False) writes it raw) and a form
     feed inside a TSV cell stay in the example's text instead of splitting the row."""
     from bertforge.data.readers import read_examples
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import get_task
     task = get_task("sst2")
     row = json.dumps({"sentence": "good\u2028movie", "label": "1"}, ensure_ascii=False)
     assert "\u2028" in row
@@ -286,7 +286,7 @@ def test_forward_names_bad_ids_and_segments(w):
 
 def test_a_json_array_of_positional_rows_still_reads(w):
     from bertforge.data.readers import read_examples
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import get_task
     task = get_task("custom", text_columns=[0], label_column=1, labels=["0", "1"])
     ex = read_examples(_file(w, "arr.json", '[["good movie", "1"], ["bad film", "0"]]'), task)
     assert [(e.text_a, e.label) for e in ex] == [("good movie", 1), ("bad film", 0)]

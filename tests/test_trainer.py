@@ -7,7 +7,7 @@ import yaml
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 from bertforge.train.optim import lr_lambda
 from bertforge.train.trainer import Trainer
 

@@ -152,8 +152,7 @@ def _applied(entry: dict, term, layer_map) -> dict:
 
 
 def run(args) -> int:
-    from ..adapters import adapter_for
-    from ..data.tasks import get_task, saved_task_spec, task_spec
+    from ..tasks import adapter_for, get_task, saved_task_spec, task_spec
     from ..distill.data import DistillCollator, IndexedDataset, corpus_sequences
     from ..distill.distiller import (MLM_LOSSES, Distiller, build_terms, has_mlm_head, method_terms,
                                       mlm_head_name)

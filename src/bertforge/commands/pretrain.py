@@ -53,8 +53,8 @@ def add_arguments(p) -> None:
 def build_pretrain_recipe(args):
     """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
     < explicit flags."""
-    from ..objectives.pretrain import OBJECTIVE_TRAIN, SIZES
-    defaults = deep_merge(SIZES[args.size or "tiny"], {"train": OBJECTIVE_TRAIN.get(args.objective, {})})
+    from ..objectives.pretrain import OBJECTIVES, SIZES
+    defaults = deep_merge(SIZES[args.size or "tiny"], {"train": dict(OBJECTIVES[args.objective].train)})
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",), defaults=defaults)
     if args.size and args.recipe:
         _check_size_against_recipe(args.size, args.recipe)

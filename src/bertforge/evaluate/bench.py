@@ -383,7 +383,7 @@ def _onnx_dir_parameters(cfg: dict, graph) -> dict:
     ``parameters_counted`` says so."""
     try:
         from ..hf import config_from_hf, saved_head_name
-        from ..models.heads import TaskModel
+        from ..task_model import TaskModel
         with torch.device("meta"):
             model = TaskModel(config_from_hf(cfg), head=saved_head_name(cfg) or "base")
         return {"parameters": count_parameters(model)}
