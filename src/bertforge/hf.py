@@ -13,7 +13,6 @@ never unpickling code), base-model dirs (``BertModel``, keys without prefix) and
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Optional
