@@ -361,6 +361,7 @@ class MaskedLMHead(nn.Module):
 #: RoBERTa: MLM alone on FULL-SENTENCES (packed across documents), a fresh mask each time a sequence is served
 OBJECTIVE = Objective(name="roberta", family="roberta", head="mlm", mode="full", masking="dynamic", scheme="token",
                       train={"adam_betas": [0.9, 0.98], "adam_eps": 1.0e-6},  # Liu et al. 2019 §3.1, App. Table 9
+                      tokenizer="bpe",  # byte-level BPE (§4.4)
                       source="Liu et al. 2019 §4.1-4.2")
 
 __all__ = ["OBJECTIVE", "MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",

@@ -49,6 +49,7 @@ class AlbertPreTrainingHead(nn.Module):
 #: ALBERT: MLM on whole-word n-grams (p(n) ∝ 1/n, n ≤ 3, Lan et al. 2019 §4.1) + SOP on segment pairs. ALBERT
 #: trained with LAMB: AdamW keeps its defaults here
 OBJECTIVE = Objective(name="albert", family="albert", head="mlm_sop", mode="sop", masking="dynamic", scheme="ngram",
-                      short_seq_prob=0.1, pooler=True, source="Lan et al. 2019 §3.1-4.1")
+                      short_seq_prob=0.1, pooler=True, tokenizer="unigram",  # SentencePiece (§4.1)
+                      source="Lan et al. 2019 §3.1-4.1")
 
 __all__ = ["OBJECTIVE", "AlbertPreTrainingHead"]

@@ -31,6 +31,8 @@ class Objective:
         train: the paper's optimizer constants, laid over the size's ``train`` defaults (a recipe,
             override or flag wins).
         pooler: whether the encoder keeps its [CLS] pooler (the NSP / SOP heads read it).
+        tokenizer: the kind of tokenizer trained when the recipe names none (the paper's:
+            ``wordpiece`` | ``bpe`` | ``unigram``, :data:`bertforge.data.tokenizers_train.KINDS`).
         build: ``(config, opts) -> model`` for objectives whose model is not one ``TaskModel`` (ELECTRA);
             None builds ``TaskModel(config, head=head)``.
         source: the paper and section the defaults come from.
@@ -47,6 +49,7 @@ class Objective:
     options: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     pooler: bool = False
+    tokenizer: str = "wordpiece"
     build: Optional[Callable] = None
     source: str = ""
 
