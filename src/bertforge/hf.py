@@ -22,6 +22,7 @@ import torch
 from .errors import BertforgeError, CheckpointError, ConfigError
 from .heads import HEADS, MLM_HEAD, MLM_HEADS
 from .hf_format import PREFIX, config_from_hf, encoder_key_map
+from .io import read_config
 from .task_model import TaskModel
 
 # ------------------------------------------------------------------------------------------ loading
@@ -132,32 +133,6 @@ def check_seq_len(seq_len, cfg: dict, flag: str = "--max-seq-len") -> None:
     limit = token_positions(cfg)
     if seq_len is not None and seq_len > limit:
         raise ConfigError(f"{flag} {seq_len} exceeds the model's {limit} positions; pass {flag} {limit} or less")
-
-
-def read_config(path: Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"model directory {path} does not exist; pass a checkpoint directory")
-    if not path.is_dir():
-        raise CheckpointError(f"{path} is a file, not a checkpoint directory; pass the folder that "
-                              "holds config.json")
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        steps = sorted((d for d in (path / "checkpoints").glob("step-*") if d.name[5:].isdigit()),
-                       key=lambda d: int(d.name[5:])) if (path / "checkpoints").is_dir() else []
-        if steps:
-            raise CheckpointError(f"{path} holds checkpoints but no final model (the run stopped early); finish "
-                                  f"it by re-running its command with --resume, or pass {steps[-1]}")
-        raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
-                              "transformers or bertforge")
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{cfg} holds a JSON {type(data).__name__}, not an object of model settings; "
-                              f"restore or re-save it")
-    return data
 
 
 def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:

@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +27,7 @@ from ..config import ModelConfig
 from ..data.conll import encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words, \
     words_from_windows
 from ..errors import DataError
+from ..io import read_config
 from ..models.encoder import EncoderOutput
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
@@ -157,9 +157,8 @@ class TokenClassificationAdapter(TaskAdapter):
     def use_model_labels(self, model) -> None:
         """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
         from a checkpoint dir's ``config.json`` (distill: the teacher's tags)."""
-        if isinstance(model, (str, Path)):  # a dir the caller has checked (hf.read_config)
-            cfg = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
-            id2 = {int(k): v for k, v in (cfg.get("id2label") or {}).items()}
+        if isinstance(model, (str, Path)):
+            id2 = {int(k): v for k, v in (read_config(Path(model)).get("id2label") or {}).items()}
             who = str(model)
         else:
             id2 = getattr(getattr(model, "config", None), "id2label", None)
