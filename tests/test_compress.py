@@ -222,7 +222,7 @@ def test_magnitude_prune_zeroes_the_smallest_weights():
 def test_flop_formula_matches_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
     from bertforge.evaluate.bench import encoder_flops
-    from bertforge.hf import config_to_hf
+    from bertforge.hf_format import config_to_hf
     m = tiny(head="base")
     P.prune_heads(m, {0: [1]})
     P.prune_ffn(m, {2: [1, 2, 3]})

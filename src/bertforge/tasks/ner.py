@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.conll import encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words, \
-    words_from_windows
+from ..data.conll import (encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words,
+                          words_from_windows)
 from ..errors import DataError
 from ..io import read_config
 from ..models.encoder import EncoderOutput
