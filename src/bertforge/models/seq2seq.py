@@ -385,7 +385,6 @@ class TransformerSeq2Seq(nn.Module):
         """Write ``config.json`` + ``model.safetensors`` (+ ``tokenizer.json``) into ``out_dir``; each
         file is written to a temporary name and renamed."""
         from safetensors.torch import save_file
-
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         cfg = {**self.config.to_dict(), "architectures": [ARCHITECTURE]}
@@ -397,9 +396,9 @@ class TransformerSeq2Seq(nn.Module):
             save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
             if tokenizer is not None:
-                    save_tokenizer(tokenizer, tmp, model_max_length=self.config.max_positions)
+                save_tokenizer(tokenizer, tmp, model_max_length=self.config.max_positions)
             elif tokenizer_dir is not None:
-                    copy_tokenizer_files(Path(tokenizer_dir), tmp)
+                copy_tokenizer_files(Path(tokenizer_dir), tmp)
             move_files_into(tmp, out_dir)
 
     @classmethod
