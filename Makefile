@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/bertforge demo --out runs/demo
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -x --durations=15
 
 bench: $(STAMP)

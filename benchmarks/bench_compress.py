@@ -64,7 +64,7 @@ def steal_text(a, b) -> str:
 
 def build(dirpath: Path, layers: int, hidden: int, heads: int, ffn: int) -> Path:
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     m = TaskModel(ModelConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                               intermediate_size=ffn), head="sequence_classification").eval()
@@ -180,8 +180,7 @@ def main(argv=None) -> int:
     import onnxruntime
     import transformers
     transformers.utils.logging.disable_progress_bar()  # its "Loading weights" bars are not results
-    from bertforge.compress import onnx as bo
-    from bertforge.compress import quantize as bq
+    from bertforge.compress import onnx as bo, quantize as bq
     from bertforge.evaluate import bench as bb
     from bertforge.runtime import load_runner
 

@@ -34,7 +34,7 @@ def worker(a) -> None:
     import torch
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     from bertforge.train.trainer import Trainer, set_seed
     world = int(os.environ.get("WORLD_SIZE", "1"))
     set_seed(0)

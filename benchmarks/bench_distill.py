@@ -29,9 +29,9 @@ import torch
 def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification
 
-    from bertforge.adapters import adapter_for
+    from bertforge.tasks import adapter_for
     from bertforge.commands._common import resolve_model_dir
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import get_task
     from bertforge.distill.cache import TeacherCache
     from bertforge.distill.data import DistillCollator, IndexedDataset
     from bertforge.distill.distiller import Distiller, build_terms, method_terms

@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bertforge.adapters import adapter_for  # noqa: E402
+from bertforge.tasks import adapter_for  # noqa: E402
 from bertforge.commands._common import resolve_model_dir  # noqa: E402
-from bertforge.data.tasks import get_task  # noqa: E402
+from bertforge.tasks import get_task  # noqa: E402
 from bertforge.hf import load_pretrained  # noqa: E402
 from bertforge.tokenizer import load_tokenizer  # noqa: E402
 

@@ -90,7 +90,7 @@ def hf_collator():
 
 def ours_mlm():
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     from bertforge.objectives.collate import PretrainCollator
     cfg = ModelConfig(model_type="bert", vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
                       intermediate_size=FF, max_position_embeddings=T, add_pooling_layer=False)
@@ -113,7 +113,7 @@ def hf_mlm():
 def ours_electra():
     from bertforge.config import ModelConfig
     from bertforge.objectives.collate import PretrainCollator
-    from bertforge.objectives.rtd import ElectraPretrainModel
+    from bertforge.objectives.electra import ElectraPretrainModel
     cfg = ModelConfig(model_type="electra", vocab_size=V, hidden_size=H, embedding_size=128, num_hidden_layers=L,
                       num_attention_heads=NH, intermediate_size=FF, max_position_embeddings=T,
                       add_pooling_layer=False)

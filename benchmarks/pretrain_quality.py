@@ -38,7 +38,7 @@ def check_dir(obj: str, out: Path) -> dict:
     import torch
     import transformers
     from bertforge.hf import load_pretrained
-    from bertforge.objectives.rtd import ElectraPretrainModel
+    from bertforge.objectives.electra import ElectraPretrainModel
     from bertforge.tokenizer import load_tokenizer
     tok = load_tokenizer(out)
     enc = tok.encode("The quick brown fox jumps over the lazy dog. It was a sunny day.")

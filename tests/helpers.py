@@ -36,7 +36,7 @@ def make_tiny_checkpoint(path: Path, vocab: int = 120, hidden: int = 32, layers:
     import torch
     from tokenizers.implementations import BertWordPieceTokenizer
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     wp = BertWordPieceTokenizer(lowercase=True)
     wp.train_from_iterator([s for s, _ in sentences(200)], vocab_size=vocab, min_frequency=1)
     tok = wp._tokenizer

@@ -48,7 +48,7 @@ def test_freed_blocks_are_reused_without_page_faults():
 def test_trainer_applies_it_on_cpu_unless_turned_off(tmp_path, monkeypatch):
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     from bertforge.train import trainer as trainer_mod
 
     calls = []

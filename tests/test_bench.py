@@ -12,7 +12,7 @@ import torch
 from bertforge.cli import main
 import bertforge.hf  # noqa: F401  (registers the pretraining heads, e.g. mlm)
 from bertforge.config import ModelConfig
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ def test_classifying_from_an_encoder_saved_without_pooler_gets_a_fresh_one(tmp_p
     import transformers
     from bertforge.config import ModelConfig
     from bertforge.hf import load_pretrained
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=32, add_pooling_layer=False)

@@ -17,7 +17,7 @@ import torch
 from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
 from bertforge.hf import load_pretrained
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 from helpers import sentences
 
@@ -225,7 +225,7 @@ def test_magnitude_prune_zeroes_the_smallest_weights():
 def test_flop_formula_matches_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
     from bertforge.evaluate.bench import encoder_flops
-    from bertforge.hf import config_to_hf
+    from bertforge.hf_format import config_to_hf
     m = tiny(head="base")
     P.prune_heads(m, {0: [1]})
     P.prune_ffn(m, {2: [1, 2, 3]})
@@ -468,8 +468,8 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["metric"] == "kl_to_unpruned" and rec["history"][-1]["importance_loss"] == "task"
     # the tracked KL: mean over windows × {start, end} of KL(p_unpruned ‖ p_pruned) over the real positions
-    from bertforge.adapters import adapter_for
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import adapter_for
+    from bertforge.tasks import get_task
     from bertforge.tokenizer import load_tokenizer
     ad = adapter_for(get_task("squad"), load_tokenizer(qa), 48)
     b = ad.collator()(list(ad.load(sq, require_labels=False)))
@@ -524,7 +524,7 @@ def test_prune_scores_qa_ner_and_regression_with_their_own_losses_and_tracks_the
 def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, monkeypatch, backend):
     """`quantize --overwrite --eval` swaps the new INT8 dir in only after its accuracy check: when the
     evaluation fails (exit 2), the earlier good dir is still in place and no fresh --out is left behind."""
-    from bertforge.adapters import SequenceAdapter
+    from bertforge.tasks.classification import SequenceAdapter
     from bertforge.cli import main
     from bertforge.errors import DataError
     m = _task_dir(tmp_path, "sequence_classification", "sst2", num_labels=2)
@@ -551,7 +551,7 @@ def test_quantize_replaces_out_only_after_its_accuracy_check(tmp_path, capsys, m
 def test_electra_discriminator_exports_with_parity_on_real_tokens(tmp_path):
     from bertforge.compress import onnx as bo
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     import bertforge.objectives  # noqa: F401  registers the electra_discriminator head
     torch.manual_seed(0)
     cfg = ModelConfig(model_type="electra", vocab_size=64, hidden_size=32, embedding_size=16,
@@ -607,7 +607,7 @@ def test_magnitude_prune_spares_pooler_and_classifier_and_reports_eval(workspace
 def test_magnitude_prune_library_modules_all_ranks_every_linear():
     from bertforge.compress import prune as P
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     m = TaskModel(ModelConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
                               vocab_size=120, max_position_embeddings=40), head="sequence_classification")

@@ -9,7 +9,7 @@ import torch
 
 from bertforge.cli import main
 from bertforge.config import ModelConfig
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 SENTS = ["a charming and affecting journey .", "the movie is dull and boring .", "good acting , great film .",
          "it is a terrible mess .", "funny and warm .", "nothing works in this film .",

@@ -11,7 +11,7 @@ from bertforge.distill.cache import TeacherCache
 from bertforge.distill.distiller import Distiller, build_terms, method_terms
 from bertforge.distill.student import build_student, parse_shape
 from bertforge.errors import ConfigError
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 
 def tiny_cfg(**kw):

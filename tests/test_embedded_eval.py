@@ -141,7 +141,7 @@ def test_latency_rounds_are_interleaved_and_measure_sleep():
 
 def _tiny_dir(tmp_path, minilm_dir, head="base", num_labels=2):
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                       num_labels=num_labels, max_position_embeddings=512)
@@ -308,7 +308,7 @@ def test_embed_eval_task_needs_a_classifier_of_the_task(workspace, tmp_path, cli
     """A tagger or QA model (one output per token) or a 2-label model on STS-B (1 output) is refused, not
     scored (np.stack of per-token outputs, or Pearson of argmax labels, would mean nothing)."""
     from bertforge.hf import load_pretrained
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     base = load_pretrained(workspace.tiny)
     base.config.num_labels = labels
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ import transformers as T
 
 from bertforge.config import ModelConfig
 from bertforge.hf import load_pretrained
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 from bertforge.tokenizer import encode_texts, load_tokenizer
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Padding matters.",

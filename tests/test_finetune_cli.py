@@ -101,8 +101,7 @@ def test_qnli_sentence_pairs(tmp_path, capsys, minilm_dir, data_dir):
     lines = (data_dir / "glue/QNLI/dev.tsv").read_text(encoding="utf-8").splitlines()
     (tmp_path / "train.tsv").write_text("\n".join(lines[:257]) + "\n", encoding="utf-8")
     (tmp_path / "eval.tsv").write_text("\n".join([lines[0]] + lines[4000:4200]) + "\n", encoding="utf-8")
-    from bertforge.adapters import adapter_for
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import adapter_for, get_task
     from bertforge.tokenizer import load_tokenizer
     tok = load_tokenizer(minilm_dir)
     enc = adapter_for(get_task("qnli"), tok, 128).load(tmp_path / "train.tsv")

@@ -13,7 +13,7 @@ import torch
 def test_model_inputs_of_the_wrong_shape_are_value_errors():
     """The library's forward names the fix instead of a bare IndexError (or silently ignoring a mask)."""
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     m = TaskModel(ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                               intermediate_size=32, max_position_embeddings=8), head="sequence_classification")
     ids = torch.randint(3, 50, (2, 5))

@@ -17,9 +17,10 @@ from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, enc
 from bertforge.data.squad import (QAExample, decode_answers, encode_qa_windows, read_squad,
                                   split_by_article)
 from bertforge.errors import DataError
-from bertforge.evaluate.span_metrics import entity_scores, exact_match, f1, normalize_answer, squad_scores
 from bertforge.hf import load_pretrained
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
+from bertforge.tasks.ner import entity_scores
+from bertforge.tasks.qa import exact_match, f1, normalize_answer, squad_scores
 from bertforge.tokenizer import load_tokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "john", "##son", "lives", "in", "zu", "##rich",
@@ -482,8 +483,7 @@ def test_ner_distill_cli_from_a_finetuned_teacher(tmp_path, capsys):
 
 
 def test_squad_v2_unanswerable_questions_load_as_cls_and_v1_refuses_them(tmp_path):
-    from bertforge.adapters import adapter_for
-    from bertforge.data.tasks import get_task
+    from bertforge.tasks import adapter_for, get_task
     data = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "John lives in Zurich.", "qas": [
         {"id": "a", "question": "Where does John live?", "is_impossible": False,
          "answers": [{"text": "Zurich", "answer_start": 14}]},

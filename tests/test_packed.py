@@ -12,7 +12,7 @@ from torch import nn
 
 from bertforge.compress import packed
 from bertforge.config import ModelConfig
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="PyTorch built without MKL")
 

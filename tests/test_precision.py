@@ -7,9 +7,8 @@ from bertforge.commands._common import check_recipe
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
-from bertforge.models.heads import TaskModel
-from bertforge.train import precision
-from bertforge.train import trainer as trainer_mod
+from bertforge.task_model import TaskModel
+from bertforge.train import precision, trainer as trainer_mod
 
 
 def test_native_bf16_from_cpu_flags():

@@ -11,8 +11,9 @@ import transformers
 
 from bertforge.config import ModelConfig
 from bertforge.hf import load_pretrained
-from bertforge.models.heads import TaskModel
-from bertforge.objectives.rtd import ElectraPretrainModel, generator_config, replace_tokens
+from bertforge.task_model import TaskModel
+from bertforge.objectives.electra import ElectraPretrainModel
+from bertforge.objectives.rtd import generator_config, replace_tokens
 
 V = 97
 

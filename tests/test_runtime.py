@@ -12,7 +12,7 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.errors import CheckpointError, ConfigError
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 from bertforge.runtime import load_runner
 from bertforge.runtime.base import head_kind
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bertforge.data.readers import read_examples
-from bertforge.data.tasks import TASKS, get_task
+from bertforge.tasks import TASKS, get_task
 from bertforge.errors import ConfigError, DataError
 from bertforge.evaluate.metrics import compute
 

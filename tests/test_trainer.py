@@ -7,7 +7,7 @@ import yaml
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
-from bertforge.models.heads import TaskModel
+from bertforge.task_model import TaskModel
 from bertforge.train.optim import lr_lambda
 from bertforge.train.trainer import Trainer
 
@@ -95,7 +95,7 @@ def test_result_names_the_saved_step_and_the_last_evaluation(tmp_path):
 def test_an_unknown_metric_for_best_is_named_once(tmp_path, capsys):
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     from bertforge.train.trainer import Trainer
     cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=32, num_labels=2)

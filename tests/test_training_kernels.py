@@ -146,7 +146,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
     """With labels, the MLM model runs its last block only at the masked positions; logits, loss and every
     parameter gradient equal the full computation (requesting hidden_states forces the full path)."""
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=40, hidden_dropout_prob=0.0,
@@ -333,8 +333,8 @@ def test_training_kernels_equal_plain_torch_over_steps(monkeypatch, objective, p
     and discriminator share the token embeddings)."""
     import copy
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
-    from bertforge.objectives.rtd import ElectraPretrainModel
+    from bertforge.task_model import TaskModel
+    from bertforge.objectives.electra import ElectraPretrainModel
     torch.manual_seed(0)
     kind = "electra" if objective == "electra" else "bert"
     cfg = ModelConfig(model_type=kind, vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -394,7 +394,7 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
     (a penalty on it, a second decoder like SpanBERT's SBO), which autograd sums with the tied pair's."""
     import copy
     from bertforge.config import ModelConfig
-    from bertforge.models.heads import TaskModel
+    from bertforge.task_model import TaskModel
     torch.manual_seed(3)
     cfg = ModelConfig(vocab_size=90, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=16, add_pooling_layer=False,

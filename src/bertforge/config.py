@@ -25,7 +25,8 @@ from typing import Any, Optional
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, require_number
+from .io import atomic_write_text
 
 FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 SHARING = ("none", "attention", "ffn", "all")
@@ -79,7 +80,6 @@ class ModelConfig:
         if self.layer_sharing not in SHARING:
             raise ConfigError(
                 f"model.layer_sharing={self.layer_sharing!r} is not one of {', '.join(SHARING)}")
-        from .errors import require_number
         for name, low in (("vocab_size", 1), ("hidden_size", 1), ("num_attention_heads", 1),
                           ("num_hidden_layers", 0), ("intermediate_size", 0), ("max_position_embeddings", 1),
                           ("type_vocab_size", 0)):
@@ -206,7 +206,6 @@ class Recipe:
         return d
 
     def save(self, path: Path) -> None:
-        from .io import atomic_write_text
         atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 

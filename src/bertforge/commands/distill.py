@@ -329,8 +329,7 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
         ConfigError: no task or training file, a teacher without the task's head or with another label
             count, ``--augment`` for a token task.
     """
-    from ..adapters import adapter_for
-    from ..data.tasks import get_task, saved_task_spec, task_spec
+    from ..tasks import adapter_for, get_task, saved_task_spec, task_spec
     from ..hf import load_pretrained, read_config, require_saved_head
     d = recipe.data
     meta = read_config(teacher_dirs[0]).get("bertforge") or {}

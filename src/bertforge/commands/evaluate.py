@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..adapters import adapter_for
-from ..data.tasks import model_task
+from ..tasks import adapter_for, model_task
 from ..errors import ConfigError, require_at_least
 from ..hf import check_seq_len, read_config, require_saved_head
 from ..runtime import load_runner

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..adapters import adapter_for
-from ..data.tasks import get_task, task_spec
+from ..tasks import adapter_for, get_task, task_spec
 from ..errors import ConfigError
 from ..hf import check_seq_len, load_pretrained, read_config
 from ..tokenizer import load_tokenizer

@@ -53,8 +53,8 @@ def add_arguments(p) -> None:
 def build_pretrain_recipe(args):
     """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
     < explicit flags."""
-    from ..objectives.pretrain import OBJECTIVE_TRAIN, SIZES
-    defaults = deep_merge(SIZES[args.size or "tiny"], {"train": OBJECTIVE_TRAIN.get(args.objective, {})})
+    from ..objectives.pretrain import OBJECTIVES, SIZES
+    defaults = deep_merge(SIZES[args.size or "tiny"], {"train": dict(OBJECTIVES[args.objective].train)})
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",), defaults=defaults)
     if args.size and args.recipe:
         _check_size_against_recipe(args.size, args.recipe)
@@ -133,11 +133,11 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
 def run(args) -> int:
     from ..data.corpus import PretrainDataset, TokenizedCorpus, default_cache_dir, split_documents
     from ..objectives.collate import PretrainCollator
-    from ..objectives.pretrain import (build_model, evaluate_mlm, model_config, resolve_options,
+    from ..objectives.pretrain import (OBJECTIVES, build_model, evaluate_mlm, model_config, resolve_options,
                                        unigram_top_id)
     from ..tokenizer import special_tokens
     from ..train.trainer import Trainer
-    from ..data.tokenizers_train import KINDS, default_kind
+    from ..data.tokenizers_train import KINDS
 
     recipe = build_pretrain_recipe(args)
     opts = resolve_options(args.objective, {k: v for k, v in recipe.extra["pretrain"].items()
@@ -148,7 +148,7 @@ def run(args) -> int:
     # a checkpoint dir whose tokenizer is reused: neither --out nor the cache may lie in it
     tok_inputs = (Path(opts["tokenizer"]),) if not trained and Path(str(opts["tokenizer"])).is_dir() else ()
     check_cache_dir(cache, Path(args.out), tok_inputs, reuse_hint="an earlier --cache-dir")
-    tok = get_tokenizer(opts["tokenizer"], default_kind(args.objective), recipe.data.corpus,
+    tok = get_tokenizer(opts["tokenizer"], OBJECTIVES[args.objective].tokenizer, recipe.data.corpus,
                         int(opts["vocab_size"]), cache)
     if not trained:  # a reused tokenizer: its size is the vocabulary
         if args.vocab_size is not None and args.vocab_size != tok.get_vocab_size():

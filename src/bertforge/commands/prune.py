@@ -132,8 +132,7 @@ def _task_eval_fn(args, task, adapter):
 
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
-    from ..adapters import adapter_for
-    from ..data.tasks import model_task
+    from ..tasks import adapter_for, model_task
     meta = cfg.get("bertforge") or {}
     name = task_name or meta.get("task")
     if not name:

@@ -1,6 +1,6 @@
 """ONNX export, ONNX Runtime transformer graph optimisation and ONNX Runtime dynamic INT8.
 
-:func:`export_onnx` traces an export view of a :class:`~bertforge.models.heads.TaskModel` (same weights, same
+:func:`export_onnx` traces an export view of a :class:`~bertforge.task_model.TaskModel` (same weights, same
 math) with the TorchScript exporter of :func:`torch.onnx.export`, inputs ``input_ids`` / ``attention_mask``
 (/ ``token_type_ids``), all (batch, sequence) with dynamic axes, output ``logits`` (or
 ``last_hidden_state`` for a head-less encoder). Differences from a plain export of the eager model:
@@ -378,7 +378,7 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     parity). Returns that record. Raises BertforgeError when FP32 parity exceeds 1e-4. ``reduce_range``:
     7-bit INT8 weights (see :func:`needs_reduce_range`).
     """
-    from ..hf import config_to_hf
+    from ..hf_format import config_to_hf
     from ..io import atomic_dir, atomic_write_text
     from ..tokenizer import copy_tokenizer_files
     out_dir = Path(out_dir)

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
+from ..heads import has_mlm_head
 from ..models.attention import linear
 
 LOSSES = ("auto", "task", "fisher", "mlm")
@@ -58,7 +59,7 @@ def _check_prunable(model) -> None:
 
 
 def head_counts(model) -> list:
-    """Heads per layer of ``model`` (a :class:`~bertforge.models.heads.TaskModel`)."""
+    """Heads per layer of ``model`` (a :class:`~bertforge.task_model.TaskModel`)."""
     return [lyr.attention.num_heads for lyr in model.encoder.layers]
 
 
@@ -156,13 +157,6 @@ def _mask_for_mlm(batch: dict, mask_token_id: int, special_ids: Iterable[int], g
     return b
 
 
-def _has_mlm_loss(model) -> bool:
-    """Whether ``model``'s head computes a masked-LM loss (``mlm``, ``mlm_nsp``, ``mlm_sop``, ``mlm_sbo``) —
-    wider than :func:`bertforge.distill.distiller.has_mlm_head`, which asks for a ``ForMaskedLM`` head."""
-    from ..hf import MLM_HEADS
-    return getattr(model, "head_name", None) in MLM_HEADS
-
-
 def check_loss(model, loss: str) -> None:
     """Reject an importance loss the model cannot compute.
 
@@ -171,7 +165,7 @@ def check_loss(model, loss: str) -> None:
     """
     if loss not in LOSSES:
         raise ConfigError(f"--loss {loss!r}; choose one of {', '.join(LOSSES)}")
-    if loss == "mlm" and not _has_mlm_loss(model):
+    if loss == "mlm" and not has_mlm_head(model):
         head = getattr(model, "head_name", None) or "base"
         raise ConfigError(f"--loss mlm needs a model with an MLM head (this one has head {head!r}); use "
                           f"--loss task (labelled data) or fisher")
@@ -190,7 +184,7 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
     """Head (and FFN-neuron) importance I = Σ_x |∂L(x)/∂ξ| (Michel et al. 2019, eq. 2), per example.
 
     Args:
-        model: a :class:`~bertforge.models.heads.TaskModel`; it is put in eval mode (no dropout) and
+        model: a :class:`~bertforge.task_model.TaskModel`; it is put in eval mode (no dropout) and
             its parameters get no gradient.
         batches: dicts of (B, T) tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` (+ ``labels``,
             or QA's ``start_positions`` / ``end_positions``, for ``loss="task"``).

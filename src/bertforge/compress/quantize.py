@@ -18,9 +18,15 @@ import warnings
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import CheckpointError
+from ..hf import _head_from_arch, config_from_hf, read_config
+from ..hf_format import config_to_hf
+from ..io import atomic_dir
+from ..task_model import TaskModel
+from ..tokenizer import copy_tokenizer_files
 
 INT8_FILE = "model.int8.safetensors"
 
@@ -88,10 +94,6 @@ def _per_channel(state: dict) -> bool:
 
 def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
     """Write ``config.json`` + ``model.int8.safetensors`` (+ tokenizer files) atomically to ``out_dir``."""
-    from safetensors.torch import save_file
-    from ..hf import config_to_hf
-    from ..io import atomic_dir
-    from ..tokenizer import copy_tokenizer_files
     cfg = config_to_hf(fp32_model.config, fp32_model.head_name)
     state = int8_state(qmodel)
     cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": scheme(_per_channel(state))}
@@ -112,9 +114,6 @@ def load_quantized(path):
     Raises:
         CheckpointError: missing files or tensors that do not match ``config.json``.
     """
-    from safetensors.torch import load_file
-    from ..hf import _head_from_arch, config_from_hf, read_config
-    from ..models.heads import TaskModel
     path = Path(path)
     d = read_config(path)
     if not is_quantized_dir(path):

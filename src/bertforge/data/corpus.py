@@ -49,6 +49,7 @@ import torch
 
 from ..errors import DataError
 from ..io import atomic_dir
+from .tokenizers_train import iter_lines
 
 MODES = ("full", "doc", "nsp", "sop")
 _HEADING = re.compile(r"^ ?= [^=].* = ?$")
@@ -188,7 +189,6 @@ def _iter_hub_documents(source: str) -> Iterator[list]:
 def iter_corpus_lines(sources: list) -> Iterator[str]:
     """The non-blank lines of ``sources`` (text files, or the ``text`` rows of :func:`hub_dataset` names),
     stripped: what a tokenizer is trained on."""
-    from .tokenizers_train import iter_lines
     for src in sources:
         if hub_dataset(str(src)):
             for text in _hub_texts(str(src)):

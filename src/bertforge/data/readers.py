@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..errors import DataError
-from .tasks import Task
 
 csv.field_size_limit(sys.maxsize)
 
@@ -54,12 +53,12 @@ def _read_text(path: Path) -> str:
         raise DataError(f"{path} is not UTF-8 (bad byte at line {line}); re-encode it as UTF-8") from None
 
 
-def read_examples(path, task: Task, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
+def read_examples(path, task, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
     """Read ``path`` for ``task``; the format is chosen by suffix (.tsv, .csv, .jsonl/.json).
 
     Args:
         path: data file.
-        task: the task (columns, labels).
+        task: the :class:`~bertforge.tasks.base.Task` (columns, labels).
         max_samples: keep only the first N examples.
         require_labels: raise when the label column is missing (False: read unlabelled test files).
     Raises:
@@ -76,7 +75,7 @@ def read_examples(path, task: Task, max_samples: Optional[int] = None, require_l
     return _rows_to_examples(rows, header, task, path, max_samples, require_labels)
 
 
-def _read_delimited(path: Path, delim: str, task: Task):
+def _read_delimited(path: Path, delim: str, task):
     text = _read_text(path)
     lines = split_lines(text)
     # GLUE TSVs contain bare quotes: read them with quoting disabled, like the GLUE reference code
@@ -129,7 +128,7 @@ def _read_jsonl(path: Path):
     return out
 
 
-def _col_index(col, header, path: Path, task: Task):
+def _col_index(col, header, path: Path, task):
     if isinstance(col, int):
         return col
     if header is None:
@@ -144,7 +143,7 @@ def _col_index(col, header, path: Path, task: Task):
     return header.index(col)
 
 
-def _rows_to_examples(rows, header, task: Task, path: Path, max_samples, require_labels) -> list:
+def _rows_to_examples(rows, header, task, path: Path, max_samples, require_labels) -> list:
     is_json = bool(rows) and isinstance(rows[0][1], dict)
     label_map = {lab: i for i, lab in enumerate(task.labels)} if task.labels else None
     out = []
@@ -189,7 +188,7 @@ def _rows_to_examples(rows, header, task: Task, path: Path, max_samples, require
     return out
 
 
-def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
+def _parse_label(raw, task, label_map, path: Path, lineno: int):
     if task.kind == "regression":
         try:
             value = float(raw)
@@ -222,7 +221,7 @@ def _parse_label(raw, task: Task, label_map, path: Path, lineno: int):
     return label_map[key]
 
 
-def _hub_label_ids(ds, column: str, task: Task) -> Optional[list]:
+def _hub_label_ids(ds, column: str, task) -> Optional[list]:
     """Hub class id → the task's label id, when the dataset's ``ClassLabel`` names are the task's label
     names in another order (GLUE MNLI on the hub: entailment, neutral, contradiction; the task and the GLUE
     TSVs: contradiction, entailment, neutral). None when the ids already agree or carry no names."""
@@ -234,7 +233,7 @@ def _hub_label_ids(ds, column: str, task: Task) -> Optional[list]:
     return [list(task.labels).index(n) for n in names]
 
 
-def read_hub(name: str, task: Task, max_samples: Optional[int] = None, split: str = "train") -> list:
+def read_hub(name: str, task, max_samples: Optional[int] = None, split: str = "train") -> list:
     """Read a Hugging Face hub dataset (``datasets.load_dataset``), e.g. ``glue/sst2:validation``.
 
     Needs network access (or a local ``datasets`` cache). Raises DataError when it cannot be loaded.

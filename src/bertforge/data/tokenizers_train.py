@@ -166,11 +166,6 @@ def _take_chars(texts: Iterable[str], max_chars: int) -> Iterator[str]:
         yield t
 
 
-def default_kind(objective: str) -> str:
-    """The tokenizer each paper used: RoBERTa byte-level BPE, ALBERT Unigram, else WordPiece uncased."""
-    return {"roberta": "bpe", "albert": "unigram"}.get(objective, "wordpiece")
-
-
 def iter_lines(files: Iterable[str]) -> Iterator[str]:
     for f in files:
         with open(f, encoding="utf-8", errors="replace") as fh:
@@ -181,4 +176,4 @@ def iter_lines(files: Iterable[str]) -> Iterator[str]:
 
 
 __all__ = ["KINDS", "SPECIALS", "train_tokenizer", "min_vocab_size", "check_vocab_size",
-           "check_trained_size", "default_kind", "iter_lines"]
+           "check_trained_size", "iter_lines"]

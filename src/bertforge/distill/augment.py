@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..heads import has_mlm_head
 
 _WORDLIKE = re.compile(r"^[A-Za-z][A-Za-z'-]*$")
 
@@ -89,7 +90,7 @@ class EmbeddingLexicon:
 class MaskedLMPredictor:
     """Top-K word-piece predictions of a masked LM for a masked word.
 
-    ``mlm_fn(input_ids (1, T)) -> logits (1, T, V)``: e.g. a :class:`~bertforge.models.heads.TaskModel`
+    ``mlm_fn(input_ids (1, T)) -> logits (1, T, V)``: e.g. a :class:`~bertforge.task_model.TaskModel`
     with an MLM head, or ``transformers.AutoModelForMaskedLM`` wrapped as ``lambda x: m(x).logits``.
     """
 
@@ -206,7 +207,6 @@ def default_augmenter(tokenizer, teacher, corpus_examples=None, p: float = 0.4, 
 
     Raises:
         ConfigError: ``mlm_model``'s logits are not over the tokenizer's vocabulary."""
-    from .distiller import has_mlm_head
     lexicon = EmbeddingLexicon.from_token_embeddings(tokenizer, teacher.encoder.embeddings.word_embeddings.weight)
     mlm = None
     source = mlm_model if mlm_model is not None else (teacher if has_mlm_head(teacher) else None)

@@ -25,7 +25,9 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..models.heads import HEADS, TaskModel
+from ..heads import MLM_HEAD, has_mlm_head
+from ..models.output import ModelOutput
+from ..task_model import TaskModel
 from .cache import TeacherCache, feature_shape
 from .losses import get_loss
 from .mapping import resolve_map
@@ -94,16 +96,10 @@ MLM_LOSSES = ("mlm_soft", "mlm")
 _TERM_KEYS = {"loss", "weight", "layers", "temperature", "alpha", "relation_heads", "name"}
 
 
-def mlm_head_name() -> Optional[str]:
-    """The registered head whose HF class suffix is ``ForMaskedLM`` (None when none is registered)."""
-    for name, cls in HEADS.items():
-        if getattr(cls, "hf_suffix", "") == "ForMaskedLM":
-            return name
-    return None
-
-
-def has_mlm_head(model: TaskModel) -> bool:
-    return model.head is not None and getattr(type(model.head), "hf_suffix", "") == "ForMaskedLM"
+def mlm_head_name() -> str:
+    """The head a general-stage student (and a teacher with any masked-LM head) is built with:
+    :data:`bertforge.heads.MLM_HEAD`."""
+    return MLM_HEAD
 
 
 def method_terms(method: str, stage: str) -> list:
@@ -342,7 +338,6 @@ class Distiller(nn.Module):
                 token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
                 **_):
-        from ..models.heads import ModelOutput
         kinds = {k for k, _ in self._needs.values()}
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)

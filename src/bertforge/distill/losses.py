@@ -1,4 +1,4 @@
-"""Distillation losses, by name (:data:`LOSSES`), each with its paper reference.
+"""Distillation losses, by name (:data:`LOSSES`, the table at the end of this file), each with its paper reference.
 
 Naming follows TextBrewer: ``_S`` is the student's tensor, ``_T`` the teacher's. Shapes:
 ``logits`` (B, C); ``hidden`` (B, T, H); attention ``scores``/``probs`` (B, heads, T, T); ``values``
@@ -50,18 +50,6 @@ class LossSpec:
     projects: bool = False
 
 
-#: loss name → :class:`LossSpec`
-LOSSES: dict[str, LossSpec] = {}
-
-
-def register_loss(name: str, feature: str, layerwise: bool, projects: bool = False):
-    def deco(fn):
-        LOSSES[name] = LossSpec(name, fn, feature, layerwise, projects)
-        fn.loss_name = name
-        return fn
-    return deco
-
-
 def get_loss(name: str) -> LossSpec:
     try:
         return LOSSES[name]
@@ -88,7 +76,6 @@ def _mean_per_distribution(values: torch.Tensor, mask: Optional[torch.Tensor]) -
     return values.mean()
 
 
-@register_loss("kd", "logits", layerwise=False)
 def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
             labels: Optional[torch.Tensor] = None, alpha: float = 1.0, mask: Optional[torch.Tensor] = None,
             **_) -> torch.Tensor:
@@ -126,7 +113,6 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
     return alpha * soft + (1.0 - alpha) * hard
 
 
-@register_loss("soft_ce", "logits", layerwise=False)
 def soft_ce_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
                  mask: Optional[torch.Tensor] = None, **_) -> torch.Tensor:
     """TinyBERT prediction-layer loss (Jiao et al. 2020, eq. 10): ``−Σ_c softmax(z_T/t)_c ·
@@ -139,7 +125,6 @@ def soft_ce_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: fl
     return _mean_per_distribution(-(F.softmax(zt / t, -1) * F.log_softmax(zs / t, -1)).sum(-1), mask)
 
 
-@register_loss("mlm_soft", "mlm_logits", layerwise=False)
 def mlm_soft_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
                   mask: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
                   **_) -> torch.Tensor:
@@ -159,7 +144,6 @@ def mlm_soft_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: f
                     log_target=True) * t * t
 
 
-@register_loss("mlm", "student_mlm", layerwise=False)
 def mlm_loss(logits_S: torch.Tensor, logits_T: Optional[torch.Tensor] = None,
              mlm_labels: Optional[torch.Tensor] = None, **_) -> torch.Tensor:
     """DistilBERT's L_mlm (Sanh et al. 2019 §3): the student's own masked-LM loss as in BERT pretraining
@@ -178,7 +162,6 @@ def mlm_loss(logits_S: torch.Tensor, logits_T: Optional[torch.Tensor] = None,
 
 
 # ------------------------------------------------------------------------------------- hidden states
-@register_loss("cosine", "hidden", layerwise=True, projects=True)
 def cosine_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """DistilBERT cosine embedding loss (Sanh et al. 2019, §3 "L_cos"): ``1 − cos(h_S, h_T)`` per
@@ -197,7 +180,6 @@ def _masked_mse(a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> torch.Tens
     return (sq * m).sum() / (m.sum().clamp_min(1.0) * a.shape[-1])
 
 
-@register_loss("hidden_mse", "hidden", layerwise=True, projects=True)
 def hidden_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
                     proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """TinyBERT hidden-state loss (Jiao et al. 2020, eq. 8): ``MSE(H_S W_h, H_T)``; ``proj`` is the
@@ -207,7 +189,6 @@ def hidden_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Option
     return _masked_mse(hidden_S, hidden_T, _token_mask(mask, hidden_S))
 
 
-@register_loss("embedding_mse", "hidden", layerwise=True, projects=True)
 def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
                        proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """TinyBERT embedding-layer loss (eq. 9): ``MSE(E_S W_e, E_T)``, applied to hidden_states[0] of both
@@ -215,7 +196,6 @@ def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Opt
     return hidden_mse_loss(hidden_S, hidden_T, mask, proj)
 
 
-@register_loss("pkd", "hidden", layerwise=True, projects=True)
 def pkd_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
              proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """BERT-PKD patient loss (Sun et al. 2019, eq. 3) for one layer pair: ``‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖₂²``
@@ -244,7 +224,6 @@ def _pair_mask(mask: Optional[torch.Tensor], a: torch.Tensor) -> torch.Tensor:
     return (m[:, :, None] * m[:, None, :])[:, None]
 
 
-@register_loss("attention_mse", "attention_scores", layerwise=True)
 def attention_mse_loss(scores_S: torch.Tensor, scores_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
                        **_) -> torch.Tensor:
     """TinyBERT attention loss (Jiao et al. 2020, eq. 7): ``MSE(A_S, A_T)`` on the *unnormalised*
@@ -259,7 +238,6 @@ def attention_mse_loss(scores_S: torch.Tensor, scores_T: torch.Tensor, mask: Opt
     return sq.sum() / (pm.sum().clamp_min(1.0) * s.shape[1])
 
 
-@register_loss("attention_kl", "attentions", layerwise=True)
 def attention_kl_loss(probs_S: torch.Tensor, probs_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
                       **_) -> torch.Tensor:
     """MiniLM self-attention distribution transfer (Wang et al. 2020, eq. 4):
@@ -292,7 +270,6 @@ def value_relation(values: torch.Tensor, mask: Optional[torch.Tensor] = None,
     return torch.softmax(rel, -1)
 
 
-@register_loss("value_relation_kl", "values", layerwise=True)
 def value_relation_kl_loss(values_S: torch.Tensor, values_T: torch.Tensor,
                            mask: Optional[torch.Tensor] = None, relation_heads: Optional[int] = None,
                            **_) -> torch.Tensor:
@@ -306,3 +283,19 @@ def value_relation_kl_loss(values_S: torch.Tensor, values_T: torch.Tensor,
     vr_s = value_relation(values_S, mask, relation_heads)
     vr_t = value_relation(values_T, mask, relation_heads)
     return attention_kl_loss(vr_s, vr_t, mask)
+
+
+#: loss name → :class:`LossSpec`: the one place a distillation loss is registered (docs/extending.md)
+LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in [
+    LossSpec("kd", kd_loss, "logits", layerwise=False),
+    LossSpec("soft_ce", soft_ce_loss, "logits", layerwise=False),
+    LossSpec("mlm_soft", mlm_soft_loss, "mlm_logits", layerwise=False),
+    LossSpec("mlm", mlm_loss, "student_mlm", layerwise=False),
+    LossSpec("cosine", cosine_loss, "hidden", layerwise=True, projects=True),
+    LossSpec("hidden_mse", hidden_mse_loss, "hidden", layerwise=True, projects=True),
+    LossSpec("embedding_mse", embedding_mse_loss, "hidden", layerwise=True, projects=True),
+    LossSpec("pkd", pkd_loss, "hidden", layerwise=True, projects=True),
+    LossSpec("attention_mse", attention_mse_loss, "attention_scores", layerwise=True),
+    LossSpec("attention_kl", attention_kl_loss, "attentions", layerwise=True),
+    LossSpec("value_relation_kl", value_relation_kl_loss, "values", layerwise=True),
+]}

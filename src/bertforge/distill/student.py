@@ -20,7 +20,8 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..models.heads import TaskModel
+from ..hf import load_pretrained
+from ..task_model import TaskModel
 
 _PART = re.compile(r"^(\d+)([LHAI])$", re.IGNORECASE)
 
@@ -119,7 +120,6 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
     spec = str(spec).strip()
     record: dict = {"spec": spec, "teacher": str(teacher_dir) if teacher_dir else None}
     if Path(spec).is_dir():
-        from ..hf import load_pretrained
         student = load_pretrained(spec, head=head, **head_config)
         prev = dict(student.config.bertforge.get("student") or {})
         record = {**prev, "from_dir": spec}

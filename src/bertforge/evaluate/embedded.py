@@ -222,8 +222,7 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
     """Task metrics (the task's own, e.g. ``accuracy``) of a fine-tuned model on a labelled file, from
     its head's ``logits`` — PyTorch or ONNX Runtime alike. None when the model has no task head.
     Only sequence classification / regression tasks. Raises DataError for unreadable data."""
-    from ..adapters import adapter_for
-    from ..data.tasks import get_task
+    from ..tasks import adapter_for, get_task
     from ..evaluate.metrics import compute
     task = get_task(task_name)
     if task.kind not in ("classification", "regression"):

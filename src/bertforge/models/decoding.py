@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from ..data.translation import encode_source
+
 
 def _limits(model, attention_mask: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
     src_len = attention_mask.sum(dim=1).float()
@@ -157,8 +159,6 @@ def translate_texts(model, tokenizer, sentences: list, beam: int = 1, length_pen
     and decoded in batches of about ``batch_tokens`` source tokens (× beam). ``beam == 1`` is greedy.
     """
     import contextlib
-
-    from ..data.translation import encode_source
     cfg = model.config
     device = device or next(model.parameters()).device
     was_training = model.training

@@ -30,7 +30,9 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, ConfigError, require_number
-from .attention import MultiHeadAttention, padding_mask_bias
+from ..io import atomic_dir, move_files_into, read_config
+from ..tokenizer import copy_tokenizer_files, save_tokenizer
+from .attention import MultiHeadAttention, causal_mask_bias, padding_mask_bias
 from .embeddings import sinusoidal_positions
 from .encoder import EncoderLayer, FeedForward
 
@@ -245,7 +247,6 @@ class DecoderLayer(nn.Module):
         cache["self_k"], cache["self_v"] = k, v
         causal = None
         if n > 1:
-            from .attention import causal_mask_bias
             causal = causal_mask_bias(n, k.shape[2], q.dtype, q.device)
         ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         a = att.out(ctx.transpose(1, 2).reshape(b, n, inner))
@@ -384,8 +385,6 @@ class TransformerSeq2Seq(nn.Module):
         """Write ``config.json`` + ``model.safetensors`` (+ ``tokenizer.json``) into ``out_dir``; each
         file is written to a temporary name and renamed."""
         from safetensors.torch import save_file
-
-        from ..io import atomic_dir
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         cfg = {**self.config.to_dict(), "architectures": [ARCHITECTURE]}
@@ -397,12 +396,9 @@ class TransformerSeq2Seq(nn.Module):
             save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
             (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
             if tokenizer is not None:
-                from ..tokenizer import save_tokenizer
                 save_tokenizer(tokenizer, tmp, model_max_length=self.config.max_positions)
             elif tokenizer_dir is not None:
-                from ..tokenizer import copy_tokenizer_files
                 copy_tokenizer_files(Path(tokenizer_dir), tmp)
-            from ..io import move_files_into
             move_files_into(tmp, out_dir)
 
     @classmethod
@@ -414,7 +410,6 @@ class TransformerSeq2Seq(nn.Module):
         """
         from safetensors.torch import load_file
         path = Path(path)
-        from ..hf import read_config
         cj, wf = path / "config.json", path / "model.safetensors"
         if not path.is_dir():
             read_config(path)  # its one-line error: no such dir, or a file

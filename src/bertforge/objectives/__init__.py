@@ -1,10 +1,7 @@
-"""Pretraining objectives: masking, MLM (sparse, tied), NSP, SOP, SpanBERT SBO, ELECTRA RTD.
+"""Pretraining objectives, one file each: its head, sequence mode, masking and defaults (an :class:`Objective`).
 
-Importing this package registers the pretraining heads in :data:`bertforge.models.heads.HEADS`:
-``mlm`` (``…ForMaskedLM``), ``mlm_nsp`` (``BertForPreTraining``), ``mlm_sop`` (``AlbertForPreTraining``),
-``mlm_sbo`` (SpanBERT; saved as ``BertForMaskedLM`` plus ``cls.sbo.*``) and ``electra_discriminator``
-(``ElectraForPreTraining``).
+``mlm.py`` (RoBERTa), ``nsp.py`` (BERT), ``sop.py`` (ALBERT), ``spanbert.py`` (SpanBERT), ``electra.py`` with
+``rtd.py`` (ELECTRA); ``masking.py`` and ``collate.py`` select and corrupt tokens; ``pretrain.py`` holds the
+registry :data:`~bertforge.objectives.pretrain.OBJECTIVES`. The heads are registered by name in
+:data:`bertforge.heads.HEADS`. Importing this package imports none of its modules.
 """
-from . import mlm, nsp, sop, span, rtd  # noqa: F401
-
-__all__ = ["mlm", "nsp", "sop", "span", "rtd"]

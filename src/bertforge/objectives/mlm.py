@@ -23,9 +23,9 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.attention import get_activation
-from ..models.heads import register_head
 from ..models.scratch import ReusedBuffer, TiedGradient, share_tied_gradient, tied_gradient
 from ..train.distributed import target_normalizer
+from .spec import Objective
 
 IGNORE_INDEX = -100
 
@@ -330,17 +330,17 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
                                                       "mlm_count": float(target.numel())}}
 
 
-@register_head("mlm")
 class MaskedLMHead(nn.Module):
     """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target).
 
-    With labels, :class:`~bertforge.models.heads.TaskModel` runs the encoder's last block only at the N
+    With labels, :class:`~bertforge.task_model.TaskModel` runs the encoder's last block only at the N
     masked positions (keys/values from all): same logits and loss, ~12% fewer FLOPs for a 4-layer model;
     the output's ``last_hidden_state`` is then those (N, H) rows (ask for ``output_hidden_states`` to get
     every position)."""
 
     hf_suffix = "ForMaskedLM"
     cls_only = False
+    masked_lm = True
     labelled_rows_only = True
 
     def __init__(self, config: ModelConfig):
@@ -358,6 +358,12 @@ class MaskedLMHead(nn.Module):
         return mlm_hf_keys(config)
 
 
-__all__ = ["MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
+#: RoBERTa: MLM alone on FULL-SENTENCES (packed across documents), a fresh mask each time a sequence is served
+OBJECTIVE = Objective(name="roberta", family="roberta", head="mlm", mode="full", masking="dynamic", scheme="token",
+                      train={"adam_betas": [0.9, 0.98], "adam_eps": 1.0e-6},  # Liu et al. 2019 §3.1, App. Table 9
+                      tokenizer="bpe",  # byte-level BPE (§4.4)
+                      source="Liu et al. 2019 §4.1-4.2")
+
+__all__ = ["OBJECTIVE", "MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
            "centered_row_chunks", "row_slices",
            "IGNORE_INDEX"]

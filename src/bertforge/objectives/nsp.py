@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..models.heads import register_head
+from ..errors import ConfigError
 from .mlm import MLMPrediction, mlm_hf_keys, mlm_outputs
+from .spec import Objective
 
 
 def pair_outputs(out: dict, logits: torch.Tensor, labels, name: str) -> dict:
@@ -23,18 +24,17 @@ def pair_outputs(out: dict, logits: torch.Tensor, labels, name: str) -> dict:
     return out
 
 
-@register_head("mlm_nsp")
 class BertPreTrainingHead(nn.Module):
     """MLM + NSP. Batch keys: ``labels`` (B, T), ``next_sentence_label`` (B,). NSP logits (B, 2)."""
 
     hf_suffix = "ForPreTraining"
     cls_only = False
+    masked_lm = True
     families = ("bert",)
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         if not config.add_pooling_layer:
-            from ..errors import ConfigError
             raise ConfigError("the NSP head reads the pooler; set model.add_pooling_layer=true")
         self.mlm = MLMPrediction(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
@@ -55,4 +55,10 @@ class BertPreTrainingHead(nn.Module):
                 "seq_relationship.bias": "cls.seq_relationship.bias"}
 
 
-__all__ = ["BertPreTrainingHead", "pair_outputs"]
+#: BERT: MLM + NSP on sentence pairs, masked once per copy (static) over 10 copies of the data; Adam ε = 1e-6
+#: (google-research/bert ``optimization.py``; β as App. A.2)
+OBJECTIVE = Objective(name="bert", family="bert", head="mlm_nsp", mode="nsp", masking="static", scheme="token",
+                      dupe_factor=10, short_seq_prob=0.1, train={"adam_eps": 1.0e-6}, pooler=True,
+                      source="Devlin et al. 2018 §3.1, App. A")
+
+__all__ = ["OBJECTIVE", "BertPreTrainingHead", "pair_outputs"]

@@ -1,4 +1,7 @@
-"""Pretraining setups by name: objective → (family, head, sequence mode, masking), and model shapes.
+"""Pretraining setups by name — the registry :data:`OBJECTIVES` — and model shapes.
+
+Each objective is declared as data in its own file (``OBJECTIVE = Objective(...)`` at its end); this table
+summarises them:
 
 ============  ========  =====================  ==========  ==========  ===================================
 objective     family    head (HF class)        sequences   masking     source
@@ -10,7 +13,9 @@ electra       electra   G: mlm, D: rtd         FULL-SENT.  dynamic     Clark et 
 spanbert      bert      mlm_sbo (ForMaskedLM)  DOC-SENT.   span        Joshi et al. 2020 §3
 ============  ========  =====================  ==========  ==========  ===================================
 
-Shapes (``tiny``/``small``/``base``) are the ``model``/``train`` defaults of ``recipes/pretrain/*.yaml``.
+The optimizer constants of each paper (``Objective.train``) lie over the size's ``train`` defaults; a recipe,
+override or flag wins. Shapes (``tiny``/``small``/``base``) are the ``model``/``train`` defaults of
+``recipes/pretrain/*.yaml``.
 """
 from __future__ import annotations
 
@@ -19,23 +24,19 @@ import torch
 
 from ..config import ModelConfig, Recipe, deep_merge
 from ..errors import ConfigError, require_number
-from ..models.heads import TaskModel
+from ..task_model import TaskModel
+from . import electra, mlm, nsp, sop, spanbert
+from .spec import Objective
 
-OBJECTIVES = {
-    "bert": {"family": "bert", "head": "mlm_nsp", "mode": "nsp", "masking": "static", "dupe_factor": 10,
-             "scheme": "token", "short_seq_prob": 0.1},
-    "roberta": {"family": "roberta", "head": "mlm", "mode": "full", "masking": "dynamic", "dupe_factor": 1,
-                "scheme": "token", "short_seq_prob": 0.0},
-    # ALBERT masks whole-word n-grams, p(n) ∝ 1/n, n ≤ 3 (Lan et al. 2019 §4.1)
-    "albert": {"family": "albert", "head": "mlm_sop", "mode": "sop", "masking": "dynamic", "dupe_factor": 1,
-               "scheme": "ngram", "short_seq_prob": 0.1},
-    # ELECTRA's generator input: 85% [MASK], 15% kept, no random token (google-research/electra,
-    # pretrain_helpers.mask); the others BERT's 80/10/10 (Devlin et al. 2019 §3.1)
-    "electra": {"family": "electra", "head": "electra", "mode": "full", "masking": "dynamic",
-                "dupe_factor": 1, "scheme": "token", "short_seq_prob": 0.0, "replace_probs": [0.85, 0.0, 0.15]},
-    "spanbert": {"family": "bert", "head": "mlm_sbo", "mode": "doc", "masking": "dynamic", "dupe_factor": 1,
-                 "scheme": "span", "short_seq_prob": 0.0},
-}
+#: objective name → :class:`~bertforge.objectives.spec.Objective`: the one place an objective is registered.
+#: Each entry is the ``OBJECTIVE`` at the end of its objectives file (docs/extending.md).
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in [
+    nsp.OBJECTIVE,  # bert
+    mlm.OBJECTIVE,  # roberta
+    sop.OBJECTIVE,  # albert
+    electra.OBJECTIVE,  # electra
+    spanbert.OBJECTIVE,  # spanbert
+]}
 
 #: default recipe per shape (mirrored in recipes/pretrain/<size>.yaml; a test keeps them equal)
 SIZES = {
@@ -62,16 +63,6 @@ SIZES = {
              "pretrain": {"vocab_size": 30522, "eval_fraction": 0.005, "max_eval_sequences": 2048}},
 }
 
-#: each paper's optimizer constants, over the size's ``train`` defaults (a recipe, override or flag wins).
-#: BERT: Adam ε = 1e-6 (google-research/bert ``optimization.py``; β as App. A.2); RoBERTa: β2 = 0.98 and
-#: ε = 1e-6 (Liu et al. 2019 §3.1, App. Table 9); ELECTRA: ε = 1e-6 (Clark et al. 2020 App. B, Table 6).
-#: ALBERT trained with LAMB and SpanBERT follows RoBERTa's setup only in part: both keep AdamW's defaults.
-OBJECTIVE_TRAIN = {
-    "bert": {"adam_eps": 1.0e-6},
-    "roberta": {"adam_betas": [0.9, 0.98], "adam_eps": 1.0e-6},
-    "electra": {"adam_eps": 1.0e-6},
-}
-
 #: keys of the ``pretrain`` recipe section and their defaults (objective defaults fill the None ones)
 PRETRAIN_KEYS = {"objective": None, "tokenizer": None, "vocab_size": 30522, "mode": None, "masking": None,
                  "dupe_factor": None, "scheme": None, "whole_word": False, "mlm_probability": 0.15,
@@ -89,7 +80,7 @@ def resolve_options(objective: str, section: dict) -> dict:
         raise ConfigError(f"unknown recipe key(s) pretrain.{sorted(unknown)[0]}; valid keys: "
                           f"{', '.join(sorted(PRETRAIN_KEYS))}")
     opts = dict(PRETRAIN_KEYS)
-    opts.update(OBJECTIVES[objective])
+    opts.update(OBJECTIVES[objective].defaults())
     opts.update({k: v for k, v in section.items() if v is not None})
     opts["objective"] = objective
     if opts["whole_word"] and opts["scheme"] == "token":
@@ -138,7 +129,7 @@ def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> Mo
     kw = dict(model_type=fam, vocab_size=vocab_size, pad_token_id=pad_id,
               max_position_embeddings=seq + (pad_id + 1 if fam == "roberta" else 0),
               type_vocab_size=1 if fam == "roberta" else 2,
-              add_pooling_layer=opts["head"] in ("mlm_nsp", "mlm_sop"))
+              add_pooling_layer=OBJECTIVES[opts["objective"]].pooler)
     if fam == "albert":
         kw.update(layer_sharing="all", hidden_act="gelu_new")
     if fam == "roberta":
@@ -151,11 +142,11 @@ def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> Mo
 
 
 def build_model(opts: dict, config: ModelConfig):
-    """A fresh model for the objective (``TaskModel`` or :class:`ElectraPretrainModel`)."""
-    if opts["head"] == "electra":
-        from .rtd import ElectraPretrainModel
-        return ElectraPretrainModel(config, rtd_weight=float(opts["rtd_weight"]),
-                                    generator_size=float(opts["generator_size"]))
+    """A fresh model for the objective of ``opts`` (:func:`resolve_options`): its ``build`` (e.g. ELECTRA's
+    generator + discriminator), else ``TaskModel(config, head=opts["head"])``."""
+    objective = OBJECTIVES[opts["objective"]]
+    if objective.build is not None:
+        return objective.build(config, opts)
     return TaskModel(config, head=opts["head"])
 
 
@@ -210,5 +201,5 @@ def unigram_top_id(corpus, sentence_mask, special_ids) -> int:
     return int(counts.argmax())
 
 
-__all__ = ["OBJECTIVES", "OBJECTIVE_TRAIN", "SIZES", "PRETRAIN_KEYS", "resolve_options", "model_config", "build_model",
+__all__ = ["OBJECTIVES", "SIZES", "PRETRAIN_KEYS", "resolve_options", "model_config", "build_model",
            "evaluate_mlm", "unigram_top_id", "deep_merge"]

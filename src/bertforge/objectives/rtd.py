@@ -10,16 +10,12 @@ A sampled token equal to the original counts as original (§2). Loss (eq. 1):
 with L_Disc the mean binary cross-entropy over the non-padding tokens. G and D share the token (and
 position / segment) embeddings (§3.1 "Weight Sharing"); each keeps its own E→H projection.
 
-The discriminator is saved at the top of the run dir as ``ElectraForPreTraining``
-(``discriminator_predictions.dense`` / ``dense_prediction``) and the generator in ``generator/`` as
-``ElectraForMaskedLM``.
+This module holds the discriminator's head and the corruption step; the generator + discriminator model and
+the ELECTRA pretraining setup are in :mod:`bertforge.objectives.electra`.
 """
 from __future__ import annotations
 
 import math
-
-from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -27,13 +23,11 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.attention import get_activation
-from ..models.heads import ModelOutput, TaskModel, register_head
 from .mlm import EXP_FLOOR, centered_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0
 
 
-@register_head("electra_discriminator")
 class ReplacedTokenDetectionHead(nn.Module):
     """Per-token binary classifier: ``dense (H→H) → act → dense_prediction (H→1)``.
 
@@ -124,60 +118,4 @@ def generator_config(disc: ModelConfig, size: float = 0.25) -> ModelConfig:
                         layer_num_heads=None, layer_intermediate_sizes=None)
 
 
-class ElectraPretrainModel(nn.Module):
-    """Generator + discriminator with shared embeddings; ``forward(**batch)`` → :class:`ModelOutput`.
-
-    Batch: ``input_ids`` (B, T) after masking, ``labels`` (B, T) original ids at masked positions (-100
-    elsewhere), ``attention_mask``, ``token_type_ids``. ``terms``: ``mlm_loss``, ``mlm_acc`` (generator),
-    ``rtd_loss``, ``rtd_acc`` (discriminator, all tokens), ``replaced`` (fraction of tokens replaced).
-    """
-
-    def __init__(self, config: ModelConfig, gen_config: Optional[ModelConfig] = None,
-                 rtd_weight: float = RTD_WEIGHT, generator_size: float = 0.25):
-        super().__init__()
-        self.config = config
-        self.rtd_weight = rtd_weight
-        self.discriminator = TaskModel(config, head="electra_discriminator")
-        self.generator = TaskModel(gen_config or generator_config(config, generator_size), head="mlm")
-        self.share_embeddings()
-
-    def share_embeddings(self) -> None:
-        d, g = self.discriminator.encoder.embeddings, self.generator.encoder.embeddings
-        for name in ("word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"):
-            if getattr(d, name, None) is not None:
-                setattr(g, name, getattr(d, name))
-        self.generator.head.tie_weights(self.generator.encoder)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
-                **_) -> ModelOutput:
-        g = self.generator(input_ids, attention_mask, token_type_ids, labels=labels)
-        with torch.no_grad():
-            sampled = sample_from_logits(g.logits.detach())
-            corrupted, rtd_labels = replace_tokens(input_ids, labels, sampled)
-        d = self.discriminator(corrupted, attention_mask, token_type_ids, labels=rtd_labels)
-        loss = g.loss + self.rtd_weight * d.loss
-        am = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        terms = {**(g.terms or {}), **(d.terms or {}),
-                 "replaced": (rtd_labels * am).sum() / am.sum().clamp(min=1)}
-        return ModelOutput(loss=loss, logits=d.logits, terms=terms)
-
-    def save_pretrained(self, out_dir, tokenizer=None, tokenizer_dir=None) -> None:
-        """Discriminator in ``out_dir`` (``ElectraForPreTraining``), generator in ``out_dir/generator``."""
-        self.discriminator.save_pretrained(out_dir, tokenizer=tokenizer, tokenizer_dir=tokenizer_dir)
-        self.generator.save_pretrained(Path(out_dir) / "generator", tokenizer=tokenizer,
-                                       tokenizer_dir=tokenizer_dir)
-
-    @classmethod
-    def from_pretrained(cls, path, rtd_weight: float = RTD_WEIGHT) -> "ElectraPretrainModel":
-        from ..hf import load_pretrained
-        disc = load_pretrained(path, head="electra_discriminator")
-        gen = load_pretrained(Path(path) / "generator", head="mlm")
-        m = cls(disc.config, gen.config, rtd_weight)
-        m.discriminator.load_state_dict(disc.state_dict())
-        m.generator.load_state_dict(gen.state_dict(), strict=False)
-        m.share_embeddings()
-        return m
-
-
-__all__ = ["ElectraPretrainModel", "replace_tokens", "sample_from_logits", "ReplacedTokenDetectionHead", "generator_config", "RTD_WEIGHT"]
+__all__ = ["replace_tokens", "sample_from_logits", "ReplacedTokenDetectionHead", "generator_config", "RTD_WEIGHT"]

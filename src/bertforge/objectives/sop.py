@@ -7,23 +7,23 @@ from __future__ import annotations
 from torch import nn
 
 from ..config import ModelConfig
-from ..models.heads import register_head
+from ..errors import ConfigError
 from .mlm import MLMPrediction, mlm_hf_keys, mlm_outputs
 from .nsp import pair_outputs
+from .spec import Objective
 
 
-@register_head("mlm_sop")
 class AlbertPreTrainingHead(nn.Module):
     """MLM + SOP. Batch keys: ``labels`` (B, T), ``sentence_order_label`` (B,). SOP logits (B, 2)."""
 
     hf_suffix = "ForPreTraining"
     cls_only = False
+    masked_lm = True
     families = ("albert",)
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         if not config.add_pooling_layer:
-            from ..errors import ConfigError
             raise ConfigError("the SOP head reads the pooler; set model.add_pooling_layer=true")
         self.mlm = MLMPrediction(config)
         p = config.classifier_dropout if config.classifier_dropout is not None else 0.1
@@ -46,4 +46,10 @@ class AlbertPreTrainingHead(nn.Module):
                 "classifier.bias": "sop_classifier.classifier.bias"}
 
 
-__all__ = ["AlbertPreTrainingHead"]
+#: ALBERT: MLM on whole-word n-grams (p(n) ∝ 1/n, n ≤ 3, Lan et al. 2019 §4.1) + SOP on segment pairs. ALBERT
+#: trained with LAMB: AdamW keeps its defaults here
+OBJECTIVE = Objective(name="albert", family="albert", head="mlm_sop", mode="sop", masking="dynamic", scheme="ngram",
+                      short_seq_prob=0.1, pooler=True, tokenizer="unigram",  # SentencePiece (§4.1)
+                      source="Lan et al. 2019 §3.1-4.1")
+
+__all__ = ["OBJECTIVE", "AlbertPreTrainingHead"]

@@ -43,7 +43,7 @@ def count_graph_parameters(cfg: dict, graph) -> dict:
     config bertforge cannot build, the initializer elements are counted and ``parameters_counted`` says so."""
     try:
         from ..hf import config_from_hf, saved_head_name
-        from ..models.heads import TaskModel
+        from ..task_model import TaskModel
         from .torch import count_parameters
         with torch.device("meta"):
             model = TaskModel(config_from_hf(cfg), head=saved_head_name(cfg) or "base")

@@ -1,4 +1,4 @@
-"""The PyTorch backend: bertforge's own :class:`~bertforge.models.heads.TaskModel` in eval mode.
+"""The PyTorch backend: bertforge's own :class:`~bertforge.task_model.TaskModel` in eval mode.
 
 Supports every bertforge checkpoint dir — any family, any head (classification, regression, token
 classification, QA, masked-LM and the other pretraining heads, or none), pruned per-layer shapes — in FP32,
@@ -61,7 +61,7 @@ class TorchRunner(Runner):
         self.model = prepare(model)
         self.path = Path(path) if path is not None else Path(getattr(model, "source_dir", "") or ".")
         if config is None:
-            from ..hf import config_to_hf
+            from ..hf_format import config_to_hf
             config = config_to_hf(model.config, model.head_name)
         self.config = config
         self.head = model.head_name

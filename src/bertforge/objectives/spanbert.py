@@ -18,8 +18,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.attention import get_activation
-from ..models.heads import register_head
 from .mlm import MLMPrediction, masked_positions, mlm_hf_keys, mlm_outputs
+from .spec import Objective
 
 MAX_SPAN_POSITIONS = 32
 
@@ -66,12 +66,12 @@ class SpanBoundaryHead(nn.Module):
         return logits, loss, (logits.detach().argmax(-1) == target).float().mean()
 
 
-@register_head("mlm_sbo")
 class SpanBertHead(nn.Module):
     """MLM + SBO. Batch keys: ``labels``, ``span_left``, ``span_right``, ``span_pos`` (B, T)."""
 
     hf_suffix = "ForMaskedLM"
     cls_only = False
+    masked_lm = True
     families = ("bert",)
 
     def __init__(self, config: ModelConfig):
@@ -102,4 +102,9 @@ class SpanBertHead(nn.Module):
         return k
 
 
-__all__ = ["SpanBoundaryHead", "SpanBertHead", "MAX_SPAN_POSITIONS"]
+#: SpanBERT: MLM + SBO on single DOC-SENTENCES segments, whole-word spans of Geometric(0.2) length ≤ 10; SpanBERT
+#: follows RoBERTa's setup only in part: AdamW keeps its defaults here
+OBJECTIVE = Objective(name="spanbert", family="bert", head="mlm_sbo", mode="doc", masking="dynamic", scheme="span",
+                      source="Joshi et al. 2020 §3")
+
+__all__ = ["OBJECTIVE", "SpanBoundaryHead", "SpanBertHead", "MAX_SPAN_POSITIONS"]

@@ -1,84 +1,41 @@
-"""Task registry: columns, label list and metric of each named task.
+"""Tasks by name and task kinds by adapter: the task registry.
 
-The nine GLUE tasks (Wang et al. 2019) with the file layouts the GLUE distribution ships
-(``download_glue_data.py``): TSV, quoting disabled, a header row except for CoLA train/dev. Columns are
-named by header where there is one and by position otherwise (``int``). ``label_column`` is the gold
-label of train/dev files; test files without it can still be read for prediction.
+Each task lives in one module with its reader, head, adapter and metric:
 
-A task of kind ``classification`` maps label strings to ids in ``labels`` order; ``regression`` reads
-floats. ``metrics`` are keys of :data:`bertforge.evaluate.metrics.METRICS`; the first is the one used to
-pick the best checkpoint.
+==========================  ==================================  ===============================================
+module                      kinds (adapter)                     tasks
+==========================  ==================================  ===============================================
+:mod:`.classification`      classification, regression          the nine GLUE tasks; ``custom`` (CSV/TSV/JSONL)
+:mod:`.ner`                 token_classification                ``conll2003``, ``ner``
+:mod:`.qa`                  qa                                  ``squad``, ``squad_v2``
+==========================  ==================================  ===============================================
+
+:data:`TASKS` and :data:`ADAPTERS` below are the only places a task or a kind is registered (their heads
+are in :data:`bertforge.heads.HEADS`). ``metrics`` of a task are the keys its adapter scores; the first is
+the one used to pick the best checkpoint. Look a task up with :func:`get_task`, its adapter with
+:func:`adapter_for`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Optional, Union
+from dataclasses import replace
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
+from . import classification, ner, qa
+from .base import Task, TaskAdapter
+from .classification import KIND_METRICS, SequenceAdapter
+from .ner import TokenClassificationAdapter
+from .qa import QAAdapter
 
-Column = Union[str, int]
+#: task name → :class:`~bertforge.tasks.base.Task`
+TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS]}
 
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    text_columns: tuple  # one (single sentence) or two (pair) columns
-    label_column: Optional[Column]
-    labels: Optional[tuple]  # None for regression
-    metrics: tuple
-    kind: str = "classification"  # classification | regression | token_classification | qa
-    header: Optional[bool] = True
-    hub: Optional[tuple] = None  # (dataset, config) on the HF hub
-    hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
-    splits: dict = field(default_factory=dict)  # conventional split → file name
-    label_range: Optional[tuple] = None  # regression: the scale's (low, high), checked when files are read
-
-    @property
-    def num_labels(self) -> int:
-        return 1 if self.kind == "regression" else len(self.labels or ())
-
-    @property
-    def is_pair(self) -> bool:
-        return len(self.text_columns) == 2
-
-
-TASKS: dict[str, Task] = {}
-
-
-def register_task(task: Task) -> Task:
-    TASKS[task.name] = task
-    return task
-
-
-_NLI2 = ("entailment", "not_entailment")
-for _t in [
-    Task("cola", (3,), 1, ("0", "1"), ("mcc", "accuracy"), header=False, hub=("glue", "cola"),
-         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("sst2", ("sentence",), "label", ("0", "1"), ("accuracy",), hub=("glue", "sst2"),
-         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("mrpc", ("#1 String", "#2 String"), "Quality", ("0", "1"), ("f1", "accuracy"),
-         hub=("glue", "mrpc"), hub_columns=("sentence1", "sentence2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), kind="regression",
-         hub=("glue", "stsb"), hub_columns=("sentence1", "sentence2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}, label_range=(0.0, 5.0)),  # Cer et al. 2017 §2
-    Task("qqp", ("question1", "question2"), "is_duplicate", ("0", "1"), ("f1", "accuracy"),
-         hub=("glue", "qqp"), hub_columns=("question1", "question2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("mnli", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
-         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
-         splits={"train": "train.tsv", "dev": "dev_matched.tsv"}),
-    Task("mnli-mm", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
-         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
-         splits={"train": "train.tsv", "dev": "dev_mismatched.tsv"}),
-    Task("qnli", ("question", "sentence"), "label", _NLI2, ("accuracy",), hub=("glue", "qnli"),
-         hub_columns=("question", "sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("rte", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",), hub=("glue", "rte"),
-         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
-    Task("wnli", ("sentence1", "sentence2"), "label", ("0", "1"), ("accuracy",), hub=("glue", "wnli"),
-         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
-]:
-    register_task(_t)
+#: task kind → its :class:`~bertforge.tasks.base.TaskAdapter`
+ADAPTERS: dict[str, type] = {
+    "classification": SequenceAdapter,
+    "regression": SequenceAdapter,
+    "token_classification": TokenClassificationAdapter,
+    "qa": QAAdapter,
+}
 
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "mnli",
            "mnli_mismatched": "mnli-mm", "qnli": "qnli"}
@@ -101,10 +58,6 @@ def saved_task_spec(meta: dict, name: str) -> dict:
         return {}
     same = ALIASES.get(trained.lower(), trained.lower()) == ALIASES.get(name.lower(), name.lower())
     return dict(meta.get("task_spec") or {}) if same else {}
-
-
-#: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
-KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman")}
 
 
 def _check_spec(text_columns, labels, metric, kind, registered) -> None:
@@ -174,3 +127,14 @@ def get_task(name: str, text_columns=None, label_column=None, labels=None, metri
     if header is not None:
         upd["header"] = header
     return replace(t, **upd) if upd else t
+
+
+def adapter_for(task: Task, tokenizer, max_seq_len: int) -> TaskAdapter:
+    """The adapter of ``task``'s kind. Raises DataError for a kind not in :data:`ADAPTERS`."""
+    if task.kind not in ADAPTERS:
+        raise DataError(f"task kind {task.kind!r} has no adapter; choose one of {', '.join(ADAPTERS)}")
+    return ADAPTERS[task.kind](task, tokenizer, max_seq_len)
+
+
+__all__ = ["TASKS", "ADAPTERS", "ALIASES", "KIND_METRICS", "Task", "TaskAdapter", "get_task", "model_task",
+           "task_spec", "saved_task_spec", "adapter_for"]

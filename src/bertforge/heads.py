@@ -1,0 +1,84 @@
+"""Every head by name: :data:`HEADS`, the one table a head is registered in.
+
+A head reads an :class:`~bertforge.models.encoder.EncoderOutput` and the batch and returns ``logits`` (and
+``loss`` when the batch has labels). Each head lives with what it serves: the task heads in
+:mod:`bertforge.tasks` (classification, NER, QA), the pretraining heads in :mod:`bertforge.objectives`.
+This table sits above both and below :class:`~bertforge.task_model.TaskModel`, which builds a head by
+name, and :mod:`bertforge.hf_format` / :mod:`bertforge.hf`, which read and write the name into
+``config.json``. Nothing registers itself on import: what is in the table is what exists.
+
+A head class has ``hf_suffix`` (the ``transformers`` class-name suffix, e.g. ``ForSequenceClassification``),
+``cls_only`` (True when only position 0 of the last layer is read), ``hf_keys(config)`` (our weight names →
+Hugging Face's) and optionally ``families`` (the families it exists for), ``masked_lm`` (True when its
+``logits`` are masked-LM scores (…, V)), ``labelled_rows_only`` (given labels, only positions with a
+label ≠ -100 are read) and ``tie_weights(encoder)``.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .config import ModelConfig
+from .errors import ConfigError
+from .models.encoder import EncoderOutput
+from .objectives.mlm import MaskedLMHead
+from .objectives.nsp import BertPreTrainingHead
+from .objectives.rtd import ReplacedTokenDetectionHead
+from .objectives.sop import AlbertPreTrainingHead
+from .objectives.spanbert import SpanBertHead
+from .tasks.classification import SequenceClassificationHead
+from .tasks.ner import TokenClassificationHead
+from .tasks.qa import QuestionAnsweringHead
+
+
+class NoHead(nn.Module):
+    """The encoder alone (``…Model``): no logits, no loss."""
+
+    hf_suffix = "Model"
+    cls_only = False
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+
+    def forward(self, enc: EncoderOutput, batch: dict) -> dict:
+        return {}
+
+    @staticmethod
+    def hf_keys(config: ModelConfig) -> dict:
+        return {}
+
+
+#: head name → head class. The order is the lookup order of a ``transformers`` class name
+#: (``BertForMaskedLM`` → ``mlm`` before ``mlm_sbo``).
+HEADS: dict[str, type] = {
+    "base": NoHead,
+    "sequence_classification": SequenceClassificationHead,  # tasks/classification.py
+    "token_classification": TokenClassificationHead,  # tasks/ner.py
+    "question_answering": QuestionAnsweringHead,  # tasks/qa.py
+    "mlm": MaskedLMHead,  # objectives/mlm.py
+    "mlm_nsp": BertPreTrainingHead,  # objectives/nsp.py
+    "mlm_sop": AlbertPreTrainingHead,  # objectives/sop.py
+    "mlm_sbo": SpanBertHead,  # objectives/spanbert.py
+    "electra_discriminator": ReplacedTokenDetectionHead,  # objectives/rtd.py
+}
+
+#: the plain masked-LM head (``…ForMaskedLM``): what a teacher with any masked-LM head is loaded with to teach
+MLM_HEAD = "mlm"
+
+#: heads whose ``logits`` are masked-LM scores (MLM alone, or with NSP / SOP / SBO)
+MLM_HEADS = tuple(name for name, cls in HEADS.items() if getattr(cls, "masked_lm", False))
+
+
+def head_class(name: str) -> type:
+    """The head class registered as ``name``. Raises ConfigError for a name not in :data:`HEADS`."""
+    if name not in HEADS:
+        raise ConfigError(f"unknown head {name!r}; choose one of {', '.join(HEADS)}")
+    return HEADS[name]
+
+
+def has_mlm_head(model) -> bool:
+    """Whether ``model`` (a :class:`~bertforge.task_model.TaskModel`) has a masked-LM head (one of
+    :data:`MLM_HEADS`): its ``logits`` without labels are (B, T, V) vocabulary scores."""
+    return getattr(model, "head_name", None) in MLM_HEADS
+
+
+__all__ = ["HEADS", "MLM_HEAD", "MLM_HEADS", "NoHead", "head_class", "has_mlm_head"]

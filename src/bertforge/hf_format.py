@@ -1,0 +1,245 @@
+"""The Hugging Face checkpoint format: per-family weight-name maps, ``config.json`` both ways, and writing a dir.
+
+A bertforge checkpoint *is* a ``transformers`` checkpoint dir: ``config.json`` (with ``model_type`` and
+``architectures``), ``model.safetensors``, ``tokenizer.json`` + ``tokenizer_config.json``. This module
+holds, per family, the map between our parameter names and Hugging Face's (fused Q/K/V, ALBERT's shared
+groups, DistilBERT's names), the config translation, and :func:`save_pretrained`. Weights are never pickled.
+Reading a dir back is :func:`bertforge.hf.load_pretrained`.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from safetensors.torch import save_file
+from tokenizers import Tokenizer
+
+from .config import FAMILIES, ModelConfig
+from .errors import CheckpointError, ConfigError
+from .heads import HEADS
+from .io import atomic_dir, move_files_into
+from .tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
+
+FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
+                "distilbert": "DistilBert"}
+PREFIX = {f: f for f in FAMILIES}
+OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
+                   "add_pooling_layer", "bertforge")
+
+
+# ----------------------------------------------------------------------------------------- key maps
+def _linear(ours: str, theirs) -> list:
+    """[(our_key, [hf_keys…])] for weight and bias; several HF keys are concatenated along dim 0."""
+    theirs = [theirs] if isinstance(theirs, str) else theirs
+    return [(f"{ours}.{p}", [f"{t}.{p}" for t in theirs]) for p in ("weight", "bias")]
+
+
+def encoder_key_map(config: ModelConfig) -> list:
+    """Our encoder parameter names ↔ HF base-model names (without the family prefix).
+
+    Returns a list of ``(our_key, [hf_key, …])``; a list of several HF keys means our tensor is their
+    concatenation along dim 0 (fused Q/K/V). Shared ALBERT layers map every depth onto its group.
+    """
+    fam, n = config.model_type, config.num_hidden_layers
+    m = [("embeddings.word_embeddings.weight", ["embeddings.word_embeddings.weight"]),
+         ("embeddings.position_embeddings.weight", ["embeddings.position_embeddings.weight"])]
+    if config.type_vocab_size > 0:
+        m.append(("embeddings.token_type_embeddings.weight", ["embeddings.token_type_embeddings.weight"]))
+    m += _linear("embeddings.LayerNorm", "embeddings.LayerNorm")
+    if fam == "albert":
+        m += _linear("embeddings.projection", "encoder.embedding_hidden_mapping_in")
+    elif config.embedding_size != config.hidden_size:
+        m += _linear("embeddings.projection", "embeddings_project")
+    groups = albert_num_groups(config) if fam == "albert" else n
+    for i in range(n):
+        o = f"layers.{i}"
+        if fam == "distilbert":
+            t = f"transformer.layer.{i}"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.q_lin", f"{t}.attention.k_lin",
+                                                f"{t}.attention.v_lin"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.out_lin")
+            m += _linear(f"{o}.attention_norm", f"{t}.sa_layer_norm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.ffn.lin1")
+            m += _linear(f"{o}.ffn.output", f"{t}.ffn.lin2")
+            m += _linear(f"{o}.ffn_norm", f"{t}.output_layer_norm")
+        elif fam == "albert":
+            g = i // (n // groups)
+            t = f"encoder.albert_layer_groups.{g}.albert_layers.0"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.query", f"{t}.attention.key",
+                                                f"{t}.attention.value"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.dense")
+            m += _linear(f"{o}.attention_norm", f"{t}.attention.LayerNorm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.ffn")
+            m += _linear(f"{o}.ffn.output", f"{t}.ffn_output")
+            m += _linear(f"{o}.ffn_norm", f"{t}.full_layer_layer_norm")
+        else:
+            t = f"encoder.layer.{i}"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.self.query", f"{t}.attention.self.key",
+                                                f"{t}.attention.self.value"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.output.dense")
+            m += _linear(f"{o}.attention_norm", f"{t}.attention.output.LayerNorm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.intermediate.dense")
+            m += _linear(f"{o}.ffn.output", f"{t}.output.dense")
+            m += _linear(f"{o}.ffn_norm", f"{t}.output.LayerNorm")
+    if config.add_pooling_layer:
+        m += _linear("pooler", "pooler" if fam == "albert" else "pooler.dense")
+    return m
+
+
+def albert_num_groups(config: ModelConfig) -> int:
+    """ALBERT stores one weight group when every layer is shared, else one group per layer."""
+    return 1 if config.layer_sharing == "all" else config.num_hidden_layers
+
+
+# ------------------------------------------------------------------------------------ config mapping
+def config_from_hf(d: dict) -> ModelConfig:
+    """HF ``config.json`` dict → :class:`ModelConfig`. Raises CheckpointError for unknown families."""
+    fam = d.get("model_type")
+    if fam not in FAMILIES:
+        raise CheckpointError(
+            f"config.json has model_type={fam!r}; bertforge loads {', '.join(FAMILIES)} checkpoints")
+    kw: dict = {}
+    if fam == "distilbert":
+        kw.update(hidden_size=d.get("dim", 768), num_hidden_layers=d.get("n_layers", 6),
+                  num_attention_heads=d.get("n_heads", 12), intermediate_size=d.get("hidden_dim", 3072),
+                  hidden_act=d.get("activation", "gelu"), hidden_dropout_prob=d.get("dropout", 0.1),
+                  attention_probs_dropout_prob=d.get("attention_dropout", 0.1),
+                  type_vocab_size=0, add_pooling_layer=False, layer_norm_eps=1e-12,
+                  classifier_dropout=d.get("seq_classif_dropout"))
+        if d.get("sinusoidal_pos_embds"):
+            kw["bertforge"] = {"sinusoidal_pos_embds": True}
+    else:
+        for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size",
+                  "layer_norm_eps", "embedding_size"):
+            if k in d and d[k] is not None:
+                kw[k] = d[k]
+        cd = d.get("classifier_dropout", d.get("classifier_dropout_prob"))
+        if cd is not None:
+            kw["classifier_dropout"] = cd
+        if fam == "albert" and "layer_sharing" not in d:
+            kw["layer_sharing"] = "all" if d.get("num_hidden_groups", 1) == 1 else "none"
+            if d.get("num_hidden_groups", 1) not in (1, d.get("num_hidden_layers")) or d.get(
+                    "inner_group_num", 1) != 1:
+                raise CheckpointError("ALBERT checkpoints with num_hidden_groups other than 1 or "
+                                      "num_hidden_layers, or inner_group_num != 1, are not supported")
+    for k in ("vocab_size", "max_position_embeddings", "initializer_range", "pad_token_id",
+              "problem_type"):
+        if d.get(k) is not None:
+            kw[k] = d[k]
+    for k in OUR_CONFIG_KEYS:
+        if k in d and d[k] is not None:
+            kw[k] = d[k]
+    if d.get("id2label"):
+        id2label = {int(k): v for k, v in d["id2label"].items()}
+        kw["id2label"] = id2label
+        kw["num_labels"] = len(id2label)
+    if fam == "electra":
+        kw.setdefault("add_pooling_layer", False)
+    return ModelConfig(model_type=fam, **kw)
+
+
+def config_to_hf(config: ModelConfig, head: str) -> dict:
+    """:class:`ModelConfig` → HF ``config.json`` dict for ``{Family}{head suffix}``."""
+    fam = config.model_type
+    arch = FAMILY_CLASS[fam] + HEADS[head].hf_suffix
+    d: dict = {"architectures": [arch], "model_type": fam}
+    if fam == "distilbert":
+        d.update(dim=config.hidden_size, n_layers=config.num_hidden_layers,
+                 n_heads=config.num_attention_heads, hidden_dim=config.intermediate_size,
+                 activation=config.hidden_act, dropout=config.hidden_dropout_prob,
+                 attention_dropout=config.attention_probs_dropout_prob, sinusoidal_pos_embds=False,
+                 seq_classif_dropout=config.classifier_dropout or 0.2, qa_dropout=0.1)
+    else:
+        d.update(hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+                 num_attention_heads=config.num_attention_heads,
+                 intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                 hidden_dropout_prob=config.hidden_dropout_prob,
+                 attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+                 type_vocab_size=config.type_vocab_size, layer_norm_eps=config.layer_norm_eps)
+        if config.classifier_dropout is not None:
+            d["classifier_dropout"] = config.classifier_dropout
+        if fam in ("albert", "electra"):
+            d["embedding_size"] = config.embedding_size
+        if fam == "albert":
+            d.update(num_hidden_groups=albert_num_groups(config), inner_group_num=1)
+            if config.classifier_dropout is not None:
+                d["classifier_dropout_prob"] = config.classifier_dropout
+        if fam == "roberta":
+            d.update(bos_token_id=0, eos_token_id=2)
+    d.update(vocab_size=config.vocab_size, max_position_embeddings=config.max_position_embeddings,
+             initializer_range=config.initializer_range, pad_token_id=config.pad_token_id)
+    if head != "base":
+        id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
+        d["id2label"] = {str(k): v for k, v in id2label.items()}
+        d["label2id"] = {v: int(k) for k, v in id2label.items()}
+        if config.problem_type:
+            d["problem_type"] = config.problem_type
+    for k in OUR_CONFIG_KEYS:
+        d[k] = getattr(config, k)
+    d["bertforge_head"] = head
+    return d
+
+
+# ------------------------------------------------------------------------------------------- saving
+def hf_state_dict(model) -> dict:
+    """Our weights under HF names (``{prefix}.…`` for the encoder, top-level for the head)."""
+    config = model.config
+    own = model.state_dict()
+    p = PREFIX[config.model_type] + "."
+    out: dict = {}
+    for ours, theirs in encoder_key_map(config):
+        t = own["encoder." + ours]
+        if len(theirs) == 1:
+            out[p + theirs[0]] = t
+        else:
+            for name, part in zip(theirs, t.chunk(len(theirs), 0)):
+                out[p + name] = part
+    if model.head is not None:
+        for o, t in model.head.hf_keys(config).items():
+            out[t] = own["head." + o]
+    # safetensors refuses shared memory: give every entry its own contiguous storage
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in out.items()}
+
+
+def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+    """Write a :class:`~bertforge.task_model.TaskModel` as ``config.json`` + ``model.safetensors`` (+ tokenizer
+    files) atomically into ``out_dir``.
+
+    Files that already exist in ``out_dir`` and are not part of a checkpoint (``metrics.jsonl``,
+    ``recipe.yaml``, sub-directories) are kept. Each file is written under a temporary name and renamed.
+
+    Args:
+        tokenizer_dir: a dir whose tokenizer files (``tokenizer.json``, ``vocab.txt`` …) are copied.
+        tokenizer: a ``tokenizers.Tokenizer`` to save instead.
+    Raises:
+        ConfigError: ``tokenizer_dir`` holds no tokenizer file, or ``tokenizer`` is not a
+        ``tokenizers.Tokenizer`` — checked before anything is written.
+    """
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise ConfigError(f"tokenizer={tokenizer!r:.60} is a {type(tokenizer).__name__}; pass a "
+                          f"tokenizers.Tokenizer, or tokenizer_dir=<a dir holding tokenizer.json>")
+    if tokenizer is None and tokenizer_dir is not None and not any(
+            (Path(tokenizer_dir) / n).is_file() for n in TOKENIZER_FILES):
+        raise ConfigError(f"tokenizer_dir={str(tokenizer_dir)!r} holds no tokenizer file "
+                          f"({', '.join(TOKENIZER_FILES)}); pass the dir of the model's tokenizer")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = config_to_hf(model.config, model.head_name)
+    with atomic_dir(out_dir / ".staging") as tmp:
+        save_file(hf_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, tmp, model_max_length=model.config.max_position_embeddings)
+        elif tokenizer_dir is not None:
+            copy_tokenizer_files(Path(tokenizer_dir), tmp)
+        move_files_into(tmp, out_dir)
+    shutil.rmtree(out_dir / ".staging", ignore_errors=True)
+    for stale in ("pytorch_model.bin",):
+        if (out_dir / stale).exists():
+            (out_dir / stale).unlink()
+
+
+__all__ = ["FAMILY_CLASS", "PREFIX", "encoder_key_map", "albert_num_groups", "config_from_hf", "config_to_hf",
+           "hf_state_dict", "save_pretrained"]

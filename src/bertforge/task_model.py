@@ -1,0 +1,76 @@
+"""TaskModel: one encoder plus one head, named in :data:`bertforge.heads.HEADS` — the unit that is trained,
+saved and loaded.
+
+``TaskModel(config, head="mlm")`` builds the head registered under that name; which modules were imported
+before does not matter (the table is a literal in :mod:`bertforge.heads`). Load a checkpoint dir with
+:func:`bertforge.hf.load_pretrained`; :meth:`TaskModel.save_pretrained` writes one.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .heads import head_class
+from .hf_format import save_pretrained
+from .models.encoder import Encoder
+from .models.output import ModelOutput
+
+
+class TaskModel(nn.Module):
+    """One encoder plus one head, the unit that is trained, saved and loaded.
+
+    ``forward(input_ids, attention_mask, token_type_ids, labels=…, output_hidden_states=…,
+    output_attentions=…)`` → :class:`ModelOutput`. Extra batch keys are passed to the head.
+    """
+
+    def __init__(self, config: ModelConfig, head: str = "base", encoder: Optional[Encoder] = None):
+        super().__init__()
+        head_cls = head_class(head)
+        if getattr(head_cls, "adds_pooler", None) and head_cls.adds_pooler(config) \
+                and not config.add_pooling_layer and encoder is None:
+            # e.g. the bert/albert classifier reads the tanh pooler, which HF's …ForSequenceClassification
+            # always has; an encoder saved without one (e.g. SpanBERT pretraining) gets a fresh pooler
+            config = config.replace(add_pooling_layer=True)
+        self.config = config
+        self.encoder = encoder if encoder is not None else Encoder(config)
+        self.head_name = head
+        self.head = head_cls(config) if head != "base" else None
+        if self.head is not None and hasattr(self.head, "tie_weights"):
+            self.head.tie_weights(self.encoder)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, output_hidden_states: bool = False,
+                output_attentions: bool = False, output_attention_scores: bool = False,
+                output_values: bool = False, head_gates: Optional[torch.Tensor] = None,
+                **batch) -> ModelOutput:
+        wants_layers = output_hidden_states or output_attentions or output_attention_scores
+        cls_only = bool(self.head is not None and self.head.cls_only and not wants_layers)
+        rows = None  # a head that reads only the labelled positions: the last block runs on those alone
+        if getattr(self.head, "labelled_rows_only", False) and batch.get("labels") is not None \
+                and not (wants_layers or output_values or head_gates is not None):
+            rows = batch["labels"] != -100
+        enc = self.encoder(input_ids, attention_mask, token_type_ids,
+                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                           output_attention_scores=output_attention_scores, output_values=output_values,
+                           head_gates=head_gates, cls_only=cls_only, output_rows=rows)
+        batch["attention_mask"] = attention_mask
+        batch["input_ids"] = input_ids
+        out = self.head(enc, batch) if self.head is not None else {}
+        return ModelOutput(loss=out.get("loss"), logits=out.get("logits"),
+                           last_hidden_state=enc.last_hidden_state, pooler_output=enc.pooler_output,
+                           hidden_states=enc.hidden_states, attentions=enc.attentions,
+                           attention_scores=enc.attention_scores, values=enc.values,
+                           terms=out.get("terms"))
+
+    def save_pretrained(self, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+        """Write a ``transformers`` checkpoint dir (``config.json``, ``model.safetensors``, and the tokenizer
+        files of ``tokenizer_dir`` or the ``tokenizers.Tokenizer`` ``tokenizer``); see
+        :func:`bertforge.hf_format.save_pretrained` (ConfigError for a ``tokenizer_dir`` without tokenizer
+        files)."""
+        save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer)
+
+
+__all__ = ["TaskModel", "ModelOutput"]

@@ -1,0 +1,176 @@
+"""What every task provides: the :class:`Task` record, the :class:`TaskAdapter` interface, and batching.
+
+``finetune``, ``evaluate``, ``predict``, ``distill`` and ``prune`` are the same for every kind of task except
+for a few steps: read the files, encode them, batch them, decode the model's logits into predictions and
+score them. A task module (:mod:`~bertforge.tasks.classification`, :mod:`~bertforge.tasks.ner`,
+:mod:`~bertforge.tasks.qa`) provides those steps as one :class:`TaskAdapter` subclass, its head class and
+its tasks; :mod:`bertforge.tasks` lists them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from ..data.conll import IGNORE_INDEX
+
+Column = Union[str, int]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A named task: where its text and labels are, its label list and its metrics.
+
+    ``text_columns``: one (single sentence) or two (pair) columns, by header name or position (``int``);
+    ``label_column``: the gold label of train/dev files (test files without it can still be read for
+    prediction); ``labels``: label strings in id order (None for regression); ``metrics``: the first is
+    the one used to pick the best checkpoint; ``kind``: the adapter kind in :data:`bertforge.tasks.ADAPTERS`.
+    """
+
+    name: str
+    text_columns: tuple  # one (single sentence) or two (pair) columns
+    label_column: Optional[Column]
+    labels: Optional[tuple]  # None for regression
+    metrics: tuple
+    kind: str = "classification"  # classification | regression | token_classification | qa
+    header: Optional[bool] = True
+    hub: Optional[tuple] = None  # (dataset, config) on the HF hub
+    hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
+    splits: dict = field(default_factory=dict)  # conventional split → file name
+    label_range: Optional[tuple] = None  # regression: the scale's (low, high), checked when files are read
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.kind == "regression" else len(self.labels or ())
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+
+class TaskAdapter:
+    """Interface. ``head``: name of the head in :data:`bertforge.heads.HEADS`."""
+
+    head = "base"
+
+    def __init__(self, task: Task, tokenizer, max_seq_len: int):
+        self.task, self.tok, self.max_seq_len = task, tokenizer, max_seq_len
+
+    def head_config(self) -> dict:
+        """ModelConfig fields the head needs (``num_labels``, ``id2label``, ``problem_type`` …)."""
+        return {}
+
+    def load(self, path, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
+        """Read and encode a file of the task → list of encoded examples (what the Trainer batches)."""
+        raise NotImplementedError
+
+    def collator(self):
+        """A callable: list of encoded examples → batch dict of (B, …) tensors."""
+        raise NotImplementedError
+
+    def predict_logits(self, model, dataset: list, batch_size: int = 64) -> np.ndarray:
+        raise NotImplementedError
+
+    def evaluate(self, model, dataset: list, batch_size: int = 64) -> dict:
+        """The task's metrics of ``model`` on a labelled ``dataset``."""
+        raise NotImplementedError
+
+    def predictions(self, model, dataset: list, batch_size: int = 64) -> list:
+        """One JSON-ready prediction per example."""
+        raise NotImplementedError
+
+
+def batch_logits(model, batch: dict) -> np.ndarray:
+    """The ``logits`` of one batch (inputs only, (B, T) tensors) as a float32 numpy array.
+
+    ``model`` is a PyTorch ``nn.Module`` returning an output with ``.logits`` (run without gradients on its
+    device, in the mode the caller set), or a runner of :mod:`bertforge.runtime` (any callable taking the
+    batch's tensors and returning a mapping with ``logits``)."""
+    if not isinstance(model, torch.nn.Module):
+        return np.asarray(model(**batch)["logits"], dtype=np.float32)
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        return model(**{k: v.to(dev) for k, v in batch.items()}).logits.float().cpu().numpy()
+
+
+def iter_batches(dataset: list, collate, batch_size: int, sort: bool = True):
+    """Yield (indices, batch) in length-sorted order (less padding); predictions are re-ordered by
+    the caller with the indices."""
+    order = sorted(range(len(dataset)), key=lambda i: len(dataset[i]["input_ids"])) if sort \
+        else list(range(len(dataset)))
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        yield idx, collate([dataset[i] for i in idx])
+
+
+class Windows(list):
+    """A list of encoded windows (what the Trainer batches) that remembers the source ``examples``
+    (sentences or questions) they came from, for re-assembly at evaluation. Token tasks may pack
+    several sentences into one sequence: ``packed`` are those sequences and ``spans`` map them back."""
+
+    def __init__(self, windows, examples, packed=None, spans=None):
+        super().__init__(windows)
+        self.examples = examples
+        self.packed = packed if packed is not None else examples
+        self.spans = spans
+
+
+def _pad(rows: list, value, t: int) -> torch.Tensor:
+    out = torch.full((len(rows), t), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+class TokenCollator:
+    """Windows → ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, T) and ``labels`` (B, T)
+    padded with −100; T = longest window in the batch."""
+
+    def __init__(self, pad_id: int = 0):
+        self.pad_id = pad_id
+
+    def __call__(self, items: list) -> dict:
+        t = max(len(x["input_ids"]) for x in items)
+        batch = {"input_ids": _pad([x["input_ids"] for x in items], self.pad_id, t),
+                 "attention_mask": _pad([[1] * len(x["input_ids"]) for x in items], 0, t),
+                 "token_type_ids": _pad([x["token_type_ids"] for x in items], 0, t)}
+        if all("labels" in x for x in items):
+            batch["labels"] = _pad([x["labels"] for x in items], IGNORE_INDEX, t)
+        return batch
+
+
+def window_logits(model, windows: list, collate, batch_size: int = 64, seq_axis: int = 0) -> list:
+    """Run ``model`` (a PyTorch module or a :mod:`bertforge.runtime` runner, see :func:`batch_logits`) on every
+    window; returns per window its logits (numpy) cut to the window length along ``seq_axis`` (of the
+    per-example logits): (T_w, C) for token classification (axis 0), (2, T_w) for QA (axis 1)."""
+    was_training = isinstance(model, torch.nn.Module) and model.training
+    if was_training:
+        model.eval()
+    out = [None] * len(windows)
+    for idx, batch in iter_batches(windows, collate, batch_size):
+        for k in ("labels", "start_positions", "end_positions"):
+            batch.pop(k, None)
+        z = batch_logits(model, batch)
+        for i, row in zip(idx, z):
+            n = len(windows[i]["input_ids"])
+            out[i] = row[:n] if seq_axis == 0 else row[:, :n]
+    if was_training:
+        model.train()
+    return out
+
+
+def stack_padded(arrs: list, axis: int) -> np.ndarray:
+    """Stack arrays of different lengths along ``axis``, zero-padded to the longest."""
+    t = max(a.shape[axis] for a in arrs)
+    out = []
+    for a in arrs:
+        pad = [(0, 0)] * a.ndim
+        pad[axis] = (0, t - a.shape[axis])
+        out.append(np.pad(a, pad))
+    return np.stack(out)
+
+
+__all__ = ["Task", "TaskAdapter", "Column", "iter_batches", "Windows", "TokenCollator", "window_logits",
+           "stack_padded"]

@@ -1,0 +1,183 @@
+"""Sentence (pair) classification and regression on [CLS]: the GLUE tasks and ``custom`` files.
+
+* tasks: the nine GLUE tasks (Wang et al. 2019) with the file layouts the GLUE distribution ships
+  (``download_glue_data.py``): TSV, quoting disabled, a header row except for CoLA train/dev; columns are
+  named by header where there is one and by position otherwise (``int``). ``custom`` tasks (CSV/TSV/JSONL
+  with named or positional columns) are built by :func:`bertforge.tasks.get_task`. A task of kind
+  ``classification`` maps label strings to ids in ``labels`` order; ``regression`` reads floats.
+* reader: :func:`bertforge.data.readers.read_examples` (files) and ``read_hub`` (hub datasets).
+* head: :class:`SequenceClassificationHead` (Devlin et al. 2018 §4.1), saved as ``…ForSequenceClassification``.
+* adapter: :class:`SequenceAdapter` (kinds ``classification`` and ``regression``).
+* metrics: :mod:`bertforge.evaluate.metrics` (accuracy, F1, MCC, Pearson, Spearman).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from ..data.collate import PadCollator, encode_examples
+from ..data.readers import read_examples
+from ..errors import DataError
+from ..evaluate.metrics import compute
+from ..models.attention import get_activation
+from ..models.encoder import EncoderOutput
+from ..tokenizer import pad_id
+from .base import Task, TaskAdapter, batch_logits, iter_batches
+
+_NLI2 = ("entailment", "not_entailment")
+#: the nine GLUE tasks (Wang et al. 2019), as the GLUE distribution ships their files
+TASKS = [
+    Task("cola", (3,), 1, ("0", "1"), ("mcc", "accuracy"), header=False, hub=("glue", "cola"),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("sst2", ("sentence",), "label", ("0", "1"), ("accuracy",), hub=("glue", "sst2"),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("mrpc", ("#1 String", "#2 String"), "Quality", ("0", "1"), ("f1", "accuracy"),
+         hub=("glue", "mrpc"), hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), kind="regression",
+         hub=("glue", "stsb"), hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}, label_range=(0.0, 5.0)),  # Cer et al. 2017 §2
+    Task("qqp", ("question1", "question2"), "is_duplicate", ("0", "1"), ("f1", "accuracy"),
+         hub=("glue", "qqp"), hub_columns=("question1", "question2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("mnli", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
+         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
+         splits={"train": "train.tsv", "dev": "dev_matched.tsv"}),
+    Task("mnli-mm", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
+         ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
+         splits={"train": "train.tsv", "dev": "dev_mismatched.tsv"}),
+    Task("qnli", ("question", "sentence"), "label", _NLI2, ("accuracy",), hub=("glue", "qnli"),
+         hub_columns=("question", "sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("rte", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",), hub=("glue", "rte"),
+         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+    Task("wnli", ("sentence1", "sentence2"), "label", ("0", "1"), ("accuracy",), hub=("glue", "wnli"),
+         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+]
+
+#: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
+KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman")}
+
+
+
+class SequenceClassificationHead(nn.Module):
+    """Classification (cross-entropy) or regression (MSE, ``num_labels == 1``) on the [CLS] state.
+
+    Per family, as the original implementations: bert/albert ``dropout → Linear`` on the tanh pooler;
+    roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
+    ``Linear → ReLU → dropout → Linear`` on h_[CLS]. Input (B, T, H) → logits (B, num_labels).
+    """
+
+    hf_suffix = "ForSequenceClassification"
+    cls_only = True
+    POOLER_FAMILIES = ("bert", "albert")  # the head reads ``pooler_output``
+
+    @classmethod
+    def adds_pooler(cls, config: ModelConfig) -> bool:
+        """Whether this head reads the pooler for ``config``'s family (TaskModel then gives the encoder one)."""
+        return config.model_type in cls.POOLER_FAMILIES
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        fam, h = config.model_type, config.hidden_size
+        self.family = fam
+        self.num_labels = config.num_labels
+        self.regression = config.num_labels == 1 or config.problem_type == "regression"
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+        self.use_pooler = fam in self.POOLER_FAMILIES
+        self.dense = None if self.use_pooler else nn.Linear(h, h)
+        self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
+                    "distilbert": F.relu}.get(fam)
+        self.classifier = nn.Linear(h, config.num_labels)
+        nn.init.normal_(self.classifier.weight, 0.0, config.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+        if self.dense is not None:
+            nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
+            nn.init.zeros_(self.dense.bias)
+
+    def forward(self, enc: EncoderOutput, batch: dict) -> dict:
+        if self.use_pooler:
+            x = self.dropout(enc.pooler_output)
+        else:
+            x = enc.last_hidden_state[:, 0]
+            if self.family == "distilbert":
+                x = self.dropout(self.act(self.dense(x)))
+            else:
+                x = self.dropout(self.act(self.dense(self.dropout(x))))
+        logits = self.classifier(x)
+        out = {"logits": logits}
+        labels = batch.get("labels")
+        if labels is not None:
+            if self.regression:
+                out["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                out["loss"] = F.cross_entropy(logits.float(), labels.long())
+        return out
+
+    @staticmethod
+    def hf_keys(config: ModelConfig) -> dict:
+        fam = config.model_type
+        if fam in ("bert", "albert"):
+            return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        if fam == "distilbert":
+            return {"dense.weight": "pre_classifier.weight", "dense.bias": "pre_classifier.bias",
+                    "classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        return {"dense.weight": "classifier.dense.weight", "dense.bias": "classifier.dense.bias",
+                "classifier.weight": "classifier.out_proj.weight",
+                "classifier.bias": "classifier.out_proj.bias"}
+
+
+class SequenceAdapter(TaskAdapter):
+    """Single sentences and pairs → [CLS] classification (CE) or regression (MSE)."""
+
+    head = "sequence_classification"
+
+    def head_config(self) -> dict:
+        t = self.task
+        if t.kind == "regression":
+            return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "score"}}
+        return {"num_labels": len(t.labels), "problem_type": "single_label_classification",
+                "id2label": {i: lab for i, lab in enumerate(t.labels)}}
+
+    def load(self, path, max_samples=None, require_labels=True) -> list:
+        examples = read_examples(path, self.task, max_samples, require_labels)
+        enc = encode_examples(self.tok, examples, self.max_seq_len)
+        if require_labels and any("labels" not in e for e in enc):
+            raise DataError(f"{path} has rows without a label; task {self.task.name} needs labels here")
+        return enc
+
+    def collator(self):
+        return PadCollator(pad_id(self.tok))
+
+    def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+        out = [None] * len(dataset)
+        collate = self.collator()
+        for idx, batch in iter_batches(dataset, collate, batch_size):
+            batch.pop("labels", None)
+            logits = batch_logits(model, batch)
+            for i, row in zip(idx, logits):
+                out[i] = row
+        return np.stack(out)
+
+    def _decode(self, logits: np.ndarray) -> np.ndarray:
+        return logits[:, 0] if self.task.kind == "regression" else logits.argmax(-1)
+
+    def evaluate(self, model, dataset, batch_size=64) -> dict:
+        pred = self._decode(self.predict_logits(model, dataset, batch_size))
+        ref = np.array([d["labels"] for d in dataset])
+        return compute(self.task.metrics, pred, ref, self.task.num_labels)
+
+    def predictions(self, model, dataset, batch_size=64) -> list:
+        logits = self.predict_logits(model, dataset, batch_size)
+        if self.task.kind == "regression":
+            return [{"score": float(x[0])} for x in logits]
+        probs = torch.softmax(torch.from_numpy(logits), -1).numpy()
+        return [{"label": self.task.labels[int(p.argmax())], "prob": float(p.max())} for p in probs]
+
+
+__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter"]

@@ -1,0 +1,196 @@
+"""Token classification (NER): CoNLL-2003 and any IOB2-tagged data — tasks, reader, head, adapter and metric.
+
+* tasks: ``conll2003`` — CoNLL-2003 English NER (Tjong Kim Sang & De Meulder 2003), CoNLL column files,
+  labels ``O, B/I-PER, B/I-ORG, B/I-LOC, B/I-MISC`` (the ``datasets`` order); ``ner`` — any IOB NER data
+  (CoNLL columns or JSONL ``tokens``/``tags``); the label set comes from ``data.labels=[...]`` or, when
+  absent, from the training file.
+* reader: :mod:`bertforge.data.conll` (CoNLL columns / JSONL, first-subword windows, document packing).
+* head: :class:`TokenClassificationHead` (Devlin et al. 2018 §5.3, Table 7): one linear layer on every final
+  hidden state, saved as ``…ForTokenClassification`` (``classifier.*``). ``logits`` (B, T, C) tag scores;
+  positions with ``attention_mask == 0`` are set to 0 (a uniform distribution), so a KL over the last dim
+  adds nothing there. As in ``transformers`` the model has no pooler (``add_pooling_layer=False``).
+* adapter: :class:`TokenClassificationAdapter` (kind ``token_classification``): ``load`` returns windows
+  (one sentence can give several), ``evaluate`` re-assembles them into one tag per word before scoring.
+* metric: :func:`entity_scores`, entity-level P/R/F1 over chunks as ``conlleval``, computed with ``seqeval``;
+  ``accuracy`` is per word.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from ..data.conll import (encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words,
+                          words_from_windows)
+from ..errors import DataError
+from ..io import read_config
+from ..models.encoder import EncoderOutput
+from ..tokenizer import pad_id
+from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
+
+CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+#: the NER tasks
+TASKS = [
+    Task("conll2003", ("tokens",), "tags", CONLL2003_LABELS, ("f1", "precision", "recall", "accuracy"),
+         kind="token_classification", header=None, hub=("conll2003", None),
+         splits={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
+    Task("ner", ("tokens",), "tags", None, ("f1", "precision", "recall", "accuracy"),
+         kind="token_classification", header=None),
+]
+
+
+def _dropout_p(config: ModelConfig) -> float:
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+class TokenClassificationHead(nn.Module):
+    """``dropout → Linear(H, C)`` on every final hidden state (Devlin et al. 2018 §5.3).
+
+    Input (B, T, H) → ``logits`` (B, T, C). With ``labels`` (B, T) (−100 = ignored: continuation
+    subwords, special tokens, padding) the loss is the token-level cross-entropy averaged over the
+    labelled positions.
+    """
+
+    hf_suffix = "ForTokenClassification"
+    cls_only = False
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_labels = config.num_labels
+        self.dropout = nn.Dropout(_dropout_p(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        nn.init.normal_(self.classifier.weight, 0.0, config.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, enc: EncoderOutput, batch: dict) -> dict:
+        logits = self.classifier(self.dropout(enc.last_hidden_state))
+        am = batch.get("attention_mask")
+        if am is not None:
+            logits = logits.masked_fill(am[..., None] == 0, 0.0)
+        out = {"logits": logits}
+        labels = batch.get("labels")
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float().reshape(-1, self.num_labels),
+                                          labels.long().reshape(-1), ignore_index=-100)
+        return out
+
+    @staticmethod
+    def hf_keys(config: ModelConfig) -> dict:
+        return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+
+
+def entity_scores(gold_tags: list, pred_tags: list) -> dict:
+    """Entity-level ``precision``/``recall``/``f1`` (conlleval chunking, seqeval) and per-word
+    ``accuracy``. Inputs: lists of sentences of IOB2 tag strings (same lengths). A score with an empty
+    denominator (no predicted or no gold entity) is 0, as in conlleval, without seqeval's warning."""
+    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+    return {"f1": float(f1_score(gold_tags, pred_tags, zero_division=0)),
+            "precision": float(precision_score(gold_tags, pred_tags, zero_division=0)),
+            "recall": float(recall_score(gold_tags, pred_tags, zero_division=0)),
+            "accuracy": float(accuracy_score(gold_tags, pred_tags))}
+
+
+class TokenClassificationAdapter(TaskAdapter):
+    """Words with IOB2 tags → first-subword-labelled windows; predictions back to one tag per word.
+
+    ``stride``: overlap (subwords) of consecutive windows of a sentence longer than ``max_seq_len``.
+    ``pack``: concatenate consecutive sentences of one document (CoNLL ``-DOCSTART-`` segments) up to
+    ``max_seq_len`` (document context, Devlin et al. 2018 §5.3; also ~3× less padding). Scores are
+    still per sentence; sentences without a document (JSONL) are never packed.
+    """
+
+    head = "token_classification"
+    stride: Optional[int] = None
+    pack = True
+
+    def __init__(self, task: Task, tokenizer, max_seq_len: int):
+        super().__init__(task, tokenizer, max_seq_len)
+        self.labels = list(task.labels) if task.labels else None
+
+    def head_config(self) -> dict:
+        if not self.labels:
+            raise DataError(f"task {self.task.name} has no label set yet; load the training data first "
+                            f"or pass data.labels=[...]")
+        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
+                "problem_type": None, "add_pooling_layer": False}
+
+    def _read(self, path, max_samples, require_labels):
+        fields = {}
+        if isinstance(self.task.text_columns[0], str):
+            fields["tokens_field"] = self.task.text_columns[0]
+        if isinstance(self.task.label_column, str):
+            fields["tags_field"] = self.task.label_column
+        return read_token_examples(path, max_samples, require_labels, **fields)
+
+    def load(self, path, max_samples=None, require_labels=True) -> Windows:
+        examples = self._read(path, max_samples, require_labels)
+        if self.labels is None:
+            if not require_labels:
+                raise DataError(f"task {self.task.name} has no label set; use a fine-tuned model's "
+                                f"checkpoint (evaluate/predict) or pass data.labels=[...]")
+            self.labels = label_list(examples)
+        l2i = {lab: i for i, lab in enumerate(self.labels)}
+        labelled = [e for e in examples if e.tags is not None]
+        if require_labels and len(labelled) != len(examples):
+            raise DataError(f"{path} has sentences without tags; task {self.task.name} needs tags here")
+        unknown = sorted({t for e in labelled for t in e.tags if t not in l2i})
+        if unknown and getattr(self, "labels_from_model", None):  # evaluate / predict / distill / prune
+            raise DataError(f"{path} has tags {unknown[:5]} that {self.labels_from_model} was not fine-tuned "
+                            f"on (its tags: {self.labels}); use data with those tags, or fine-tune with "
+                            f"data.labels=[...] listing every tag")
+        if unknown:
+            raise DataError(f"{path} has tags {unknown[:5]} outside the label set {self.labels}; pass "
+                            f"data.labels=[...] with every tag")
+        packed, spans = examples, None
+        if self.pack and any(e.doc is not None for e in examples):
+            n_special = len(self.tok.encode(["x"], is_pretokenized=True).ids) - \
+                len(self.tok.encode(["x"], is_pretokenized=True, add_special_tokens=False).ids)
+            packed, spans = pack_sentences(self.tok, examples, self.max_seq_len - n_special)
+        return Windows(encode_token_windows(self.tok, packed, self.max_seq_len, l2i, self.stride),
+                       examples, packed, spans)
+
+    def use_model_labels(self, model) -> None:
+        """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
+        from a checkpoint dir's ``config.json`` (distill: the teacher's tags)."""
+        if isinstance(model, (str, Path)):
+            id2 = {int(k): v for k, v in (read_config(Path(model)).get("id2label") or {}).items()}
+            who = str(model)
+        else:
+            id2 = getattr(getattr(model, "config", None), "id2label", None)
+            who = getattr(model, "source_dir", None) or "the model"
+        if id2:
+            self.labels = [id2[i] for i in sorted(id2)]
+            self.labels_from_model = who
+
+    def collator(self):
+        return TokenCollator(pad_id(self.tok))
+
+    def word_tags(self, model, dataset: Windows, batch_size: int = 64) -> list:
+        """Per sentence, one IOB2 tag per word (first-subword prediction; words without a subword → O)."""
+        z = window_logits(model, dataset, self.collator(), batch_size)
+        id2 = getattr(getattr(model, "config", None), "id2label", None) or dict(enumerate(self.labels))
+        per_word = words_from_windows(dataset, z, [len(e.tokens) for e in dataset.packed])
+        if dataset.spans is not None:
+            per_word = unpack_words(per_word, dataset.spans, len(dataset.examples))
+        return [[id2[int(np.argmax(v))] if v is not None else "O" for v in ws] for ws in per_word]
+
+    def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
+        """(N_windows, T_max, C) logits, zero-padded after each window's length."""
+        return stack_padded(window_logits(model, dataset, self.collator(), batch_size), 0)
+
+    def evaluate(self, model, dataset, batch_size=64) -> dict:
+        pred = self.word_tags(model, dataset, batch_size)
+        gold = [e.tags for e in dataset.examples]
+        return entity_scores(gold, pred)
+
+    def predictions(self, model, dataset, batch_size=64) -> list:
+        pred = self.word_tags(model, dataset, batch_size)
+        return [{"tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
+
+
+__all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores"]
