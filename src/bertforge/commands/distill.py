@@ -300,7 +300,7 @@ def run(args) -> int:
         base_collate = PadCollator(pad_id(tok))
 
     teacher = teachers[0]
-    from ..train.trainer import set_seed
+    from ..train.rng import set_seed
     set_seed(recipe.train.seed)  # the same fresh student weights in every run and on every rank
     student = build_student(student_spec, teacher, head=head, head_config=head_cfg,
                             teacher_dir=str(teacher_dirs[0]))
@@ -383,7 +383,7 @@ def run(args) -> int:
     if Path(str(student_spec)).is_dir():
         sources["--student"] = dir_fingerprint(student_spec)
     if args.resume:
-        from ..train.trainer import check_resume
+        from .resume_policy import check_resume
         check_resume(work, len(dataset), recipe.train, sources, recipe)  # before anything is written
     try:
         cache = None
