@@ -383,7 +383,7 @@ def run(args) -> int:
     if Path(str(student_spec)).is_dir():
         sources["--student"] = dir_fingerprint(student_spec)
     if args.resume:
-        from .resume_policy import check_resume
+        from ._resume_policy import check_resume
         check_resume(work, len(dataset), recipe.train, sources, recipe)  # before anything is written
     try:
         cache = None

@@ -62,7 +62,7 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 def run(args) -> int:
     from ..train.trainer import Trainer
-    from .resume_policy import check_batch_fits
+    from ._resume_policy import check_batch_fits
     recipe = build_recipe(args)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
@@ -71,7 +71,7 @@ def run(args) -> int:
     from ..io import dir_fingerprint
     sources = {"--model": dir_fingerprint(model_dir)}
     if args.resume:
-        from .resume_policy import check_resume
+        from ._resume_policy import check_resume
         check_resume(work, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     try:
         from ..train.rng import set_seed

@@ -192,7 +192,7 @@ def run(args) -> int:
     out = Path(args.out)
     work = prepare_out_dir(out, args.resume, args.overwrite, inputs=tok_inputs)
     if args.resume:
-        from .resume_policy import check_resume
+        from ._resume_policy import check_resume
         check_resume(work, len(train_ds), recipe.train, None, recipe)  # before the model is built
     try:
         from ..train.rng import set_seed
