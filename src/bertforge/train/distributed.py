@@ -14,8 +14,10 @@ Two wrappers (``impl.parallel``):
   For models whose optimizer state does not fit one device.
 
 A global micro-batch is collated whole on every rank, then :func:`shard_batch` takes this rank's rows and
-:func:`loss_normalizer` the divisor of a token-mean loss. The collectives used by the Trainer (:func:`all_reduce_sum`, :func:`any_rank`, :func:`gather_object`,
-:func:`broadcast_object`, :func:`barrier`) are thin wrappers that do nothing in a single process.
+:func:`loss_normalizer` the divisor of a token-mean loss. The collectives used by the Trainer
+(:func:`all_reduce_sum`, :func:`any_rank`, :func:`gather_object`, :func:`broadcast_object`, :func:`barrier`)
+are thin wrappers that do nothing in a single process. For FSDP: :func:`full_state_dicts`,
+:func:`load_full_state` and :func:`plain_copy` move full state dicts in and out of a sharded model.
 """
 from __future__ import annotations
 

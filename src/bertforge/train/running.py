@@ -29,7 +29,7 @@ class RunningMeans:
         """Add one value: a tensor (read as float32, summed in float64 where it lives) or a number (rounded to
         float32 first, as a tensor would be)."""
         if torch.is_tensor(value):
-            v = value.detach().float().double()
+            v = value.detach().float().reshape(()).double()
         else:
             v = float(np.float32(value))
         s, c = self._d.get(name, (0.0, 0))

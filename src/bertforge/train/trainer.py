@@ -292,9 +292,9 @@ class Trainer:
                 if "attention_mask" in batch:  # counted on the host, before the batch moves
                     tokens += int(batch["attention_mask"].sum())
                 examples += int(next(iter(v for v in batch.values() if torch.is_tensor(v))).shape[0])
-                sync = micro % accum == 0
-                no_sync = dist_utils.no_sync(self.ddp_model, self.model, self._fsdp)
-                with (contextlib.nullcontext() if sync else no_sync), self._autocast():
+                sync = micro % accum == 0  # the last micro-batch of the step: gradients are all-reduced
+                local = contextlib.nullcontext() if sync else dist_utils.no_sync(self.ddp_model, self.model, self._fsdp)
+                with local, self._autocast():
                     out = self._forward(batch)
                     loss = out.loss if not isinstance(out, dict) else out["loss"]
                     (loss / accum).backward()
