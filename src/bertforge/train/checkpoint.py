@@ -25,6 +25,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -298,13 +299,25 @@ class Checkpointer:
             raise CheckpointError(f"{file.parent} does not fit this model ({(missing or unexpected)[0]}); "
                                   f"resume with the same model and recipe")
 
-    def write_final(self, out_dir: Path, src: Optional[Path], record: dict) -> None:
-        """Write the final model at the top of ``out_dir``: checkpoint ``src``'s model files, or (None) the
-        current weights; then ``trainer_state.json`` = ``record``. A collective (gathers under FSDP).
+    def write_final(self, out_dir: Path, step: int, best: Optional[float], best_step: Optional[int],
+                    load_best: bool, save_every: Optional[int] = None) -> int:
+        """Write the final model at the top of ``out_dir`` and its ``trainer_state.json``: with ``load_best``,
+        the model files of the best step's checkpoint (a warning where there is none: ``save_every``, the
+        run's ``train.save_every``, skipped it), else the current weights. A collective (gathers under
+        FSDP). Returns the step whose weights it wrote.
 
         Raises:
             BertforgeError: the write failed.
         """
+        src = None
+        if load_best and best_step is not None and best_step != step:
+            if (self.root / f"step-{best_step}").is_dir():
+                src = self.root / f"step-{best_step}"
+            elif self.ctx.rank == 0:
+                sys.stderr.write(f"bertforge: warning: the best evaluation was at step {best_step}, which has no "
+                                 f"checkpoint (train.save_every={save_every}); the final model is step {step}'s. "
+                                 f"Save at every evaluation (train.save_every = train.eval_every) to keep the best\n")
+        record = {"step": step, "best": best, "best_step": best_step, "final_from": str(src.name) if src else "last"}
         model_sd = self._full_state()[0] if self.skeleton is not None else None
         err = None
         if self.ctx.rank == 0:
@@ -320,6 +333,7 @@ class Checkpointer:
                 err = e
         if dist_utils.any_rank(err is not None, self.ctx):
             raise err or TrainingError("rank 0 could not write the final model (see its message)")
+        return best_step if src is not None else step
 
 
 __all__ = ["STATE_FILES", "step_of", "latest_checkpoint", "read_state", "check_state", "torch_save",

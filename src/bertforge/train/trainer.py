@@ -334,7 +334,8 @@ class Trainer:
                 if self.step >= self.total_steps:
                     break
         bar.close()
-        model_step = self._finalize()
+        model_step = self.checkpoints.write_final(self.out_dir, self.step, self.best, self.best_step,
+                                                  self.cfg.load_best_at_end, self.cfg.save_every)
         return {"step": self.step, "best": self.best, "best_step": self.best_step, "model_step": model_step,
                 **last_metrics}
 
@@ -352,21 +353,3 @@ class Trainer:
             raise TrainingError(f"loss became {what} at step {self.step + 1}; lower train.lr or use "
                                 f"impl.dtype=float32 and resume from the last good checkpoint ({last or 'none yet'})",
                                 reason="non_finite_loss", what=what, step=self.step + 1, last=last)
-
-    def _finalize(self) -> int:
-        """Write the final model (the best one when evaluation picked one) at the top of out_dir. Returns the
-        step whose weights were written."""
-        src = None
-        if self.cfg.load_best_at_end and self.best_step is not None and self.best_step != self.step:
-            cand = self.ckpt_root / f"step-{self.best_step}"
-            if cand.is_dir():
-                src = cand
-            elif self.is_main:
-                sys.stderr.write(f"bertforge: warning: the best evaluation was at step {self.best_step}, which "
-                                 f"has no checkpoint (train.save_every={self.cfg.save_every}); the final model "
-                                 f"is step {self.step}'s. Save at every evaluation (train.save_every = "
-                                 f"train.eval_every) to keep the best\n")
-        self.checkpoints.write_final(self.out_dir, src, {"step": self.step, "best": self.best,
-                                                         "best_step": self.best_step,
-                                                         "final_from": str(src.name) if src else "last"})
-        return self.best_step if src is not None else self.step
