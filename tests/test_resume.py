@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -40,6 +41,21 @@ def _args(ckpt, train, out, *extra):
             "--max-steps", STEPS, "--batch-size", 8, "--max-seq-len", 32, "--no-progress",
             "train.save_every=1", "train.keep_checkpoints=3", "train.log_every=1", "train.lr=1e-3",
             "train.deterministic=true", *extra]
+
+
+#: ``bertforge`` whose checkpoint write of step 5 stalls after the model files, before optimizer.pt
+_STALL_STEP_5_WRITE = """
+import runpy, sys, time
+from pathlib import Path
+import torch
+_save = torch.save
+def save(obj, f, *args, **kwargs):
+    if Path(str(f)).name == "optimizer.pt" and Path(str(f)).parent.name.startswith(".step-5."):
+        time.sleep(120)
+    return _save(obj, f, *args, **kwargs)
+torch.save = save
+runpy.run_module("bertforge", run_name="__main__")
+"""
 
 
 def _popen(args, **env):
@@ -91,7 +107,8 @@ def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(setup):
     from bertforge.hf import load_pretrained
     d, ckpt, train, ref = setup
     out = d / "killed-in-write"
-    p = _popen(_args(ckpt, train, out), BERTFORGE_TEST_CKPT_WRITE_DELAY="5:120")
+    p = subprocess.Popen([sys.executable, "-c", _STALL_STEP_5_WRITE, *map(str, _args(ckpt, train, out))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=str(REPO))
     root = out / "checkpoints"
     # the write of step-5 has begun (model files are in its temporary dir) and is sleeping
     _wait_for(lambda: any((t / "model.safetensors").is_file() for t in root.glob(".step-5.*")), p)
@@ -410,7 +427,7 @@ def test_load_pretrained_returns_a_model_ready_for_inference(setup):
 def test_resume_ignores_settings_only_one_version_records():
     """A run started before pretrain.max_ngram existed (or whose recipe recorded model.embedding_size for
     an E = H family) still resumes; a recorded value that changed is still named."""
-    from bertforge.train.trainer import _recipe_changes
+    from bertforge.commands._resume_policy import _recipe_changes
     old = {"model": {"hidden_size": 32, "embedding_size": 64}, "pretrain": {"scheme": "token"}}
     assert _recipe_changes(old, {"model": {"hidden_size": 32}, "pretrain": {"scheme": "token", "max_ngram": 3}}) == ""
     assert "pretrain.scheme 'token' → 'ngram'" in _recipe_changes(old, {"model": {"hidden_size": 32},

@@ -95,7 +95,8 @@ def _main(argv) -> int:
                 raise BertforgeError(f"--{dest.replace('_', '-')} is empty; pass a value")
         return int(args._run(args) or 0)
     except BertforgeError as e:
-        msg = " ".join(str(e).split())
+        from .commands._resume_policy import word_error  # the engine's facts, advised in the CLI's flags
+        msg = " ".join(word_error(e).split())
         sys.stderr.write(f"bertforge: error: {msg}\n")
         return 2
     except Terminated:

@@ -3,12 +3,30 @@
 Every mistake a user can make (a wrong path, a malformed file, an incompatible recipe key…) raises a
 subclass of :class:`BertforgeError` whose message says what to change. The CLI prints the message on
 one line and exits with status 2; library users catch ``BertforgeError``.
+
+An error raised below the CLI (the training engine, the core) states facts and advice in the library's
+own terms (recipe keys, paths); where the CLI words the advice with its flags instead, the error carries a
+machine-readable ``reason`` and the ``facts`` the CLI needs (see ``bertforge.commands._resume_policy``).
 """
+from __future__ import annotations
+
 import math
 
 
 class BertforgeError(Exception):
-    """Base class of every user-facing error (CLI exit code 2)."""
+    """Base class of every user-facing error (CLI exit code 2).
+
+    Args:
+        message: what is wrong and what to change.
+        reason: optional machine-readable code of the situation (e.g. ``"non_finite_loss"``), for callers
+            that word their own advice; None for errors whose message is final.
+        **facts: the values the message states (paths, steps, sizes), kept in the dict ``facts``.
+    """
+
+    def __init__(self, message: str = "", *, reason: str | None = None, **facts):
+        super().__init__(message)
+        self.reason = reason
+        self.facts = facts
 
 
 class ConfigError(BertforgeError):

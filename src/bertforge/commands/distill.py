@@ -214,7 +214,7 @@ def run(args) -> int:
     run_dir = RunDir(out, inputs=inputs, overwrite=args.overwrite, resume=args.resume)
     sources = source_fingerprints(teacher_dirs, opts.student)
     if args.resume:
-        from ..train.trainer import check_resume
+        from ._resume_policy import check_resume
         check_resume(out, len(dataset), recipe.train, sources, recipe)  # before anything is written
     with run_dir as work:
         distiller, cache = build_distiller(args, opts, recipe, data, losses, student, teacher_dirs, work,
@@ -422,7 +422,7 @@ def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int):
     """The student (:func:`bertforge.distill.student.build_student`), seeded so that its fresh weights are
     the same in every run and on every rank; its head follows the teacher's."""
     from ..distill.student import build_student
-    from ..train.trainer import set_seed
+    from ..train.rng import set_seed
     set_seed(seed)
     return build_student(opts.student, data.teachers[0], head=data.head, head_config=data.head_config,
                          teacher_dir=str(teacher_dirs[0]))

@@ -60,7 +60,8 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 
 def run(args) -> int:
-    from ..train.trainer import Trainer, check_batch_fits
+    from ..train.trainer import Trainer
+    from ._resume_policy import check_batch_fits
     recipe = build_recipe(args)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
@@ -69,10 +70,10 @@ def run(args) -> int:
     from ..io import dir_fingerprint
     sources = {"--model": dir_fingerprint(model_dir)}
     if args.resume:
-        from ..train.trainer import check_resume
+        from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     with run_dir as work:
-        from ..train.trainer import set_seed
+        from ..train.rng import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
         model.config.bertforge = {**model.config.bertforge, "task": task.name, "task_spec": task_spec(recipe.data),

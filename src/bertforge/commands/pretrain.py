@@ -192,10 +192,10 @@ def run(args) -> int:
     out = Path(args.out)
     run_dir = RunDir(out, inputs=tok_inputs, overwrite=args.overwrite, resume=args.resume)
     if args.resume:
-        from ..train.trainer import check_resume
+        from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built
     with run_dir as work:
-        from ..train.trainer import set_seed
+        from ..train.rng import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
         model = build_model(opts, config)
         uni = unigram_top_id(corpus, train_mask, list(ids.values()))

@@ -214,6 +214,9 @@ def run_train(args) -> int:
         model = TransformerSeq2Seq(cfg)
         model.explicit_attention = r.impl.dtype == "bfloat16"  # faster on CPU under bf16; same numbers
         ds = TokenBatchDataset(s_ids, t_ids, int(sec["max_tokens"]), seed=r.train.seed)
+        if args.resume:
+            from ._resume_policy import check_resume
+            check_resume(work, len(ds), r.train, None, r)  # the run's verb, options, data size and batch
         prep_s = time.perf_counter() - t0
         if r.impl.progress:
             print(f"bertforge: {len(s_ids)} pairs ({dropped} longer than {limit} tokens dropped), vocab "

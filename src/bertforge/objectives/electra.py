@@ -26,7 +26,8 @@ class ElectraPretrainModel(nn.Module):
     """Generator + discriminator with shared embeddings; ``forward(**batch)`` → :class:`ModelOutput`.
 
     Batch: ``input_ids`` (B, T) after masking, ``labels`` (B, T) original ids at masked positions (-100
-    elsewhere), ``attention_mask``, ``token_type_ids``. ``terms``: ``mlm_loss``, ``mlm_acc`` (generator),
+    elsewhere), ``attention_mask``, ``token_type_ids``; ``loss_normalizer`` divides the generator's summed
+    MLM loss (:func:`~bertforge.objectives.mlm.mlm_outputs`). ``terms``: ``mlm_loss``, ``mlm_acc`` (generator),
     ``rtd_loss``, ``rtd_acc`` (discriminator, all tokens), ``replaced`` (fraction of tokens replaced).
     """
 
@@ -48,8 +49,9 @@ class ElectraPretrainModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
-                **_) -> ModelOutput:
-        g = self.generator(input_ids, attention_mask, token_type_ids, labels=labels)
+                loss_normalizer: Optional[torch.Tensor] = None, **_) -> ModelOutput:
+        g = self.generator(input_ids, attention_mask, token_type_ids, labels=labels,
+                           loss_normalizer=loss_normalizer)
         with torch.no_grad():
             sampled = sample_from_logits(g.logits.detach())
             corrupted, rtd_labels = replace_tokens(input_ids, labels, sampled)

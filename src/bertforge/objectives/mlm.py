@@ -24,7 +24,6 @@ from torch import nn
 from ..config import ModelConfig
 from ..models.attention import get_activation
 from ..models.scratch import ReusedBuffer, TiedGradient, share_tied_gradient, tied_gradient
-from ..train.distributed import target_normalizer
 from .spec import Objective
 
 IGNORE_INDEX = -100
@@ -303,13 +302,19 @@ def vocab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk_bytes:
     return _ChunkedCrossEntropy.apply(logits, target, chunk_bytes)
 
 
-def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor]) -> dict:
+def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torch.Tensor],
+                loss_normalizer: Optional[torch.Tensor] = None) -> dict:
     """Sparse MLM: gather (N, H) states where ``labels`` (B, T) ≠ -100 (or take ``hidden`` as those rows when
     it is already (N, H)), project, cross-entropy.
 
-    Returns ``logits`` (N, V) and ``loss`` (mean CE over the N targets, float32) and ``terms``
-    (``mlm_loss``, ``mlm_acc``: top-1 accuracy on the masked tokens); without labels, full logits
-    (B, T, V).
+    Returns ``logits`` (N, V) and ``loss`` = (sum of the N targets' CE, float32) / ``loss_normalizer`` and
+    ``terms`` (``mlm_loss``, ``mlm_acc``: top-1 accuracy on the masked tokens, ``mlm_count``: N); without
+    labels, full logits (B, T, V).
+
+    ``loss_normalizer`` (a number or 0-d tensor; default N, the mean over this batch's targets) is the
+    divisor of the summed loss. A data-parallel trainer whose ranks each see a shard of one global batch
+    passes ``global target count / world size``, so that the average of the ranks' gradients is the
+    gradient of the mean over the global batch (:func:`bertforge.train.distributed.loss_normalizer`).
     """
     if labels is None:
         return {"logits": head(hidden)}
@@ -323,15 +328,15 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
         acc = torch.zeros((), device=hidden.device)
     else:
         logits, rows, correct = head.logits_and_cross_entropy(h, target)
-        norm = target_normalizer("labels", target.numel())  # under DDP: global mean over shards
-        loss = rows.sum() / norm
+        loss = rows.sum() / (float(target.numel()) if loss_normalizer is None else loss_normalizer)
         acc = correct.float().mean()
     return {"logits": logits, "loss": loss, "terms": {"mlm_loss": loss.detach(), "mlm_acc": acc,
                                                       "mlm_count": float(target.numel())}}
 
 
 class MaskedLMHead(nn.Module):
-    """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target).
+    """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target); the
+    batch's optional ``loss_normalizer`` divides the summed loss (see :func:`mlm_outputs`).
 
     With labels, :class:`~bertforge.task_model.TaskModel` runs the encoder's last block only at the N
     masked positions (keys/values from all): same logits and loss, ~12% fewer FLOPs for a 4-layer model;
@@ -351,7 +356,7 @@ class MaskedLMHead(nn.Module):
         self.mlm.tie(encoder.embeddings.word_embeddings)
 
     def forward(self, enc, batch: dict) -> dict:
-        return mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"))
+        return mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"), batch.get("loss_normalizer"))
 
     @staticmethod
     def hf_keys(config: ModelConfig) -> dict:

@@ -45,7 +45,7 @@ class BertPreTrainingHead(nn.Module):
         self.mlm.tie(encoder.embeddings.word_embeddings)
 
     def forward(self, enc, batch: dict) -> dict:
-        out = mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"))
+        out = mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"), batch.get("loss_normalizer"))
         return pair_outputs(out, self.seq_relationship(enc.pooler_output),
                             batch.get("next_sentence_label"), "nsp")
 

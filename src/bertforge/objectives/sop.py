@@ -36,7 +36,7 @@ class AlbertPreTrainingHead(nn.Module):
         self.mlm.tie(encoder.embeddings.word_embeddings)
 
     def forward(self, enc, batch: dict) -> dict:
-        out = mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"))
+        out = mlm_outputs(self.mlm, enc.last_hidden_state, batch.get("labels"), batch.get("loss_normalizer"))
         logits = self.classifier(self.dropout(enc.pooler_output))
         return pair_outputs(out, logits, batch.get("sentence_order_label"), "sop")
 

@@ -85,7 +85,7 @@ class SpanBertHead(nn.Module):
 
     def forward(self, enc, batch: dict) -> dict:
         labels = batch.get("labels")
-        out = mlm_outputs(self.mlm, enc.last_hidden_state, labels)
+        out = mlm_outputs(self.mlm, enc.last_hidden_state, labels, batch.get("loss_normalizer"))
         if labels is not None and batch.get("span_left") is not None:
             _, l_sbo, acc = self.sbo(enc.last_hidden_state, labels, batch["span_left"], batch["span_right"],
                                      batch["span_pos"])

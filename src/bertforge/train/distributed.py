@@ -13,11 +13,15 @@ Two wrappers (``impl.parallel``):
   gradients and optimizer state are sharded across ranks, each encoder layer is gathered just in time.
   For models whose optimizer state does not fit one device.
 
-The collectives used by the Trainer (:func:`all_reduce_sum`, :func:`any_rank`, :func:`gather_object`,
-:func:`broadcast_object`, :func:`barrier`) are thin wrappers that do nothing in a single process.
+A global micro-batch is collated whole on every rank, then :func:`shard_batch` takes this rank's rows and
+:func:`loss_normalizer` the divisor of a token-mean loss. The collectives used by the Trainer
+(:func:`all_reduce_sum`, :func:`any_rank`, :func:`gather_object`, :func:`broadcast_object`, :func:`barrier`)
+are thin wrappers that do nothing in a single process. For FSDP: :func:`full_state_dicts`,
+:func:`load_full_state` and :func:`plain_copy` move full state dicts in and out of a sharded model.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -139,33 +143,92 @@ def broadcast_object(obj: Any, ctx: DistContext) -> Any:
     return box[0]
 
 
-# ----------------------------------------------------------------------- token-mean losses under DDP
-# DDP averages the W shard gradients. For a loss that is a mean over *targets* whose number differs per
-# shard (MLM's masked tokens, token classification), the average of shard means is not the mean over the
-# global batch. The Trainer knows the global count of targets (it collates the global micro-batch on every
-# rank), and publishes count / W here while the shard's forward runs; a loss divides its sum by
-# :func:`target_normalizer` instead of its local count, which makes DDP's average the global mean exactly.
-import threading as _threading
-from contextlib import contextmanager as _contextmanager
+# ------------------------------------------------------------------------------- FSDP state handling
+def full_state_dicts(model: nn.Module, optimizer) -> tuple:
+    """(model state dict, optimizer state dict) of an FSDP-sharded ``model`` as full, unsharded CPU tensors;
+    a collective: call it on every rank."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return (get_model_state_dict(model, options=opts),
+            get_optimizer_state_dict(model, optimizer, options=opts))
 
-_NORM = _threading.local()
+
+def load_full_state(model: nn.Module, optimizer, model_state: Optional[dict] = None,
+                    optimizer_state: Optional[dict] = None) -> None:
+    """Load full (unsharded) state dicts into an FSDP-sharded ``model`` and its ``optimizer``."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    opts = StateDictOptions(full_state_dict=True)
+    if model_state is not None:
+        set_model_state_dict(model, model_state, options=opts)
+    if optimizer_state is not None:
+        set_optimizer_state_dict(model, optimizer, optimizer_state, options=opts)
 
 
-@_contextmanager
-def target_normalizers(counts: dict):
-    """While active, :func:`target_normalizer(key, n)` returns ``counts[key]`` (global count / W)."""
-    prev = getattr(_NORM, "counts", None)
-    _NORM.counts = counts
+def plain_copy(skeleton: nn.Module, full_state: dict) -> nn.Module:
+    """A plain CPU module built from the meta-device ``skeleton`` (a ``deepcopy(model).to("meta")`` taken
+    before sharding; tied weights stay tied), carrying ``full_state`` (a gathered state dict) when given."""
+    import copy
+    plain = copy.deepcopy(skeleton).to_empty(device="cpu")
+    if full_state:
+        plain.load_state_dict(full_state, strict=True)
+    return plain
+
+
+def no_sync(wrapped: nn.Module, model: nn.Module, fsdp: bool):
+    """A context in which ``backward`` accumulates gradients locally, without the all-reduce: DDP's
+    ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``; a null context in one process."""
+    if wrapped is not model and hasattr(wrapped, "no_sync"):
+        return wrapped.no_sync()
+    if fsdp and hasattr(model, "set_requires_gradient_sync"):
+        return _fsdp_no_sync(model)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model):
+    model.set_requires_gradient_sync(False)
     try:
         yield
     finally:
-        _NORM.counts = prev
+        model.set_requires_gradient_sync(True)
 
 
-def target_normalizer(key: str, local_count: int) -> float:
-    """Divisor of a summed token-level loss over batch key ``key`` (e.g. ``labels``): the local count in
-    one process, ``global count / world size`` for a shard under the Trainer's DDP."""
-    counts = getattr(_NORM, "counts", None)
-    if not counts or key not in counts:
-        return float(local_count)
-    return float(counts[key])
+# ------------------------------------------------------------------ the global micro-batch on W ranks
+def shard_batch(batch: dict, rank: int, world: int, b: int) -> dict:
+    """This rank's rows of a global micro-batch: rows ``rank, rank+world, …`` of every tensor whose first
+    dimension is the batch size ``b``; other entries (scalars, non-batch tensors) are passed unchanged."""
+    out = {}
+    for k, v in batch.items():
+        if torch.is_tensor(v) and v.dim() > 0 and v.shape[0] == b:
+            out[k] = v[rank::world]
+        else:
+            out[k] = v
+    return out
+
+
+def takes_loss_normalizer(model: nn.Module) -> bool:
+    """Whether ``model.forward`` accepts a ``loss_normalizer`` keyword (by name or through ``**kwargs``)."""
+    import inspect
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "loss_normalizer" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def loss_normalizer(batch: dict, world: int) -> Optional[torch.Tensor]:
+    """The divisor that makes DDP's gradient average the global token mean, for a global micro-batch whose
+    ``labels`` are token-level (B, T) integer targets (-100 = none): ``count(labels ≠ -100) / world`` as a
+    0-d float32 tensor; None for other batches.
+
+    DDP averages the W shard gradients. For a loss that is a mean over *targets* whose number differs per
+    shard (MLM's masked tokens), the average of shard means is not the mean over the global micro-batch; a
+    shard that divides its summed loss by ``global count / W`` instead of its own count makes DDP's average
+    exactly the global mean. The Trainer passes it to the model as the ``loss_normalizer`` argument (see
+    :func:`bertforge.objectives.mlm.mlm_outputs`)."""
+    v = batch.get("labels")
+    if not (torch.is_tensor(v) and v.dim() == 2 and not v.is_floating_point()):
+        return None
+    return torch.tensor(float((v != -100).sum()) / world, dtype=torch.float32)

@@ -71,3 +71,33 @@ def lr_lambda(schedule: str, warmup: int, total: int):
 
 def make_scheduler(optimizer, schedule: str, warmup: int, total: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(schedule, warmup, total))
+
+
+def set_peak_lr(scheduler, optimizer, lr: float) -> float:
+    """Make ``lr`` the peak of a restored LambdaLR ``scheduler`` (its state carries the peak of the run that
+    saved it) and set every parameter group's rate for the scheduler's next step. Returns the previous peak."""
+    old = list(scheduler.base_lrs)
+    new = [float(lr)] * len(old)
+    scheduler.base_lrs = new
+    # the rate of the next step, also when the schedule's length changed (train.max_steps)
+    for group, base, factor in zip(optimizer.param_groups, new, scheduler.lr_lambdas):
+        group["initial_lr"] = base
+        group["lr"] = base * factor(scheduler.last_epoch)
+    return old[0] if old else float(lr)
+
+
+def resume_notes(checkpoint: str, step: int, old_lr: float, lr: float, schedule: str, planned, total: int,
+                 warmup_of) -> list:
+    """What a resumed run changes about the schedule, as lines to print: a new peak ``lr`` (the run had
+    ``old_lr``), and a new length (``planned`` → ``total`` steps) where the rate depends on it (linear and
+    cosine decay; the others through a warm-up ratio, ``warmup_of(total)``)."""
+    notes = []
+    if old_lr != float(lr):
+        notes.append(f"bertforge: resuming from {checkpoint} with train.lr={lr:g} (the run had {old_lr:g}): the "
+                     f"schedule continues from step {step} with the new peak")
+    moves = schedule in ("linear", "cosine") or warmup_of(planned or 0) != warmup_of(total)
+    if planned is not None and planned != total and moves:
+        notes.append(f"bertforge: resuming at step {step} a run planned for {planned} steps as one of {total}: the "
+                     f"learning-rate schedule is recomputed over {total} steps (the rate jumps), so this is not "
+                     f"the same as one run of {total} steps")
+    return notes

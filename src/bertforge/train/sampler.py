@@ -1,0 +1,151 @@
+"""The order in which a training run sees its data, and its global micro-batches.
+
+Data order (what makes 1 process ≡ N processes, and resume ≡ no interruption): epoch ``e`` is a
+permutation of the dataset that is a pure function of ``(train.seed, e)`` (:class:`EpochSampler`); global
+micro-batch ``j`` of epoch ``e`` is the slice ``[j·B, (j+1)·B)`` of it (``B = train.batch_size``), and it is
+collated — with the collator's random draws (dynamic masking, as RoBERTa's, Liu et al. 2019 §4.1) seeded by
+``(seed, e, j)`` — identically on every rank; rank ``r`` of ``W`` then trains on rows ``r, r+W, …`` of it
+(:class:`GlobalMicroBatches`). DDP averages the ``W`` shard gradients, which equals the gradient of the mean
+loss over the global micro-batch. Because item ``j`` depends on nothing but ``(seed, e, j)``, it can be
+built in a DataLoader worker process (``impl.num_workers``) with the same result as in the main process.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ..errors import ConfigError, DataError
+
+from .distributed import loss_normalizer, shard_batch
+from .rng import seeded
+
+
+class EpochSampler(Sampler):
+    """Shuffles with a generator seeded by (seed, epoch) and shards across ranks.
+
+    The order of epoch e is a pure function of (seed, e), so a resumed run skips exactly the batches it
+    already saw, and N processes see the same global order as one. :meth:`global_order` is what the
+    Trainer slices into global micro-batches; :meth:`order` (every W-th index, padded by repetition so
+    every rank has the same count, as ``DistributedSampler``) is this rank's share of it.
+    """
+
+    def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1):
+        self.n, self.seed, self.shuffle, self.rank, self.world = n, seed, shuffle, rank, world
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def global_order(self, length: Optional[int] = None) -> list:
+        """The permutation of epoch ``self.epoch`` (identical on every rank), repeated cyclically up to
+        ``length`` indices when the dataset is smaller than that."""
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed * 1000003 + self.epoch)
+            idx = torch.randperm(self.n, generator=g).tolist()
+        else:
+            idx = list(range(self.n))
+        if length is not None and length > len(idx):
+            idx = (idx * (length // max(1, len(idx)) + 1))[:length]
+        return idx
+
+    def order(self) -> list:
+        idx = self.global_order()
+        per = math.ceil(self.n / self.world)
+        idx = idx + idx[: per * self.world - self.n]
+        return idx[self.rank::self.world]
+
+    def __iter__(self):
+        return iter(self.order())
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.world)
+
+
+def micro_batch_seed(seed: int, epoch: int, j: int) -> int:
+    """The seed of the collator's random draws for global micro-batch ``j`` of ``epoch``."""
+    return (seed * 7919 + epoch * 1_000_003 + j * 31) % 2**63
+
+
+class GlobalMicroBatches(Dataset):
+    """Item ``j``: this rank's share of global micro-batch ``j`` of one epoch, as a batch dict.
+
+    Args:
+        dataset: map-style dataset of examples (or, with ``prebatched``, of whole batches).
+        collate_fn: list of examples → batch dict of tensors; its random draws are seeded per item.
+        order: the epoch's global order (:meth:`EpochSampler.global_order`), at least ``len · size`` long.
+        size: ``B``, the global micro-batch in dataset items.
+        seed, epoch: the run's seed and this epoch (they seed the collator).
+        rank, world: this process and the number of processes.
+        prebatched: items are whole batches; rank ``r`` takes items ``[r·B/W, (r+1)·B/W)`` of the slice
+            and collates them alone (each rank its own items, as token-count batches need).
+
+    Under ``world > 1`` a batch whose ``labels`` are token-level targets also carries ``loss_normalizer``
+    (:func:`bertforge.train.distributed.loss_normalizer`), which the model's forward receives.
+    """
+
+    def __init__(self, dataset, collate_fn: Callable, order: list, size: int, seed: int, epoch: int,
+                 rank: int = 0, world: int = 1, prebatched: bool = False):
+        self.dataset, self.collate_fn, self.order, self.size = dataset, collate_fn, order, size
+        self.seed, self.epoch, self.rank, self.world, self.prebatched = seed, epoch, rank, world, prebatched
+
+    def __len__(self) -> int:
+        return len(self.order) // self.size
+
+    def __getitem__(self, j: int) -> dict:
+        idx = self.order[j * self.size:(j + 1) * self.size]
+        seed, r, w = micro_batch_seed(self.seed, self.epoch, j), self.rank, self.world
+        if self.prebatched:  # this rank's own items of the global micro-batch
+            per = self.size // w
+            with seeded((seed + 7 * r) % 2**63):
+                return self.collate_fn([self.dataset[i] for i in idx[r * per:(r + 1) * per]])
+        with seeded(seed):
+            batch = self.collate_fn([self.dataset[i] for i in idx])
+        if w > 1:
+            norm = loss_normalizer(batch, w)
+            batch = shard_batch(batch, r, w, len(idx))
+            if norm is not None:
+                batch["loss_normalizer"] = norm
+        return batch
+
+
+def iterate(items: GlobalMicroBatches, indices: range, num_workers: int = 0, pin_memory: bool = False):
+    """Yield ``items[j]`` for ``j`` in ``indices``, built in this process (``num_workers`` 0) or in that many
+    DataLoader worker processes (``impl.num_workers``; the same batches, prepared ahead of the step)."""
+    if num_workers == 0:
+        return (items[j] for j in indices)
+    return iter(DataLoader(items, batch_size=None, sampler=indices, num_workers=num_workers,
+                           collate_fn=_as_is, pin_memory=pin_memory))
+
+
+def _as_is(item):
+    """DataLoader ``collate_fn`` for items that are whole batches already."""
+    return item
+
+
+def global_micro_batch(batch_size: int, world: int, n_examples: int, prebatched: bool = False) -> int:
+    """The global micro-batch in dataset items: ``train.batch_size`` rows split over ``world`` ranks, or, for
+    a ``prebatched`` dataset, ``batch_size`` items per rank.
+
+    Raises:
+        ConfigError: ``batch_size`` not divisible by ``world``; a global micro-batch larger than the
+            ``n_examples`` items (every row would repeat examples; ``reason="batch_exceeds_data"``).
+        DataError: ``n_examples`` is 0.
+    """
+    if not prebatched and batch_size % world:
+        raise ConfigError(f"train.batch_size={batch_size} is not divisible by the {world} processes; pick a "
+                          f"multiple of {world}")
+    size = batch_size * world if prebatched else batch_size
+    if n_examples == 0:
+        raise DataError("the training set is empty; pass a file with examples")
+    if size > n_examples:
+        raise ConfigError(f"train.batch_size {size} exceeds the {n_examples} training examples; lower "
+                          f"train.batch_size to {n_examples} or less, or add data", reason="batch_exceeds_data",
+                          batch_size=size, n_examples=n_examples)
+    return size
+
+
+__all__ = ["EpochSampler", "GlobalMicroBatches", "micro_batch_seed", "iterate", "global_micro_batch"]
