@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.config import ModelConfig
-from bertforge.models.heads import TaskModel
-from bertforge.objectives import mlm as _mlm  # noqa: F401  (the "mlm" head)
+from bertforge.task_model import TaskModel
 from bertforge.train.distributed import loss_normalizer, shard_batch
 
 
