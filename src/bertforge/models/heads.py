@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from .attention import get_activation
+from .activations import get_activation
 from .encoder import Encoder, EncoderOutput
 
 #: head name → head class. A head class has ``hf_suffix`` (e.g. "ForSequenceClassification"),

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..models.attention import get_activation
+from ..models.activations import get_activation
 from ..models.heads import ModelOutput, TaskModel, register_head
 from .mlm import EXP_FLOOR, centered_row_chunks, masked_positions
 

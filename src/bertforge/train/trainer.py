@@ -7,7 +7,7 @@ AdamW + warmup/decay, gradient accumulation and clipping, bf16 autocast (``impl.
 under ``torchrun`` (gloo on CPU, NCCL on GPU), periodic evaluation with best-checkpoint keeping, atomic
 checkpoints with optimizer/scheduler/RNG state (every rank) and data position, ``--resume``, a NaN/inf
 guard, tqdm progress and ``metrics.jsonl``; on CPU, glibc ``malloc`` keeps freed memory for the next step
-(``impl.keep_freed_memory``, :mod:`bertforge.train.allocator`).
+(``impl.keep_freed_memory``, :mod:`bertforge.kernels.allocator`).
 
 Data order (what makes 1 process ≡ N processes, and resume ≡ no interruption): epoch ``e`` is a
 permutation of the dataset that is a pure function of ``(train.seed, e)``; global micro-batch ``j`` of
@@ -53,7 +53,8 @@ from torch.utils.data import Dataset, Sampler
 from ..config import Recipe
 from ..errors import BertforgeError, CheckpointError, ConfigError, DataError, TrainingError
 from ..io import _explain, append_jsonl, atomic_dir, atomic_write_text
-from .allocator import keep_freed_memory
+from ..kernels import apply_kernels
+from ..kernels.allocator import keep_freed_memory
 from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler
 from .precision import resolve_dtype, warn_if_emulated
@@ -157,11 +158,12 @@ class Trainer:
         if self.is_main:
             warn_if_emulated(self.dtype, self.device.type)
         if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
-            keep_freed_memory()  # no page faults on re-allocating last step's tensors (train/allocator.py)
+            keep_freed_memory()  # no page faults on re-allocating last step's tensors (kernels/allocator.py)
         if self.cfg.deterministic:
             dist_utils.set_deterministic()
         set_seed(self.cfg.seed)
         self.model = model.to(self.device)
+        self.model = apply_kernels(self.model, getattr(self.impl, "kernels", "auto"))  # speed: impl.kernels
         if self.cfg.dropout_off:
             for m in self.model.modules():
                 if isinstance(m, nn.Dropout):
