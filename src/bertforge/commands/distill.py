@@ -159,6 +159,7 @@ def run(args) -> int:
                                       mlm_head_name)
     from ..distill.student import build_student
     from ..hf import check_seq_len, load_pretrained, read_config
+    from ..kernels import apply_kernels
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     from ..data.collate import PadCollator
     from ..train.trainer import Trainer
@@ -252,7 +253,7 @@ def run(args) -> int:
         for tdir in teacher_dirs:  # a teacher without this task's head would teach from random weights
             require_saved_head(read_config(tdir), head, f"teacher {tdir}", task.name,
                                f"fine-tune the teacher on {task.name} first (bertforge finetune) or pass --task")
-        teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
+        teachers = [apply_kernels(load_pretrained(t, head=head), recipe.impl.kernels) for t in teacher_dirs]
         for t, tdir in zip(teachers, teacher_dirs):
             if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
                 raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
@@ -267,7 +268,7 @@ def run(args) -> int:
                           else aug_cfg.get("prob", 0.4)}
             mlm_model = None
             if aug_mlm:
-                mlm_model = load_pretrained(aug_mlm)
+                mlm_model = apply_kernels(load_pretrained(aug_mlm), recipe.impl.kernels)
                 aug_record["mlm"] = aug_mlm
             else:
                 aug_record.pop("mlm", None)
@@ -292,8 +293,9 @@ def run(args) -> int:
         d.corpus = list(corpus)
         from ..hf import MLM_HEADS, saved_head_name
         # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
-        teachers = [load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
-                                    else None) for t in teacher_dirs]
+        teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t))
+                                                  in MLM_HEADS else None), recipe.impl.kernels)
+                    for t in teacher_dirs]
         head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
         head_cfg = {}
         items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ..adapters import adapter_for
 from ..data.tasks import model_task
 from ..errors import ConfigError, require_at_least
 from ..hf import check_seq_len, deployed_format, load_pretrained, read_config, require_saved_head
+from ..kernels import apply_kernels
 from ..tokenizer import load_tokenizer
 from ._common import print_json, resolve_model_dir
 
@@ -69,6 +72,8 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
                           f"{task.num_labels}; pass the task it was fine-tuned on")
     if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
         adapter.use_model_labels(model if held is None else model_dir)
+    if isinstance(model, torch.nn.Module):
+        apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     return model_dir, task, adapter, model
 
 

@@ -38,6 +38,8 @@ def run(args) -> int:
     model_dir = resolve_model_dir(args.model)
     out = check_out_free(args.out, args.overwrite, inputs=(model_dir,))
     model = load_pretrained(model_dir).eval()
+    from ..kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     rec = deploy(model, out, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                  fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",
                  reduce_range=args.reduce_range)

@@ -348,6 +348,8 @@ def load_runner(model_dir, backend: str = "auto", int8: bool = False, threads: O
         info["parameters"] = _count_params_int8(model)
     info["threads"] = torch.get_num_threads()
     model.eval()
+    from ..kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
 
     def call(x):
         with torch.inference_mode():

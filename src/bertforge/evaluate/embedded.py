@@ -114,7 +114,8 @@ class TorchEmbedder(Embedder):
         from ..tokenizer import load_tokenizer
         model_dir = Path(model_dir)
         super().__init__(name or model_dir.name, load_tokenizer(model_dir), model_dir)
-        self.model = load_pretrained(model_dir).eval()
+        from ..kernels import apply_kernels
+        self.model = apply_kernels(load_pretrained(model_dir).eval(), "auto")  # speed only
         from ..hf import read_config, token_positions
         self.max_positions = token_positions(read_config(model_dir))
         self.torch = torch
