@@ -24,9 +24,10 @@ from torch import nn
 def padding_mask_bias(attention_mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
     """(B, T_k) mask of 1 = attend / 0 = padding → additive bias (B, 1, 1, T_k) (0 or dtype min).
 
-    Returns ``None`` when nothing is masked, so the fused kernel can use its unmasked fast path.
+    Returns ``None`` when nothing is masked, so the fused kernel can use its unmasked fast path (not under
+    ``torch.compile``, where reading the mask's values would break the graph).
     """
-    if attention_mask is None or bool(attention_mask.all()):
+    if attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())):
         return None
     bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
     bias.masked_fill_(attention_mask == 0, torch.finfo(dtype).min)
