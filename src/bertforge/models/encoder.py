@@ -125,6 +125,7 @@ class Encoder(nn.Module):
             attns.append(p)
             scores.append(s)
             values.append(v)
+        # a head that reads only [CLS] (cls_only) or only some rows (output_rows) gets just those
         if per_layer or cls_only:
             output_rows = None
         if self.layers and cls_only and not explicit and head_gates is None:
