@@ -239,7 +239,7 @@ def compare(name, ours, ref, dtype, iters, rounds, flops_ours, flops_ref, peak, 
     for v in variants:
         mo = statistics.median(times[v])
         label = VARIANTS[v][0]
-        line = (f"{name:<8} {dtype:<5} {label:<4} {tok / mo:9.0f} tok/s ({mo * 1e3:7.1f} ms/step, MFU "
+        line = (f"{name:<8} {dtype:<5} {label:<8} {tok / mo:9.0f} tok/s ({mo * 1e3:7.1f} ms/step, MFU "
                 f"{100 * flops_ours[v] / mo / peak:5.1f}%) | transformers {tok / mr:9.0f} tok/s ({mr * 1e3:7.1f} ms/step, "
                 f"MFU {100 * flops_ref / mr / peak:5.1f}%) | ratio {mr / mo:5.2f}x")
         if v != "cpu":
