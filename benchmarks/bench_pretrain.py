@@ -6,10 +6,14 @@
 2. ELECTRA step (hidden 256, embedding 128, 4 heads, generator ¼ → hidden 64, 4 layers, seq 128, batch
    32): ours = ElectraPretrainModel; reference = ElectraForMaskedLM + ElectraForPreTraining with shared
    word embeddings, sampling at the masked positions, loss = MLM + 50·RTD.
+Ours runs in three forms, each timed against the same reference steps: with the CPU kernels
+(``impl.kernels=cpu``, what the Trainer picks on a CPU; the goal lines are for this form), the plain PyTorch
+modules (``impl.kernels=none``) and the plain modules under ``torch.compile`` (``impl.compile=true``; the
+first, compiling step is a warm-up and not timed). ``--variants`` picks which.
 Optimizer: ours = the bertforge Trainer's AdamW (fused kernel); reference = torch AdamW(fused=True), which is
 what transformers' Trainer uses by default (optim="adamw_torch_fused").
 Allocator: the process runs with the glibc ``malloc`` settings the bertforge Trainer applies on CPU
-(``impl.keep_freed_memory``, bertforge/train/allocator.py: freed blocks up to 32 MiB stay in the process);
+(``impl.keep_freed_memory``, bertforge/kernels/allocator.py: freed blocks up to 32 MiB stay in the process);
 they are process-wide, so the reference steps run under them too.
 Both in FP32 and bf16 autocast. Interleaved rounds (ours, reference, ours, …); the median step time
 of each is reported, with tokens/s = batch·seq / step time and the ratio ours/reference.
@@ -18,13 +22,15 @@ Model FLOPs utilisation: analytic training FLOPs of each step (3 × forward matm
 projections, QKᵀ and AV, the MLM transform and decoder for the positions each implementation computes)
 ÷ step time ÷ the machine's measured peak (best of square matmuls, same dtype and threads).
 
-Usage: python benchmarks/bench_pretrain.py [--iters 3] [--rounds 3] [--threads N]
+Usage: python benchmarks/bench_pretrain.py [--iters 3] [--rounds 3] [--threads N] [--variants cpu,none,compiled]
 Writes benchmarks/results/bench_pretrain.txt.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import platform
 import statistics
 import sys
 import time
@@ -35,6 +41,23 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 B, T, V, H, L, NH, FF = 32, 128, 30522, 256, 4, 4, 1024
+#: our forms: label printed, impl.kernels, torch.compile
+VARIANTS = {"cpu": ("ours", "cpu", False), "none": ("plain", "none", False),
+            "compiled": ("compiled", "none", True)}
+
+
+def cpu_flags() -> str:
+    """The CPU's model name and the instruction-set flags that matter for these GEMMs."""
+    name, flags = platform.processor() or platform.machine(), set()
+    if os.path.exists("/proc/cpuinfo"):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and name in ("", platform.machine()):
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+    return f"CPU {name}; flags: {' '.join(f for f in wanted if f in flags) or '(none of ' + ', '.join(wanted) + ')'}"
 
 
 def autocast(dtype):
@@ -152,13 +175,21 @@ class HFElectra(torch.nn.Module):
         return g.loss + 50.0 * d.loss
 
 
-def step_fn(model, make_batch, dtype, electra_ref=False):
-    if electra_ref or not type(model).__module__.startswith("bertforge"):
+def prepared(model, kernels: str, compile_: bool):
+    """``model`` as the Trainer prepares it for ``impl.kernels`` / ``impl.compile``: (module to call, module
+    whose parameters the optimizer steps)."""
+    from bertforge.kernels import apply_kernels
+    apply_kernels(model, kernels)
+    return (torch.compile(model) if compile_ else model), model
+
+
+def step_fn(model, make_batch, dtype, electra_ref=False, params_of=None):
+    if electra_ref or not type(params_of or model).__module__.startswith("bertforge"):
         # the reference: torch AdamW as transformers' Trainer builds it by default (optim="adamw_torch_fused")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     else:  # ours: the optimizer the bertforge Trainer builds
         from bertforge.train.optim import make_optimizer
-        opt = make_optimizer(model, lr=1e-4, weight_decay=0.01)
+        opt = make_optimizer(params_of or model, lr=1e-4, weight_decay=0.01)
 
     def step():
         batch = make_batch()
@@ -183,23 +214,40 @@ def time_steps(step, iters):
     return (time.perf_counter() - t0) / iters
 
 
-def compare(name, ours, ref, dtype, iters, rounds, flops_ours, flops_ref, peak, lines):
+def compare(name, ours, ref, dtype, iters, rounds, flops_ours, flops_ref, peak, lines, variants):
+    """Time each of our ``variants`` and the reference, interleaved round by round; print one line per
+    variant (the first, ``cpu``, in the format of the goal lines). ``ours``: a function building a fresh
+    (model, make_batch); ``flops_ours``: {variant: training FLOPs per step}. Returns {variant: ratio}."""
     torch.manual_seed(0)
-    so, sr = step_fn(*ours, dtype), step_fn(*ref, dtype, electra_ref=name.startswith("ELECTRA"))
-    so()
-    sr()  # warm-up
-    to, tr = [], []
+    steps = {}
+    for v in variants:
+        model, make_batch = ours()
+        call, params = prepared(model, *VARIANTS[v][1:])
+        steps[v] = step_fn(call, make_batch, dtype, params_of=params)
+    sr = step_fn(*ref, dtype, electra_ref=name.startswith("ELECTRA"))
+    for st in (*steps.values(), sr):
+        st()  # warm-up (and, compiled, the compilation)
+    times = {v: [] for v in variants}
+    tr = []
     for _ in range(rounds):
-        to.append(time_steps(so, iters))
+        for v in variants:
+            times[v].append(time_steps(steps[v], iters))
         tr.append(time_steps(sr, iters))
-    mo, mr = statistics.median(to), statistics.median(tr)
+    mr = statistics.median(tr)
     tok = B * T
-    line = (f"{name:<8} {dtype:<5} ours {tok / mo:9.0f} tok/s ({mo * 1e3:7.1f} ms/step, MFU {100 * flops_ours / mo / peak:5.1f}%)"
-            f" | transformers {tok / mr:9.0f} tok/s ({mr * 1e3:7.1f} ms/step, MFU {100 * flops_ref / mr / peak:5.1f}%)"
-            f" | ratio {mr / mo:5.2f}x")
-    print(line, flush=True)
-    lines.append(line)
-    return mr / mo
+    ratios = {}
+    for v in variants:
+        mo = statistics.median(times[v])
+        label = VARIANTS[v][0]
+        line = (f"{name:<8} {dtype:<5} {label:<8} {tok / mo:9.0f} tok/s ({mo * 1e3:7.1f} ms/step, MFU "
+                f"{100 * flops_ours[v] / mo / peak:5.1f}%) | transformers {tok / mr:9.0f} tok/s ({mr * 1e3:7.1f} ms/step, "
+                f"MFU {100 * flops_ref / mr / peak:5.1f}%) | ratio {mr / mo:5.2f}x")
+        if v != "cpu":
+            line += f"  [{'impl.kernels=none + torch.compile' if VARIANTS[v][2] else 'impl.kernels=none'}]"
+        print(line, flush=True)
+        lines.append(line)
+        ratios[v] = mr / mo
+    return ratios
 
 
 def main() -> int:
@@ -211,21 +259,29 @@ def main() -> int:
     ap.add_argument("--emulated-bf16", action="store_true",
                     help="time bf16 even on a CPU without native bf16: both sides then run PyTorch's emulated bf16 "
                          "GEMMs (~1-2 GFLOP/s on an AVX2 CPU; MLM + ELECTRA take ~10 min with --iters 1 --rounds 1)")
+    ap.add_argument("--variants", default="cpu,none,compiled",
+                    help="our forms to time: cpu (impl.kernels=cpu; the goal lines), none (plain PyTorch), "
+                         "compiled (plain PyTorch under torch.compile)")
     ap.add_argument("--result", default=str(ROOT / "benchmarks" / "results" / "bench_pretrain.txt"))
     a = ap.parse_args()
+    variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    if not variants or any(v not in VARIANTS for v in variants):
+        ap.error(f"--variants: choose from {', '.join(VARIANTS)}")
     if a.threads:
         torch.set_num_threads(a.threads)
-    from bertforge.train.allocator import keep_freed_memory
+    from bertforge.kernels.allocator import keep_freed_memory
     kept = keep_freed_memory()  # as the bertforge Trainer does on CPU; process-wide, so for both sides
     import transformers
     transformers.logging.set_verbosity_error()
     lines = [f"torch {torch.__version__}, transformers {transformers.__version__}, threads "
              f"{torch.get_num_threads()}, CPU; batch {B} × seq {T}, vocab {V}; {a.rounds} rounds × {a.iters} steps, median; "
-             f"glibc malloc keeps freed memory (both sides): {'yes' if kept else 'no (not glibc)'}"]
+             f"glibc malloc keeps freed memory (both sides): {'yes' if kept else 'no (not glibc)'}", cpu_flags()]
+    print("\n".join(lines), flush=True)
     tokens = B * T
     n_pred = int(0.15 * tokens)
     enc = encoder_fwd_flops(H, L, FF, tokens, T)
     f_ours_mlm = 3 * (enc - rows_saving(H, FF, tokens, T, n_pred) + mlm_flops(H, H, V, n_pred))
+    f_plain_mlm = 3 * (enc + mlm_flops(H, H, V, n_pred))  # plain modules: the last block at every position
     f_ref_mlm = 3 * (enc + mlm_flops(H, H, V, tokens))
     hg = H // 4
     enc_g = encoder_fwd_flops(hg, L, FF // 4, tokens, T)
@@ -233,7 +289,10 @@ def main() -> int:
     disc_head = 2 * (H * H + H) * tokens
     f_ours_el = 3 * (enc + enc_g - rows_saving(hg, FF // 4, tokens, T, n_pred) + emb_proj + disc_head) \
         + 3 * mlm_flops(hg, 128, V, n_pred)
+    f_plain_el = 3 * (enc + enc_g + emb_proj + disc_head) + 3 * mlm_flops(hg, 128, V, n_pred)
     f_ref_el = 3 * (enc + enc_g + emb_proj + disc_head) + 3 * mlm_flops(hg, 128, V, tokens)
+    fl_mlm = {v: f_ours_mlm if v == "cpu" else f_plain_mlm for v in VARIANTS}
+    fl_el = {v: f_ours_el if v == "cpu" else f_plain_el for v in VARIANTS}
     ratios = {}
     from bertforge.train.precision import native_bf16
     for dtype in a.dtypes.split(","):
@@ -249,18 +308,22 @@ def main() -> int:
         lines.append(f"measured matmul peak ({dtype}, {n}³): {peak / 1e9:.1f} GFLOP/s"
                      + (" — emulated bf16 (no native bf16 on this CPU), both sides" if emulated else ""))
         print(lines[-1], flush=True)
-        ratios[("MLM", dtype)] = compare("MLM", ours_mlm(), hf_mlm(), dtype, a.iters, a.rounds,
-                                         f_ours_mlm, f_ref_mlm, peak, lines)
-        ratios[("ELECTRA", dtype)] = compare("ELECTRA", ours_electra(), (HFElectra().train(), ours_electra()[1]),
-                                             dtype, a.iters, a.rounds, f_ours_el, f_ref_el, peak, lines)
+        ratios[("MLM", dtype)] = compare("MLM", ours_mlm, hf_mlm(), dtype, a.iters, a.rounds,
+                                         fl_mlm, f_ref_mlm, peak, lines, variants)
+        ratios[("ELECTRA", dtype)] = compare("ELECTRA", ours_electra, (HFElectra().train(), ours_electra()[1]),
+                                             dtype, a.iters, a.rounds, fl_el, f_ref_el, peak, lines, variants)
     lines.append("")
     lines.append(f"model FLOPs per step: MLM ours {f_ours_mlm / 1e9:.1f} G (sparse head, {n_pred} predictions) vs "
                  f"reference {f_ref_mlm / 1e9:.1f} G (all {tokens} positions; ours also runs its last block "
                  f"at the masked rows only); ELECTRA ours {f_ours_el / 1e9:.1f} G vs "
                  f"reference {f_ref_el / 1e9:.1f} G")
-    for (k, d), r in ratios.items():
+    for (k, d), rs in ratios.items():
         goal = 4.0 if k == "MLM" else 2.0
-        lines.append(f"{k} {d}: {r:.2f}x (goal ≥ {goal}x: {'met' if r >= goal else 'not met'})")
+        if "cpu" in rs:
+            lines.append(f"{k} {d}: {rs['cpu']:.2f}x (goal ≥ {goal}x: {'met' if rs['cpu'] >= goal else 'not met'})")
+        others = [f"{VARIANTS[v][0]} {r:.2f}x" for v, r in rs.items() if v != "cpu"]
+        if others:
+            lines.append(f"{k} {d}, no goal: " + ", ".join(others))
     text = "\n".join(lines) + "\n"
     Path(a.result).write_text(text)
     print(text)

@@ -6,11 +6,11 @@ import textwrap
 import pytest
 import torch
 
-from bertforge.train import allocator
+from bertforge.kernels import allocator
 
 _PROBE = textwrap.dedent("""
     import resource, sys, torch
-    from bertforge.train import allocator
+    from bertforge.kernels import allocator
     if sys.argv[1] == "keep":
         assert allocator.keep_freed_memory()
     else:  # glibc's initial thresholds (128 KiB), fixed: what a process gets before its first large free

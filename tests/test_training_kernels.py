@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertforge.models.attention import attention_product, padding_mask_bias
-from bertforge.models.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
-from bertforge.objectives.mlm import vocab_cross_entropy
+from bertforge.kernels import apply_kernels
+from bertforge.kernels.cpu import attention_product, vocab_cross_entropy
+from bertforge.kernels.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
+from bertforge.models.attention import padding_mask_bias
 from bertforge.objectives.rtd import sample_from_logits
 
 
@@ -61,7 +62,7 @@ def test_float_mask_and_byte_mask_paths_agree_bit_for_bit(dtype):
     """FP32/FP64 dropout multiplies by a 0-or-scale float mask, bf16 by the 1-byte mask then the scale; the
     float mask is the byte mask times the scale (same seed), and each path's output is exactly
     x·keep·scale with the keep drawn by keep_mask."""
-    from bertforge.models.dropout import scaled_keep_mask
+    from bertforge.kernels.dropout import scaled_keep_mask
     torch.manual_seed(3)
     keep, scale = keep_mask((64, 33), 0.2)
     torch.manual_seed(3)
@@ -151,7 +152,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
     cfg = ModelConfig(vocab_size=200, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                       intermediate_size=64, max_position_embeddings=40, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0, add_pooling_layer=False)
-    m = TaskModel(cfg, head="mlm")
+    m = apply_kernels(TaskModel(cfg, head="mlm"), "cpu")
     ids = torch.randint(5, 200, (4, 20))
     am = torch.ones_like(ids)
     am[1, 15:] = 0
@@ -176,7 +177,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
 
 
 def test_reused_buffer_is_reused_only_when_nothing_shares_it():
-    from bertforge.models.scratch import ReusedBuffer
+    from bertforge.kernels.scratch import ReusedBuffer
     for make_alias in (lambda t: t.detach(), lambda t: t[1:3], lambda t: t.t(), lambda t: t.view(-1)):
         buf = ReusedBuffer()
         a = buf.empty((4, 5), torch.float32, "cpu")
@@ -194,7 +195,7 @@ def test_reused_buffer_is_reused_only_when_nothing_shares_it():
 def test_reused_buffer_has_headroom_for_a_slightly_larger_request():
     """The MLM logits' row count (masked tokens) varies from step to step: a request up to 1/8 larger than
     the first is served from the same block; a larger one gets a new block."""
-    from bertforge.models.scratch import ReusedBuffer
+    from bertforge.kernels.scratch import ReusedBuffer
     buf = ReusedBuffer()
     a = buf.empty((600, 40), torch.float32, "cpu")
     first = a.data_ptr()
@@ -213,7 +214,7 @@ def _tied_head(vocab: int, seed: int):
     torch.manual_seed(seed)
     cfg = ModelConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32)
-    head = MLMPrediction(cfg)
+    head = apply_kernels(MLMPrediction(cfg), "cpu")
     emb = torch.nn.Embedding(vocab, 16)
     head.tie(emb)
     with torch.no_grad():
@@ -313,13 +314,12 @@ def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow
 
 def _plain_torch(mp):
     """Route every CPU training kernel back to plain PyTorch ops (the independent reference)."""
-    from bertforge.models import attention, embeddings, encoder
-    from bertforge.objectives import mlm
-    mp.setattr(attention, "fused_self_attention", lambda *a, **k: None)
-    mp.setattr(encoder, "_GELU_APPROXIMATE", {})
-    mp.setattr(embeddings, "token_embedding", lambda emb, ids: emb(ids))
-    mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
-    mp.setattr(mlm._BiasedCrossEntropy, "apply", staticmethod(
+    from bertforge.kernels import cpu
+    mp.setattr(cpu, "fused_self_attention", lambda *a, **k: None)
+    mp.setattr(cpu, "_GELU_APPROXIMATE", {})
+    mp.setattr(cpu, "token_embedding", lambda emb, ids: emb(ids))
+    mp.setattr(cpu._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
+    mp.setattr(cpu._BiasedCrossEntropy, "apply", staticmethod(
         lambda logits, b, t, cb: (lambda z: (*vocab_cross_entropy(z, t, cb), z))(logits + b)))
 
 
@@ -341,7 +341,7 @@ def test_training_kernels_equal_plain_torch_over_steps(monkeypatch, objective, p
                       intermediate_size=64, max_position_embeddings=24, add_pooling_layer=False,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2,
                       **({"embedding_size": 16} if kind == "electra" else {}))
-    ours = ElectraPretrainModel(cfg) if objective == "electra" else TaskModel(cfg, head="mlm")
+    ours = apply_kernels(ElectraPretrainModel(cfg) if objective == "electra" else TaskModel(cfg, head="mlm"), "cpu")
     ref = copy.deepcopy(ours)
     batches = []
     for i in range(3):
@@ -399,7 +399,7 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
     cfg = ModelConfig(vocab_size=90, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=16, add_pooling_layer=False,
                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    ours = TaskModel(cfg, head="mlm").train()
+    ours = apply_kernels(TaskModel(cfg, head="mlm"), "cpu").train()
     ref = copy.deepcopy(ours)
     ids = torch.randint(5, 90, (3, 12))
     ids[0, 4] = cfg.pad_token_id
@@ -448,7 +448,7 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
 
 
 def test_fused_self_attention_applies_only_to_cpu_fp32_training_with_dropout():
-    from bertforge.models.attention import fused_self_attention
+    from bertforge.kernels.cpu import fused_self_attention
     qkv = torch.randn(2, 5, 24, requires_grad=True)
     assert fused_self_attention(qkv, 2, None, 0.1) is not None
     assert fused_self_attention(qkv, 2, None, 0.0) is None  # no dropout: SDPA's fused kernel is faster

@@ -5,7 +5,7 @@ Following cramming (Geiping & Goldstein 2022), a recipe has four axes:
 * ``model`` — the architecture (:class:`ModelConfig`, stored in ``config.json``);
 * ``data``  — what is read and how it is tokenized (:class:`DataConfig`);
 * ``train`` — everything that changes results: optimiser, schedule, batch, epochs, seed (:class:`TrainConfig`);
-* ``impl``  — only speed: threads, dtype, compile (:class:`ImplConfig`). An ``impl`` change must never change
+* ``impl``  — only speed: threads, dtype, compile, kernels (:class:`ImplConfig`). An ``impl`` change must never change
   the numbers beyond noise (bf16 autocast is the documented exception: it is a precision choice).
 
 Recipes are YAML files with those top-level keys; ``key=value`` overrides use dotted paths
@@ -30,6 +30,7 @@ from .io import atomic_write_text
 
 FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 SHARING = ("none", "attention", "ffn", "all")
+KERNELS = ("auto", "cpu", "none")  # impl.kernels (bertforge.kernels.apply_kernels)
 
 
 @dataclass
@@ -184,7 +185,16 @@ class ImplConfig:
     device: str = "auto"
     progress: bool = True
     parallel: str = "ddp"  # under torchrun: ddp | fsdp (sharded params/grads/optimizer state)
-    keep_freed_memory: bool = True  # CPU: glibc malloc keeps freed blocks ≤ 32 MiB (train/allocator.py)
+    keep_freed_memory: bool = True  # CPU: glibc malloc keeps freed blocks ≤ 32 MiB (kernels/allocator.py)
+    #: which implementation of the encoder's layers runs (bertforge.kernels): ``cpu`` = the CPU training and
+    #: inference kernels, ``none`` = the plain PyTorch modules, ``auto`` = ``cpu`` when the model's parameters
+    #: are on a CPU, else plain. Speed only: both compute the same function (same weights, same outputs up
+    #: to float rounding; dropout masks come from another random stream)
+    kernels: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.kernels not in KERNELS:
+            raise ConfigError(f"impl.kernels={self.kernels!r}; choose one of {', '.join(KERNELS)}")
 
 
 @dataclass

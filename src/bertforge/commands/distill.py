@@ -20,6 +20,7 @@ from typing import Optional
 from ..errors import ConfigError
 from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
                       print_json, resolve_model_dir)
+from ..kernels import apply_kernels
 from ._rundir import RunDir
 
 
@@ -351,7 +352,7 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
     for tdir in teacher_dirs:  # a teacher without this task's head would teach from random weights
         require_saved_head(read_config(tdir), head, f"teacher {tdir}", task.name,
                            f"fine-tune the teacher on {task.name} first (bertforge finetune) or pass --task")
-    teachers = [load_pretrained(t, head=head) for t in teacher_dirs]
+    teachers = [apply_kernels(load_pretrained(t, head=head), recipe.impl.kernels) for t in teacher_dirs]
     for t, tdir in zip(teachers, teacher_dirs):
         if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
             raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
@@ -383,7 +384,7 @@ def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tu
               else aug_cfg.get("prob", 0.4)}
     mlm_model = None
     if opts.augment_mlm:
-        mlm_model = load_pretrained(opts.augment_mlm)
+        mlm_model = apply_kernels(load_pretrained(opts.augment_mlm), "auto")  # speed only
         record["mlm"] = opts.augment_mlm
     else:
         record.pop("mlm", None)
@@ -409,8 +410,8 @@ def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
         raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
     d.corpus = list(corpus)
     # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
-    teachers = [load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
-                                else None) for t in teacher_dirs]
+    teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
+                                              else None), recipe.impl.kernels) for t in teacher_dirs]
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
     return Data(teachers=teachers, tokenizer=tok, head=head, head_config={},
                 items=corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples),

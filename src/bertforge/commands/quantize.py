@@ -63,6 +63,8 @@ def run(args) -> int:
         _, task, adapter, _ = load_for_task(str(model_dir), args.task, args.max_seq_len)
         eval_data = adapter.load(args.eval, args.max_eval_samples)
     model = load_pretrained(model_dir).eval()
+    from ..kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
     rec = {"model": str(model_dir), "out": str(run_dir.out), "backend": args.backend, "fp32_file_mb": src_mb}

@@ -15,8 +15,6 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .dropout import Dropout
-from .scratch import ReusedBuffer, tied_gradient
 
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
@@ -31,55 +29,6 @@ def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : dim // 2])
     return pe.float()
-
-
-_EMBEDDING_GRAD = ReusedBuffer()  # the token-embedding gradient of the previous step, once freed
-
-
-class _TokenLookup(torch.autograd.Function):
-    """``F.embedding(ids, weight, padding_idx)`` whose (V, E) weight gradient is built in reused memory
-    (zeroed, then ``index_add_`` of the (B·T, E) output gradient; the padding row stays 0) — the same values
-    as ``embedding_dense_backward``, without page-faulting a fresh V×E block every step. With ``tied`` (a
-    decoder shares the weight, :class:`~.scratch.TiedGradient`) and a dense gradient already offered in
-    this backward pass, the rows are deferred into that gradient and no second gradient is returned."""
-
-    @staticmethod
-    def forward(ctx, ids, weight, padding_idx, tied):
-        ctx.save_for_backward(ids)
-        ctx.shape, ctx.padding_idx, ctx.tied = weight.shape, padding_idx, tied
-        return torch.nn.functional.embedding(ids, weight, padding_idx)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (ids,) = ctx.saved_tensors
-        ids, rows, pad = ids.reshape(-1), grad.reshape(-1, ctx.shape[1]), ctx.padding_idx
-        if ctx.tied is not None and ctx.tied.offered():  # a dense gradient exists: add these rows into it
-            ctx.tied.defer(lambda g: _add_rows(g, ids, rows, pad))
-            return None, None, None, None
-        gw = _EMBEDDING_GRAD.empty(ctx.shape, grad.dtype, grad.device).zero_()
-        gw.index_add_(0, ids, rows)
-        if pad is not None:
-            gw[pad] = 0
-        if ctx.tied is not None:
-            ctx.tied.offer(gw)
-        return None, gw, None, None
-
-
-def _add_rows(g: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor, padding_idx) -> None:
-    """``g[ids] += rows`` (repeated ids summed), leaving the padding row as it was."""
-    keep = g[padding_idx].clone() if padding_idx is not None else None
-    g.index_add_(0, ids, rows)
-    if keep is not None:
-        g[padding_idx] = keep
-
-
-def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    """``emb(ids)`` (B, T) → (B, T, E); when training on CPU the weight gradient uses :class:`_TokenLookup`
-    (and, when a decoder is tied to ``emb``, its :class:`~.scratch.TiedGradient`)."""
-    if (torch.is_grad_enabled() and emb.weight.requires_grad and emb.weight.device.type == "cpu"
-            and not emb.sparse and emb.max_norm is None and not emb.scale_grad_by_freq):
-        return _TokenLookup.apply(ids, emb.weight, emb.padding_idx, tied_gradient(emb))
-    return emb(ids)
 
 
 class Embeddings(nn.Module):
@@ -101,7 +50,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, e)
                                       if config.type_vocab_size > 0 else None)
         self.LayerNorm = nn.LayerNorm(e, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
         # ALBERT always maps E → H (even when E == H); ELECTRA only when they differ.
         self.projection = (nn.Linear(e, config.hidden_size)
                            if e != config.hidden_size or self.family == "albert" else None)
@@ -118,7 +67,7 @@ class Embeddings(nn.Module):
                 inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
-        x = token_embedding(self.word_embeddings, input_ids) if inputs_embeds is None else inputs_embeds
+        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         x = x + self.position_embeddings(position_ids)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..models.attention import get_activation
+from ..models.activations import get_activation
 from .mlm import EXP_FLOOR, centered_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0

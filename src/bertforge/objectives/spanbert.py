@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..models.attention import get_activation
+from ..models.activations import get_activation
 from .mlm import MLMPrediction, masked_positions, mlm_hf_keys, mlm_outputs
 from .spec import Objective
 

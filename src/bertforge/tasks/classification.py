@@ -22,7 +22,7 @@ from ..data.collate import PadCollator, encode_examples
 from ..data.readers import read_examples
 from ..errors import DataError
 from ..evaluate.metrics import compute
-from ..models.attention import get_activation
+from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, batch_logits, iter_batches

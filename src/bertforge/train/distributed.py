@@ -87,7 +87,7 @@ def wrap_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
         return model
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     for m in model.modules():
-        if type(m).__name__ == "EncoderLayer":
+        if any(c.__name__ == "EncoderLayer" for c in type(m).__mro__):  # also a kernel subclass of it
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model

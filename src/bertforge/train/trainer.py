@@ -32,8 +32,9 @@ from ..config import Recipe
 from ..errors import ConfigError, TrainingError
 from ..io import _explain, append_jsonl
 from . import checkpoint as ckpt
+from ..kernels import apply_kernels
 from . import distributed as dist_utils
-from .allocator import keep_freed_memory
+from ..kernels.allocator import keep_freed_memory
 from .optim import make_optimizer, make_scheduler, resume_notes, set_peak_lr
 from .precision import resolve_dtype, warn_if_emulated
 from .rng import set_seed
@@ -89,11 +90,12 @@ class Trainer:
         if self.is_main:
             warn_if_emulated(self.dtype, self.device.type)
         if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
-            keep_freed_memory()  # no page faults on re-allocating last step's tensors (train/allocator.py)
+            keep_freed_memory()  # no page faults on re-allocating last step's tensors (kernels/allocator.py)
         if self.cfg.deterministic:
             dist_utils.set_deterministic()
         set_seed(self.cfg.seed)
         self.model = model.to(self.device)
+        self.model = apply_kernels(self.model, getattr(self.impl, "kernels", "auto"))  # speed: impl.kernels
         if self.cfg.dropout_off:
             for m in self.model.modules():
                 if isinstance(m, nn.Dropout):

@@ -1,9 +1,10 @@
-"""Scratch memory reused across training steps.
+"""Scratch memory reused across training steps, and one gradient tensor for tied weights (CPU kernels).
 
-A fresh large CPU tensor is page-faulted in on first touch: on our 2-core VM ~1 µs per 4 KB page, so a
+A fresh large CPU tensor is page-faulted in on first touch: on a 2-core x86 VM ~1 µs per 4 KB page, so a
 (4096, 1024) FP32 activation gradient costs ~4 ms before any arithmetic, and glibc hands memory of that size
 back to the kernel between steps. :class:`ReusedBuffer` keeps one such block and hands it out again once
-nothing else holds it.
+nothing else holds it; :class:`TiedGradient` builds the gradient of a weight shared by the token embedding
+and the MLM decoder in one tensor instead of summing two.
 """
 from __future__ import annotations
 

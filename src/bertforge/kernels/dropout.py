@@ -1,15 +1,16 @@
-"""Dropout (Srivastava et al. 2014, JMLR 15) with a cheap keep-mask for CPU training.
+"""Dropout (Srivastava et al. 2014, JMLR 15) with a cheap keep-mask, for CPU training.
 
 Inverted dropout: in training each element is kept with probability 1 − p and scaled by 1 / (1 − p), so the
 expectation is unchanged; in eval it is the identity. ``torch``'s CPU dropout draws one Bernoulli per element
-in the tensor's dtype (about 4 ns per element on our 2-core machine, ~15% of a small BERT's training step),
+in the tensor's dtype (about 4 ns per element on a 2-core x86 VM, ~15% of a small BERT's training step),
 and even ``int16.random_()`` runs its Mersenne Twister one number at a time (~5 ns per element). Here the
 mask comes from 16-bit uniform integers cut out of numpy's SFC64 generator (Small Fast Chaotic, 64-bit
 outputs, ~1 ns per element) compared with a threshold. The SFC64 stream is seeded per mask with a 63-bit
 number drawn from torch's default generator, so ``torch.manual_seed`` still reproduces every mask.
 p is rounded to a multiple of 2⁻¹⁶ (p = 0.1 → 0.099998); the scale uses that rounded p, so the expectation
-is still exact. Same module API as :class:`torch.nn.Dropout`; on other devices it defers to
-:func:`torch.nn.functional.dropout`.
+is still exact. :class:`Dropout` has the module API of :class:`torch.nn.Dropout`; on other devices it defers
+to :func:`torch.nn.functional.dropout`. The masks differ from torch's (another random stream), so a model
+trained with these kernels and one trained without see different dropout masks under the same seed.
 """
 from __future__ import annotations
 
@@ -104,9 +105,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 
 
 class Dropout(nn.Dropout):
-    """Drop-in :class:`torch.nn.Dropout` (same ``p``, ``train()``/``eval()``) with the cheap CPU mask."""
+    """Drop-in :class:`torch.nn.Dropout` (same ``p``, ``train()``/``eval()``) with the cheap CPU mask; under
+    ``torch.compile`` it is torch's dropout."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return super().forward(x)
         return dropout(x, self.p, self.training)
 
 

@@ -4,14 +4,14 @@ A training step allocates and frees the same large activation, gradient and logi
 With glibc's default ``malloc`` a block above the (dynamic) mmap threshold is ``mmap``-ed and handed back
 to the kernel when freed, and the top of the heap is trimmed once more than the trim threshold is free;
 either way the next step touches fresh pages, and the kernel zero-fills each 4 KiB page on its first touch.
-On our 2-core VM an MLM step of the benchmark shape (batch 32 × 128, hidden 256) took 15–27 thousand such
+On a 2-core x86 VM an MLM step of the benchmark shape (batch 32 × 128, hidden 256) took 15–27 thousand such
 page faults (60–110 MB, 50–90 ms of kernel time); see ``benchmarks/bench_pretrain.py`` and
 docs/pretraining.md.
 
 :func:`keep_freed_memory` raises both thresholds (``mallopt(M_MMAP_THRESHOLD, 32 MiB)`` — the largest
 value glibc accepts — and ``mallopt(M_TRIM_THRESHOLD, …)``), so blocks up to 32 MiB come from the heap
 and freed memory stays there for the next step. Blocks above 32 MiB are still mapped per allocation; the
-MLM logits use :class:`bertforge.models.scratch.ReusedBuffer` for that. The cost: the process keeps its
+MLM logits use :class:`bertforge.kernels.scratch.ReusedBuffer` for that. The cost: the process keeps its
 peak heap size instead of shrinking between steps. This is the CPU counterpart of PyTorch's CUDA caching
 allocator, and an ``impl`` setting (``impl.keep_freed_memory``, default on): numbers are unchanged.
 
