@@ -242,6 +242,8 @@ def compare(name, ours, ref, dtype, iters, rounds, flops_ours, flops_ref, peak, 
         line = (f"{name:<8} {dtype:<5} {label:<8} {tok / mo:9.0f} tok/s ({mo * 1e3:7.1f} ms/step, MFU "
                 f"{100 * flops_ours[v] / mo / peak:5.1f}%) | transformers {tok / mr:9.0f} tok/s ({mr * 1e3:7.1f} ms/step, "
                 f"MFU {100 * flops_ref / mr / peak:5.1f}%) | ratio {mr / mo:5.2f}x")
+        per_round = [r / o for r, o in zip(tr, times[v])]  # ratio within each interleaved round
+        line += f" (per round {min(per_round):.2f}-{max(per_round):.2f}x)"
         if v != "cpu":
             line += f"  [{'impl.kernels=none + torch.compile' if VARIANTS[v][2] else 'impl.kernels=none'}]"
         print(line, flush=True)

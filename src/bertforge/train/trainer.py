@@ -31,10 +31,10 @@ from torch.utils.data import Dataset
 from ..config import Recipe
 from ..errors import ConfigError, TrainingError
 from ..io import _explain, append_jsonl
-from . import checkpoint as ckpt
 from ..kernels import apply_kernels
-from . import distributed as dist_utils
 from ..kernels.allocator import keep_freed_memory
+from . import checkpoint as ckpt
+from . import distributed as dist_utils
 from .optim import make_optimizer, make_scheduler, resume_notes, set_peak_lr
 from .precision import resolve_dtype, warn_if_emulated
 from .rng import set_seed
