@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import BertforgeError, CheckpointError
+from ..hardware import cpu_flags
 
 OPSET = 17
 MASK_FILTER = -10000.0
@@ -270,18 +271,6 @@ def optimize_onnx(src, dst, fused: bool = True, fusions: str = "lean") -> dict:
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
-def _cpu_flags() -> list:
-    """All flags /proc/cpuinfo lists for this CPU ([] where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return []
-
-
 def needs_reduce_range(flags: Optional[list] = None) -> bool:
     """Whether this CPU's INT8 GEMM may saturate with 8-bit weights: True on x86 without VNNI/AMX.
 
@@ -293,7 +282,7 @@ def needs_reduce_range(flags: Optional[list] = None) -> bool:
     vs 83.94, FP32 84.29), so 8 bits stay the default and ``--reduce-range`` is the remedy to try.
     ``flags``: the CPU's flags (default: those /proc/cpuinfo lists for this CPU)."""
     if flags is None:
-        flags = _cpu_flags()
+        flags = cpu_flags()
     x86 = any(f.startswith(("sse", "avx")) for f in flags)
     return x86 and not any(f in flags for f in VNNI_FLAGS)
 

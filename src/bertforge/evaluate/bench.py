@@ -27,7 +27,7 @@ _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", 
 
 def cpu_flags() -> list:
     """The SIMD flags (of :data:`_FLAGS`) that /proc/cpuinfo lists for this CPU."""
-    from ..train.precision import cpu_flags as all_flags
+    from ..hardware import cpu_flags as all_flags
     have = set(all_flags())
     return [x for x in _FLAGS if x in have]
 

@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from ..hardware import cpu_flags
+
 #: /proc/cpuinfo flags of CPUs with native bf16 dot products
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 DTYPES = ("float32", "bfloat16", "auto")
@@ -26,18 +28,6 @@ def native_bf16(device: str = "cpu", flags: Optional[list] = None) -> bool:
     if flags is None:
         flags = cpu_flags()
     return any(f in flags for f in BF16_CPU_FLAGS)
-
-
-def cpu_flags() -> list:
-    """All flags /proc/cpuinfo lists for this CPU ([] where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return []
 
 
 def warn_if_emulated(dtype: str, device: str = "cpu") -> bool:
