@@ -40,6 +40,10 @@ from torch import nn
 
 from ..errors import BertforgeError, CheckpointError
 from ..hardware import cpu_flags
+from ..hf_format import config_to_hf
+from ..io import atomic_dir, atomic_write_text
+from ..models.encoder import EncoderOutput
+from ..tokenizer import copy_tokenizer_files
 
 OPSET = 17
 MASK_FILTER = -10000.0
@@ -150,7 +154,6 @@ class ExportView(nn.Module):
         return att.out(ctx)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        from ..models.encoder import EncoderOutput
         enc = self.enc
         x = enc.embeddings(input_ids, token_type_ids)
         mask_i = attention_mask.to(torch.int32)
@@ -367,9 +370,6 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     parity). Returns that record. Raises BertforgeError when FP32 parity exceeds 1e-4. ``reduce_range``:
     7-bit INT8 weights (see :func:`needs_reduce_range`).
     """
-    from ..hf_format import config_to_hf
-    from ..io import atomic_dir, atomic_write_text
-    from ..tokenizer import copy_tokenizer_files
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
         raw = tmp / "raw.onnx"

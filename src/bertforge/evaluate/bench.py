@@ -20,6 +20,10 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, require_at_least
+from ..hardware import cpu_flags as all_flags
+from ..hf import check_seq_len, read_config
+from ..runtime import load_runner
+from ..runtime.onnx import graph_is_int8
 
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
           "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
@@ -27,7 +31,6 @@ _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", 
 
 def cpu_flags() -> list:
     """The SIMD flags (of :data:`_FLAGS`) that /proc/cpuinfo lists for this CPU."""
-    from ..hardware import cpu_flags as all_flags
     have = set(all_flags())
     return [x for x in _FLAGS if x in have]
 
@@ -206,7 +209,6 @@ def check_int8_option(model_dir: Path, backend: str, int8: bool) -> None:
     if backend in ("auto", "onnxruntime") and graph.is_file():
         import onnx
 
-        from ..runtime.onnx import graph_is_int8
         if not graph_is_int8(onnx.load(str(graph), load_external_data=False).graph):
             raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
                               f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
@@ -228,8 +230,6 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
         ``warmup``/``min_seconds`` < 0, ``threads`` outside 1 … 4 × cores, a batch too large for the
         available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
-    from ..hf import check_seq_len, read_config
-    from ..runtime import load_runner
     check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
     cfg0 = read_config(Path(model_dir))
     check_seq_len(seq_len, cfg0, flag="--seq-len")

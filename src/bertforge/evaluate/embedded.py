@@ -26,7 +26,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..data.embedded import lee_corpus, polarity_sentences
 from ..errors import CheckpointError, ConfigError
+from .metrics import compute
+from ..hf import resolve_model_dir
+from ..runtime import load_runner
+from ..tasks import adapter_for, get_task
+from ..tokenizer import encode_texts, pad_id
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -63,7 +69,6 @@ class Embedder:
         return max_seq_len if self.max_positions is None else min(max_seq_len, self.max_positions)
 
     def _batches(self, texts: list, max_seq_len: int, batch_size: int):
-        from ..tokenizer import encode_texts, pad_id
         encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len))
         pid = pad_id(self.tok)
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
@@ -137,8 +142,6 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
     Raises:
         CheckpointError: nothing loadable at ``path``.
     """
-    from ..hf import resolve_model_dir
-    from ..runtime import load_runner
     p = resolve_model_dir(str(path))
     if not p.exists():
         raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an .onnx file or 'minilm'")
@@ -154,7 +157,6 @@ def lee_spearman(embedder: Embedder, max_seq_len: int = 256, docs=None, ratings=
     1225 pairs (i < j) of the Lee 50-document corpus. ``docs``/``ratings`` default to gensim's files."""
     from scipy.stats import spearmanr
 
-    from ..data.embedded import lee_corpus
     if docs is None:
         docs, ratings = lee_corpus()
     e = embedder.embed(docs, max_seq_len)
@@ -173,7 +175,6 @@ def polarity_accuracy(embedder: Embedder, folds: int = 5, seed: int = 0, max_seq
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from ..data.embedded import polarity_sentences
     if texts is None:
         texts, labels = polarity_sentences()
     x = embedder.embed(texts, max_seq_len)
@@ -222,8 +223,6 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
     """Task metrics (the task's own, e.g. ``accuracy``) of a fine-tuned model on a labelled file, from
     its head's ``logits`` — PyTorch or ONNX Runtime alike. None when the model has no task head.
     Only sequence classification / regression tasks. Raises DataError for unreadable data."""
-    from ..tasks import adapter_for, get_task
-    from ..evaluate.metrics import compute
     task = get_task(task_name)
     if task.kind not in ("classification", "regression"):
         raise ConfigError(f"task {task.name} is {task.kind}; embed-eval scores sequence tasks only")

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from ..io import atomic_write_text
+from ..io import atomic_write_bytes, atomic_write_text
 
 
 def read_loss_curve(metrics_path) -> tuple:
@@ -102,7 +102,6 @@ def plot_quality_vs_latency(rows: list, path, quality_key: str = "lee_spearman",
 
 def _save(fig, path) -> None:
     import io
-    from ..io import atomic_write_bytes
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     atomic_write_bytes(Path(path), buf.getvalue())
