@@ -48,7 +48,7 @@ def test_cli_help_version_and_argument_errors_import_no_heavy_module():
     out = json.loads(res.stdout.strip().splitlines()[-1])
     codes = dict(zip(map(tuple, out["calls"]), out["codes"]))
     assert codes[("--help",)] == 0 and codes[("--version",)] == 0
-    assert all(codes[c] == 0 for c in codes if c[-1] == "--help"), codes
+    assert all(codes[c] == 0 for c in codes if c[-1:] == ("--help",)), codes
     for bad in [(), ("no-such-verb",), ("finetune", "--no-such-flag"), ("finetune",),
                 ("distill", "--method", "nope", "--teacher", "t", "--out", "o")]:
         assert codes[bad] == 2, (bad, codes[bad])

@@ -80,7 +80,8 @@ def test_help_says_what_max_train_samples_counts(verb, capsys):
     with pytest.raises(SystemExit) as e:
         main([verb, "--help"])
     assert e.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
-    m = re.search(r"--max-train-samples N (.*?)(?= --[a-z])", text)
-    assert m, text
-    assert "sentences" in m.group(1) and "windows" in m.group(1) and "questions" in m.group(1), m.group(1)
+    out = capsys.readouterr().out
+    m = re.search(r"^  --max-train-samples N\s(.*?)^  -", out, re.S | re.M)  # up to the next option
+    assert m, out
+    said = " ".join(m.group(1).split())
+    assert "sentences" in said and "windows" in said and "questions" in said, said

@@ -45,9 +45,10 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--max-seq-len", type=int)
     p.add_argument("--max-train-samples", type=int, metavar="N",
-                   help="use only the first N training records: --stage task as in finetune (rows; NER "
-                        "sentences, packed into fewer windows; QA questions), --stage general: sequences of "
-                        "--max-seq-len tokens; the run prints how many items and optimizer steps that makes")
+                   help="--stage task: use only the first N training records, as in finetune (rows; NER: "
+                        "sentences, packed into fewer windows; QA: questions, a long context gives several "
+                        "windows); --stage general: N sequences of --max-seq-len tokens spread evenly over the "
+                        "corpus; the run prints how many items and optimizer steps that makes")
     p.add_argument("--temperature", type=float, help="soft-target temperature T (all logits losses)")
     p.add_argument("--alpha", type=float, help="kd: weight of the soft loss; 1−α goes to the hard labels")
     p.add_argument("--layer-map", help=f"{' | '.join(LAYER_MAPS)} | pairs like 1:2,2:4,3:6")
