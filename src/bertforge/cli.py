@@ -3,6 +3,10 @@
 Each verb is a module in :mod:`bertforge.commands` defining ``add_arguments(parser)`` and
 ``run(args) -> int``; its docstring's first line is the help text. User errors
 (:class:`~bertforge.errors.BertforgeError`) print ``bertforge: error: <message>`` on one line and exit 2.
+
+Building the parser imports every command module but nothing heavy: a verb imports torch, numpy,
+transformers … inside ``run`` (choices come from :mod:`bertforge.names`), so ``--help``, ``--version`` and
+argument errors answer at once (``tests/test_package_import.py`` checks ``sys.modules``).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pkgutil
 import re
 import sys
 
+from . import __version__
 from .errors import BertforgeError
 
 
@@ -34,6 +39,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bertforge", description="Pretrain, fine-tune, distill, prune, quantize and "
                                                    "benchmark BERT-family models.")
+    parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     for verb, modname in sorted(_verbs().items()):
         mod = importlib.import_module(modname)
@@ -95,8 +101,11 @@ def _main(argv) -> int:
                 raise BertforgeError(f"--{dest.replace('_', '-')} is empty; pass a value")
         return int(args._run(args) or 0)
     except BertforgeError as e:
-        from .commands._resume_policy import word_error  # the engine's facts, advised in the CLI's flags
-        msg = " ".join(word_error(e).split())
+        if getattr(e, "reason", None):  # the engine's facts, advised in the CLI's flags
+            from .commands._resume_policy import word_error
+            msg = " ".join(word_error(e).split())
+        else:
+            msg = " ".join(str(e).split())
         sys.stderr.write(f"bertforge: error: {msg}\n")
         return 2
     except Terminated:

@@ -1,4 +1,6 @@
-"""Options and steps shared by the verbs."""
+"""Options and steps shared by the verbs.
+
+Imports nothing heavy at module level (every verb's parser is built from it before torch may load)."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +13,14 @@ from typing import Optional
 
 from ..config import Recipe, load_recipe
 from ..errors import BertforgeError, ConfigError, require_at_least
-from ..hf import EMBEDDED, resolve_model_dir  # noqa: F401  (re-exported for the verbs)
 from ._rundir import enclosing_output, holds_output
+
+
+def resolve_model_dir(name: str) -> Path:
+    """:func:`bertforge.hf.resolve_model_dir` (``minilm``, a hub name or a checkpoint path → a dir), imported
+    on first use so that the verbs' parsers load without torch."""
+    from ..hf import resolve_model_dir as resolve
+    return resolve(name)
 
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:

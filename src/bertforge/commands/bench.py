@@ -17,13 +17,14 @@ Bad options (--iters 0, --threads beyond 4 × cores, a batch × sequence too lar
 from __future__ import annotations
 
 
+from ..names import BACKENDS
 from ._common import print_json, resolve_model_dir
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir, exported dir (model.onnx) or a "
                                                   "transformers dir")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "onnxruntime", "transformers"],
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="auto: onnxruntime if the dir has model.onnx, else torch")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=1)

@@ -36,8 +36,7 @@ from typing import Optional
 
 from ..errors import BertforgeError, ConfigError
 from ..io import atomic_write_text
-
-OBJECTIVES = ("bert", "roberta", "albert", "electra", "spanbert")
+from ..names import OBJECTIVE_NAMES as OBJECTIVES  # the pretraining objectives, each run once
 
 #: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
 BUDGETS = {
@@ -63,7 +62,8 @@ def add_arguments(p) -> None:
     p.add_argument("--task", help="your task (sst2, stsb, custom, …): fine-tune and task-distill on it")
     p.add_argument("--train", help="training file or hub dataset name for --task")
     p.add_argument("--eval", help="evaluation file for --task")
-    p.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
+    p.add_argument("--max-train-samples", type=int, metavar="N",
+                   help="use only the first N training records of --task (rows; NER: sentences; QA: questions)")
     p.add_argument("--skip", nargs="+", default=[], choices=["objectives", "distill", "compress"],
                    help="leave out these parts")
     p.add_argument("--threads", type=int,

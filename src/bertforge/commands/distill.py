@@ -18,10 +18,16 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError
+from ..names import DISTILL_METHODS, DISTILL_STAGES, LAYER_MAPS, Choices
 from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
                       print_json, resolve_model_dir)
-from ..kernels import apply_kernels
 from ._rundir import RunDir
+
+
+def apply_kernels(model, kernels):
+    """:func:`bertforge.kernels.apply_kernels`, imported on first use (the parser loads without torch)."""
+    from ..kernels import apply_kernels as apply
+    return apply(model, kernels)
 
 
 def add_arguments(p) -> None:
@@ -29,19 +35,23 @@ def add_arguments(p) -> None:
                    help="teacher checkpoint dir or 'minilm'; repeat for several teachers (averaged soft targets)")
     p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), layers:0,2,4 (copied from the "
                                      "teacher) or a checkpoint dir (an earlier stage)")
-    p.add_argument("--method", choices=["kd", "distilbert", "pkd", "tinybert", "minilm"],
+    p.add_argument("--method", choices=Choices(DISTILL_METHODS, "bertforge.distill.distiller:METHODS"),
                    help="named loss set (default kd for --stage task, tinybert for --stage general)")
-    p.add_argument("--stage", choices=["task", "general"], help="task (labelled data) or general (raw text)")
+    p.add_argument("--stage", choices=DISTILL_STAGES, help="task (labelled data) or general (raw text)")
     p.add_argument("--task", help="task name for --stage task (default: the teacher's task)")
     p.add_argument("--train", help="labelled training file (--stage task)")
     p.add_argument("--eval", help="labelled evaluation file")
     p.add_argument("--corpus", nargs="+", help="text files (--stage general)")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--max-seq-len", type=int)
-    p.add_argument("--max-train-samples", type=int, help="examples (task) or sequences (general) to use")
+    p.add_argument("--max-train-samples", type=int, metavar="N",
+                   help="--stage task: use only the first N training records, as in finetune (rows; NER: "
+                        "sentences, packed into fewer windows; QA: questions, a long context gives several "
+                        "windows); --stage general: N sequences of --max-seq-len tokens spread evenly over the "
+                        "corpus; the run prints how many items and optimizer steps that makes")
     p.add_argument("--temperature", type=float, help="soft-target temperature T (all logits losses)")
     p.add_argument("--alpha", type=float, help="kd: weight of the soft loss; 1−α goes to the hard labels")
-    p.add_argument("--layer-map", help="uniform | pkd_skip | pkd_last | last | pairs like 1:2,2:4,3:6")
+    p.add_argument("--layer-map", help=f"{' | '.join(LAYER_MAPS)} | pairs like 1:2,2:4,3:6")
     p.add_argument("--augment", type=int, default=None, metavar="N",
                    help="TinyBERT augmentation: N augmented copies per training example (task stage)")
     p.add_argument("--augment-prob", type=float, help="per-word replacement probability (default 0.4)")
@@ -184,6 +194,7 @@ class Data:
     task_spec: Optional[dict] = None
     token_task: bool = False   # per-token logits (NER, QA)
     augment_record: Optional[dict] = None  # the augmentation applied, for recipe.yaml
+    counts: Optional[dict] = None  # records read → training items (TaskAdapter.counts), for the plan line
 
 
 @dataclass
@@ -361,17 +372,22 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
     examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
     if opts.copies and token_task:
         raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
-    aug_record = None
+    aug_record, n_read = None, len(examples)
     if opts.copies:
         examples, aug_record = _augment(args, opts, examples, tok, teachers[0], recipe.train.seed)
     from ..data.collate import encode_examples
-    items = list(adapter.load(d.train, d.max_train_samples)) if token_task \
-        else encode_examples(tok, examples, d.max_seq_len)
+    if token_task:
+        windows = adapter.load(d.train, d.max_train_samples)
+        items, counts = list(windows), adapter.counts(windows)
+    else:
+        items = encode_examples(tok, examples, d.max_seq_len)
+        counts = {"read": n_read, "read_unit": "examples", "items": len(items), "max_seq_len": d.max_seq_len,
+                  "item_unit": "examples with augmented copies" if opts.copies else "examples"}
     base_collate = adapter.collator()
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return Data(teachers=teachers, tokenizer=tok, head=head, head_config=head_cfg, items=items,
                 base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec=spec,
-                token_task=token_task, augment_record=aug_record)
+                token_task=token_task, augment_record=aug_record, counts=counts)
 
 
 def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tuple:
@@ -413,9 +429,11 @@ def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
     teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
                                               else None), recipe.impl.kernels) for t in teacher_dirs]
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
-    return Data(teachers=teachers, tokenizer=tok, head=head, head_config={},
-                items=corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples),
-                base_collate=PadCollator(pad_id(tok)))
+    items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
+    return Data(teachers=teachers, tokenizer=tok, head=head, head_config={}, items=items,
+                base_collate=PadCollator(pad_id(tok)),
+                counts={"read": len(items), "read_unit": "sequences", "items": len(items), "item_unit": "sequences",
+                        "max_seq_len": d.max_seq_len})
 
 
 # ------------------------------------------------------------------------------------------- student
@@ -576,11 +594,15 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
     student (HF layout, the teacher's tokenizer) plus the projections W."""
     from ..train.trainer import Trainer
+    from ._report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
         recipe.train.metric_for_best = data.task.metrics[0]
-    eval_fn = (lambda m: data.adapter.evaluate(m.student, data.eval_ds)) if data.eval_ds is not None else None
+    eval_fn = CollapseWarning("distill", data.task, lambda m: data.adapter.evaluate(m.student, data.eval_ds),
+                              step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
                       save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
                                               m.save_projections(dst)),
                       sources=sources)
+    if data.counts:
+        print_training_plan("distill", data.counts, trainer)
     return trainer.fit(resume=resume)

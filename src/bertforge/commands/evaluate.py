@@ -6,13 +6,10 @@ Example:
 """
 from __future__ import annotations
 
+import sys
 import time
 
-from ..tasks import adapter_for, model_task
 from ..errors import ConfigError, require_at_least
-from ..hf import check_seq_len, read_config, require_saved_head
-from ..runtime import load_runner
-from ..tokenizer import load_tokenizer
 from ._common import print_json, resolve_model_dir
 
 
@@ -31,6 +28,10 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
     length the model was fine-tuned with. Raises ConfigError for a length outside [2, the model's
     positions], an unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
+    from ..hf import check_seq_len, read_config, require_saved_head
+    from ..runtime import load_runner
+    from ..tasks import adapter_for, model_task
+    from ..tokenizer import load_tokenizer
     require_at_least("--max-seq-len", max_seq_len, 2)
     model_dir = resolve_model_dir(model_arg)
     cfg = read_config(model_dir)
@@ -70,6 +71,10 @@ def run(args) -> int:
     data = adapter.load(args.data, args.max_samples)
     t0 = time.perf_counter()
     metrics = adapter.evaluate(runner, data, args.batch_size)
+    from ._report import collapse_message
+    warning = collapse_message(metrics, task)
+    if warning:
+        print(f"bertforge evaluate: {warning}", file=sys.stderr)
     # token tasks batch windows; n counts the source sentences / questions
     print_json({"task": task.name, "n": len(getattr(data, "examples", data)), **metrics,
                 "eval_seconds": round(time.perf_counter() - t0, 3)})

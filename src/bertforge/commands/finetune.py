@@ -8,28 +8,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..tasks import adapter_for, get_task, task_spec
 from ..errors import ConfigError
-from ..hf import check_seq_len, load_pretrained, read_config
-from ..tokenizer import load_tokenizer
+from ..names import TASK_NAMES
 from ._common import add_recipe_args, add_train_args, build_recipe, print_json, resolve_model_dir
 from ._rundir import RunDir
+
+#: what ``--max-train-samples`` counts, per kind of task (the help text and docs/ner_qa.md say the same)
+MAX_TRAIN_SAMPLES_HELP = ("use only the first N training records: rows (classification, regression), sentences "
+                          "(NER: packed into fewer windows of --max-seq-len tokens) or questions (QA: a long "
+                          "context gives several windows); the run prints how many windows and optimizer "
+                          "steps that makes before training")
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm' (embedded)")
-    p.add_argument("--task", help="task name (sst2, stsb, qnli, mrpc, cola, qqp, mnli, rte, wnli, custom, …)")
+    p.add_argument("--task", help=f"task name ({', '.join(TASK_NAMES)} or custom)")
     p.add_argument("--train", help="training file (TSV/CSV/JSONL) or hub dataset name")
     p.add_argument("--eval", help="evaluation file")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--max-seq-len", type=int)
-    p.add_argument("--max-train-samples", type=int)
+    p.add_argument("--max-train-samples", type=int, metavar="N", help=MAX_TRAIN_SAMPLES_HELP)
     add_train_args(p)
     add_recipe_args(p)
 
 
 def setup(args, recipe):
     """Resolve model, task and data (validated before anything is written)."""
+    from ..hf import check_seq_len, read_config
+    from ..tasks import adapter_for, get_task
+    from ..tokenizer import load_tokenizer
     d = recipe.data
     d.task = args.task or d.task
     d.train = args.train or d.train
@@ -60,7 +67,10 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 
 def run(args) -> int:
+    from ..hf import load_pretrained
+    from ..tasks import task_spec
     from ..train.trainer import Trainer
+    from ._report import CollapseWarning, print_training_plan
     from ._resume_policy import check_batch_fits
     recipe = build_recipe(args)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
@@ -80,9 +90,11 @@ def run(args) -> int:
                                   "max_seq_len": recipe.data.max_seq_len}
         if recipe.train.metric_for_best is None and eval_ds is not None:
             recipe.train.metric_for_best = task.metrics[0]
-        eval_fn = (lambda m: adapter.evaluate(m, eval_ds)) if eval_ds is not None else None
+        eval_fn = CollapseWarning("finetune", task, lambda m: adapter.evaluate(m, eval_ds),
+                                  step=lambda: trainer.step) if eval_ds is not None else None
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
                           save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir), sources=sources)
+        print_training_plan("finetune", adapter.counts(train_ds), trainer)
         result = trainer.fit(resume=args.resume)
     print_json({"out": str(out), **result})
     return 0

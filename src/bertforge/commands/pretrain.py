@@ -21,19 +21,20 @@ from pathlib import Path
 
 from ..config import deep_merge, load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
+from ..names import OBJECTIVE_NAMES, SIZE_NAMES, Choices
 from ._common import (add_train_args, apply_train_flags, check_cache_dir, check_flags_agree, check_recipe,
                       print_json, resolve_model_dir)
 from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
-    from ..objectives.pretrain import OBJECTIVES, SIZES
-    p.add_argument("--objective", required=True, choices=sorted(OBJECTIVES))
+    p.add_argument("--objective", required=True,
+                   choices=Choices(sorted(OBJECTIVE_NAMES), "bertforge.objectives.pretrain:OBJECTIVES"))
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                    help="text files, or HF hub dataset names (NAME or NAME:CONFIG, a 'text' column; streamed)")
     p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--size", choices=sorted(SIZES), help="model/train shape (default tiny; a --recipe's own "
-                                                         "values must agree with it)")
+    p.add_argument("--size", choices=Choices(sorted(SIZE_NAMES), "bertforge.objectives.pretrain:SIZES"),
+                   help="model/train shape (default tiny; a --recipe's own values must agree with it)")
     p.add_argument("--tokenizer", help="wordpiece | wordpiece-cased | bpe | unigram (trained on the corpus) "
                                        "or a checkpoint dir / 'minilm' to reuse its tokenizer")
     p.add_argument("--vocab-size", type=int, help="vocabulary size of a trained tokenizer")

@@ -21,9 +21,6 @@ import io
 import json
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from ..errors import ConfigError, DataError, require_at_least
 from ..io import json_safe
 from ._common import print_json, resolve_model_dir
@@ -199,6 +196,7 @@ def fidelity_fn(model, data, collate, batch_size):
     tagger's tags per real token, or of extractive QA's start and end positions (padding excluded);
     ``mse_to_unpruned``, the mean squared change of a regression head's predictions; ``hidden_drift``,
     the relative squared drift ‖h − h₀‖² / ‖h₀‖² of a head-less encoder's last hidden state."""
+    import torch
     from ..compress.prune import LABEL_KEYS, is_qa
     batches = [collate(data[s:s + batch_size]) for s in range(0, len(data), batch_size)]
     qa = is_qa(model)
@@ -277,6 +275,7 @@ def plot_curve(path: Path, x, y, metric: str, title: str = "head pruning (Michel
 
 
 def run(args) -> int:
+    import torch
     from ..compress import prune as P
     from ..data.collate import PadCollator
     from ..hf import load_pretrained, read_config

@@ -11,9 +11,6 @@ Examples:
 """
 from __future__ import annotations
 
-
-import numpy as np
-
 from ..errors import ConfigError, require_at_least
 from ._common import add_int8_weight_args, print_json, resolve_model_dir
 from ._rundir import RunDir
@@ -35,6 +32,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    import numpy as np
     from ..compress import onnx as bo
     from ..compress import quantize as bq
     from ..hf import load_pretrained

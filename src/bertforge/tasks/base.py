@@ -51,9 +51,13 @@ class Task:
 
 
 class TaskAdapter:
-    """Interface. ``head``: name of the head in :data:`bertforge.heads.HEADS`."""
+    """Interface. ``head``: name of the head in :data:`bertforge.heads.HEADS`; ``read_unit``: what ``load``'s
+    ``max_samples`` counts (rows of a file, sentences, questions); ``item_unit``: what ``load`` returns, the
+    items the Trainer batches (examples, or windows of ≤ ``max_seq_len`` tokens)."""
 
     head = "base"
+    read_unit = "examples"
+    item_unit = "examples"
 
     def __init__(self, task: Task, tokenizer, max_seq_len: int):
         self.task, self.tok, self.max_seq_len = task, tokenizer, max_seq_len
@@ -65,6 +69,13 @@ class TaskAdapter:
     def load(self, path, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
         """Read and encode a file of the task → list of encoded examples (what the Trainer batches)."""
         raise NotImplementedError
+
+    def counts(self, dataset) -> dict:
+        """What a ``load`` result holds: ``{"read": n, "read_unit", "items": n, "item_unit", "max_seq_len"}`` —
+        how many records (``read_unit``) were read, and how many items (``item_unit``) of ≤ ``max_seq_len``
+        tokens they became (a token task packs sentences into windows and cuts long ones into several)."""
+        return {"read": len(getattr(dataset, "examples", dataset)), "read_unit": self.read_unit,
+                "items": len(dataset), "item_unit": self.item_unit, "max_seq_len": self.max_seq_len}
 
     def collator(self):
         """A callable: list of encoded examples → batch dict of (B, …) tensors."""

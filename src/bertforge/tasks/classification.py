@@ -8,7 +8,8 @@
 * reader: :func:`bertforge.data.readers.read_examples` (files) and ``read_hub`` (hub datasets).
 * head: :class:`SequenceClassificationHead` (Devlin et al. 2018 §4.1), saved as ``…ForSequenceClassification``.
 * adapter: :class:`SequenceAdapter` (kinds ``classification`` and ``regression``).
-* metrics: :mod:`bertforge.evaluate.metrics` (accuracy, F1, MCC, Pearson, Spearman).
+* metrics: :mod:`bertforge.evaluate.metrics` (accuracy, F1, MCC, Pearson, Spearman); a classifier whose
+  every prediction is one class is flagged with the majority-class baseline's score (:func:`collapse_check`).
 """
 from __future__ import annotations
 
@@ -130,6 +131,24 @@ class SequenceClassificationHead(nn.Module):
                 "classifier.bias": "classifier.out_proj.bias"}
 
 
+def collapse_check(pred, ref, metric: str, num_labels=None) -> dict:
+    """Whether a classifier collapsed to one class: ``{"collapsed": c, "majority_baseline": score}`` when every
+    prediction in ``pred`` is class id ``c`` while the references ``ref`` hold more than one class (a model
+    that answers one class whatever the input: too high a learning rate, too few steps or too little data);
+    ``score`` is ``metric`` (a key of :data:`bertforge.evaluate.metrics.METRICS`) of the majority-class
+    baseline — every example given the most frequent class of ``ref`` (the lowest id on a tie) — on the
+    same ``ref``. ``{}`` otherwise, also for fewer than 2 examples (one prediction is always one class).
+
+    Inputs: 1-D arrays of class ids, same length; ``num_labels`` as in :func:`~bertforge.evaluate.metrics.compute`.
+    """
+    pred, ref = np.asarray(pred), np.asarray(ref)
+    if len(pred) < 2 or len(np.unique(pred)) != 1 or len(np.unique(ref)) < 2:
+        return {}
+    majority = int(np.bincount(ref.astype(np.int64)).argmax())
+    baseline = compute((metric,), np.full_like(ref, majority), ref, num_labels)[metric]
+    return {"collapsed": int(pred[0]), "majority_baseline": baseline}
+
+
 class SequenceAdapter(TaskAdapter):
     """Single sentences and pairs → [CLS] classification (CE) or regression (MSE)."""
 
@@ -168,9 +187,14 @@ class SequenceAdapter(TaskAdapter):
         return logits[:, 0] if self.task.kind == "regression" else logits.argmax(-1)
 
     def evaluate(self, model, dataset, batch_size=64) -> dict:
+        """The task's metrics (:func:`bertforge.evaluate.metrics.compute`); for a classifier whose every
+        prediction is one class, also ``collapsed`` and ``majority_baseline`` (:func:`collapse_check`)."""
         pred = self._decode(self.predict_logits(model, dataset, batch_size))
         ref = np.array([d["labels"] for d in dataset])
-        return compute(self.task.metrics, pred, ref, self.task.num_labels)
+        out = compute(self.task.metrics, pred, ref, self.task.num_labels)
+        if self.task.kind == "classification":
+            out.update(collapse_check(pred, ref, self.task.metrics[0], self.task.num_labels))
+        return out
 
     def predictions(self, model, dataset, batch_size=64) -> list:
         logits = self.predict_logits(model, dataset, batch_size)
@@ -180,4 +204,4 @@ class SequenceAdapter(TaskAdapter):
         return [{"label": self.task.labels[int(p.argmax())], "prob": float(p.max())} for p in probs]
 
 
-__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter"]
+__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter", "collapse_check"]

@@ -105,6 +105,7 @@ class TokenClassificationAdapter(TaskAdapter):
     """
 
     head = "token_classification"
+    read_unit, item_unit = "sentences", "windows"  # max_samples counts sentences; packing makes fewer windows
     stride: Optional[int] = None
     pack = True
 

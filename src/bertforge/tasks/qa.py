@@ -178,6 +178,7 @@ class QAAdapter(TaskAdapter):
     """
 
     head = "question_answering"
+    read_unit, item_unit = "questions", "windows"  # max_samples counts questions; a long context gives several
     doc_stride: Optional[int] = None
     max_query_len = 64
     max_answer_len = 30
