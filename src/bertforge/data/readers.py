@@ -124,7 +124,9 @@ def _read_delimited(path: Path, delim: str, task, require_labels: bool = True):
     text = _read_text(path)
     lines = split_lines(text)
     # GLUE TSVs contain bare quotes: read them with quoting disabled, like the GLUE reference code
-    reader = csv.reader(lines, delimiter=delim, quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
+    # (each line keeps its "\n": a quoted CSV field that spans lines keeps its line break)
+    reader = csv.reader((ln + "\n" for ln in lines), delimiter=delim,
+                        quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
     rows = []
     while True:
         start = reader.line_num + 1  # a quoted CSV field may span lines: a row is named by its first
