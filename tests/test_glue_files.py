@@ -138,6 +138,17 @@ def test_each_glue_test_file_predicts_with_its_index(name, models, tmp_path, cap
     assert (tmp_path / "p.tsv").read_text() == GLUE_EXPECTED[name]
 
 
+def test_glue_diagnostic_ax_with_an_mnli_model(models, tmp_path, capsys):
+    """GLUE's diagnostic set (AX.tsv: index, sentence1, sentence2) is predicted by the MNLI model."""
+    data = tmp_path / "AX.tsv"
+    data.write_text("index\tsentence1\tsentence2\n0\tThe cat sat on the mat.\tThe cat did not sit on the mat.\n"
+                    "1\tThe cat did not sit on the mat.\tThe cat sat on the mat.\n")
+    rc, cap = _predict(capsys, "--model", models["nli3"], "--task", "mnli", "--data", data, "--out",
+                       tmp_path / "out.tsv", "--format", "glue")
+    assert rc == 0, cap.err
+    assert (tmp_path / "out.tsv").read_text() == "index\tprediction\n0\tneutral\n1\tneutral\n"
+
+
 def test_a_test_file_where_labels_are_needed_is_named_as_such(tmp_path):
     f = tmp_path / "test.tsv"
     f.write_text(GLUE_TEST_FILES["cola"])
