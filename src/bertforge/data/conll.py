@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from ..errors import DataError
-from .readers import split_lines
+from .readers import ID_COLUMNS, split_lines
 
 IGNORE_INDEX = -100
 
@@ -32,6 +32,7 @@ class TokenExample:
     tags: Optional[list] = None
     guid: Optional[str] = None
     doc: Optional[int] = None  # document number (CoNLL ``-DOCSTART-`` segments); None = standalone
+    id: Optional[Union[str, int]] = None  # JSONL: the row's id field; else the sentence's first line number
 
 
 # ------------------------------------------------------------------------------------------ schemes
@@ -92,7 +93,7 @@ def read_conll(path, tag_column: int = -1, max_samples: Optional[int] = None,
     def flush():
         nonlocal toks, tags
         if toks:
-            out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}", doc))
+            out.append(TokenExample(toks, tags if has_tags else None, f"{path.name}:{start}", doc, start))
         toks, tags = [], []
 
     for lineno, line in enumerate(split_lines(text), 1):
@@ -180,7 +181,9 @@ def read_token_jsonl(path, tokens_field: str = "tokens", tags_field: str = "tags
             if len(tags) != len(toks):
                 raise DataError(f"{path}:{lineno} has {len(toks)} tokens but {len(tags)} tags; give one "
                                 f"tag per token")
-        out.append(TokenExample(toks, tags, f"{path.name}:{lineno}"))
+        row_id = next((row[c] for c in ID_COLUMNS if isinstance(row.get(c), (str, int))
+                       and not isinstance(row.get(c), bool)), lineno)
+        out.append(TokenExample(toks, tags, f"{path.name}:{lineno}", id=row_id))
     if not out:
         raise DataError(f"{path} has no examples; pass a non-empty JSONL file")
     return _normalise(out, path, scheme)

@@ -2,16 +2,23 @@
 
 Every reader returns a list of :class:`Example` and raises :class:`~bertforge.errors.DataError`
 naming the file (and line) and the fix for: a missing or empty file, non-UTF-8 bytes, missing columns,
-and labels outside the task's label set.
+a row with more or fewer fields than the header (or, without a header, than the file's other rows: a
+stray tab or comma inside a text would otherwise shift or cut it), and labels outside the task's label set.
+
+Each example carries an ``id``: its value in the task's id column (a column named ``id``, ``idx``, ``index``
+or ``guid`` when the task names none; as the file writes it), else its 1-based line number (JSON arrays:
+its 1-based position). A task's unlabelled test file laid out otherwise than its train/dev files (GLUE's
+``test.tsv``: a header, an ``index``, no label; :class:`~bertforge.tasks.base.UnlabelledLayout`) is
+recognised by its header row.
 """
 from __future__ import annotations
 
-import math
-
 import csv
 import json
+import math
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
@@ -25,7 +32,12 @@ class Example:
     text_a: str
     text_b: Optional[str] = None
     label: Optional[Union[int, float]] = None  # class id or float target; None when unlabelled
-    guid: Optional[str] = None
+    guid: Optional[str] = None  # "file:line"
+    id: Optional[Union[str, int]] = None  # the row's id column (text as in the file), else its line number
+
+
+#: column names taken as a row's id when the task names no id column (first found wins)
+ID_COLUMNS = ("id", "idx", "index", "guid")
 
 
 def _check_file(path: Path) -> None:
@@ -71,29 +83,78 @@ def read_examples(path, task, max_samples: Optional[int] = None, require_labels:
     if suffix in (".jsonl", ".json"):
         rows, header = _read_jsonl(path), None
     else:
-        rows, header = _read_delimited(path, "," if suffix == ".csv" else "\t", task)
+        rows, header, task = _read_delimited(path, "," if suffix == ".csv" else "\t", task, require_labels)
     return _rows_to_examples(rows, header, task, path, max_samples, require_labels)
 
 
-def _read_delimited(path: Path, delim: str, task):
+def _unlabelled_task(task, path: Path, require_labels: bool):
+    """``task`` reading its unlabelled test file (:class:`~bertforge.tasks.base.UnlabelledLayout`); a
+    DataError where labels are needed."""
+    lay = task.test_layout
+    if require_labels:
+        raise DataError(f"{path} is task {task.name}'s unlabelled test file (columns: {', '.join(lay.header)}); "
+                        f"pass a labelled train/dev file here (predict reads test files)")
+    return replace(task, text_columns=tuple(lay.text_columns), label_column=None, header=True,
+                   id_column=lay.id_column)
+
+
+def _check_field_counts(rows: list, header, path: Path, delim: str) -> None:
+    """DataError at the first row with more or fewer fields than the header (without one: than most of
+    the file's rows; a tie counts the fewer fields as right)."""
+    if header is not None:
+        want, where = len(header), "the header has"
+    else:
+        counts = Counter(len(r) for _, r in rows)
+        want = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+        where = "the file's other rows have"
+    for lineno, r in rows:
+        if len(r) == want:
+            continue
+        if len(r) > want:
+            fix = ("remove the stray tab (a tab inside a text splits it into fields)" if delim == "\t" else
+                   'quote a text that holds a comma ("a, b") or remove the stray comma')
+        else:
+            fix = "fill in the missing fields (a line break inside a text cuts its row in two)"
+        raise DataError(f"{path}:{lineno} has {len(r)} field{'s' if len(r) != 1 else ''} where {where} {want}; "
+                        f"{fix}")
+
+
+def _read_delimited(path: Path, delim: str, task, require_labels: bool = True):
+    """(rows as (line number, cells), header or None, the task as it reads this file)."""
     text = _read_text(path)
     lines = split_lines(text)
     # GLUE TSVs contain bare quotes: read them with quoting disabled, like the GLUE reference code
-    reader = csv.reader(lines, delimiter=delim, quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
-    rows = [r for r in reader if r and any(c.strip() for c in r)]
+    # (each line keeps its "\n": a quoted CSV field that spans lines keeps its line break)
+    reader = csv.reader((ln + "\n" for ln in lines), delimiter=delim,
+                        quoting=csv.QUOTE_NONE if delim == "\t" else csv.QUOTE_MINIMAL)
+    rows = []
+    while True:
+        start = reader.line_num + 1  # a quoted CSV field may span lines: a row is named by its first
+        try:
+            r = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise DataError(f"{path}:{reader.line_num} cannot be read as {'CSV' if delim == ',' else 'TSV'} "
+                            f"({e}); fix the row") from None
+        if r and any(c.strip() for c in r):
+            rows.append((start, r))
     if not rows:
         raise DataError(f"{path} has no rows; pass a non-empty file")
+    if task.test_layout is not None and [c.strip() for c in rows[0][1]] == list(task.test_layout.header):
+        task = _unlabelled_task(task, path, require_labels)
     header = None
     has_header = task.header
     if has_header is None:  # guess: a header row names (some of) the columns the task asks for; a missing
         # one is then reported against the header's names rather than as "no header row"
         want = [c for c in (*task.text_columns, task.label_column) if isinstance(c, str)]
-        has_header = any(w in [c.strip() for c in rows[0]] for w in want)
+        has_header = any(w in [c.strip() for c in rows[0][1]] for w in want)
     if has_header:
-        header, rows = [c.strip() for c in rows[0]], rows[1:]
+        header, rows = [c.strip() for c in rows[0][1]], rows[1:]
         if not rows:
             raise DataError(f"{path} has a header but no data rows; add examples")
-    return [(i + (2 if header else 1), r) for i, r in enumerate(rows)], header
+    _check_field_counts(rows, header, path, delim)
+    return rows, header, task
 
 
 def _read_jsonl(path: Path):
@@ -143,11 +204,22 @@ def _col_index(col, header, path: Path, task):
     return header.index(col)
 
 
+def _id_column(task, names) -> Optional[Union[str, int]]:
+    """The task's id column if ``names`` (a header, or a JSON object's keys) hold it, else the first of
+    :data:`ID_COLUMNS` there; None when there is none."""
+    if task.id_column is not None:
+        return task.id_column if isinstance(task.id_column, int) or task.id_column in names else None
+    return next((c for c in ID_COLUMNS if c in names), None)
+
+
 def _rows_to_examples(rows, header, task, path: Path, max_samples, require_labels) -> list:
     is_json = bool(rows) and isinstance(rows[0][1], dict)
     label_map = {lab: i for i, lab in enumerate(task.labels)} if task.labels else None
     out = []
+    id_idx = None
     if not is_json:
+        id_col = _id_column(task, header or ())
+        id_idx = id_col if isinstance(id_col, int) else (header.index(id_col) if id_col is not None else None)
         text_idx = [_col_index(c, header, path, task) for c in task.text_columns]
         label_idx = None
         if task.label_column is not None:
@@ -172,6 +244,10 @@ def _rows_to_examples(rows, header, task, path: Path, max_samples, require_label
             raw_label = row.get(str(task.label_column)) if task.label_column is not None else None
             if raw_label is None and require_labels:
                 raise DataError(f"{path}:{lineno} has no label field {task.label_column!r}; add it")
+            id_key = _id_column(task, row)
+            row_id = row.get(id_key) if id_key is not None else None
+            if isinstance(row_id, bool) or not isinstance(row_id, (str, int)):
+                row_id = lineno  # no id, or one that is not a string or an integer
         else:
             need = max(text_idx + ([label_idx] if label_idx is not None else []))
             if len(row) <= need:
@@ -179,10 +255,12 @@ def _rows_to_examples(rows, header, task, path: Path, max_samples, require_label
                                 f"column {need + 1}; check the delimiter and the file layout")
             texts = [row[i] for i in text_idx]
             raw_label = row[label_idx] if label_idx is not None else None
+            row_id = row[id_idx].strip() if id_idx is not None and id_idx < len(row) else lineno
         label = None
         if raw_label is not None:
             label = _parse_label(raw_label, task, label_map, path, lineno)
-        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, f"{path.name}:{lineno}"))
+        out.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, f"{path.name}:{lineno}",
+                           row_id))
     if not out:
         raise DataError(f"{path} has no examples; pass a non-empty file")
     return out
@@ -268,6 +346,7 @@ def read_hub(name: str, task, max_samples: Optional[int] = None, split: str = "t
             lab = None  # GLUE test split
         elif lab is not None and remap is not None:
             lab = remap[lab]
+        row_id = next((row[c] for c in ID_COLUMNS if isinstance(row.get(c), (str, int))), i + 1)
         out.append(Example(texts[0], texts[1] if len(texts) > 1 else None,
-                           float(lab) if task.kind == "regression" and lab is not None else lab, str(i)))
+                           float(lab) if task.kind == "regression" and lab is not None else lab, str(i), row_id))
     return out

@@ -20,13 +20,28 @@ Column = Union[str, int]
 
 
 @dataclass(frozen=True)
+class UnlabelledLayout:
+    """The layout of a task's unlabelled test file where it differs from its train/dev files: GLUE ships each
+    test split with a header, an ``index`` column and no label (CoLA's test file even has a header where its
+    train/dev files have none). A file whose first row is ``header`` exactly (cells stripped) is read with
+    ``text_columns`` (header names) as its texts, ``id_column`` as each row's id, and no label."""
+
+    header: tuple  # the test file's header row, cell by cell
+    text_columns: tuple  # one or two names out of ``header``
+    id_column: str = "index"
+
+
+@dataclass(frozen=True)
 class Task:
     """A named task: where its text and labels are, its label list and its metrics.
 
     ``text_columns``: one (single sentence) or two (pair) columns, by header name or position (``int``);
     ``label_column``: the gold label of train/dev files (test files without it can still be read for
     prediction); ``labels``: label strings in id order (None for regression); ``metrics``: the first is
-    the one used to pick the best checkpoint; ``kind``: the adapter kind in :data:`bertforge.tasks.ADAPTERS`.
+    the one used to pick the best checkpoint; ``kind``: the adapter kind in :data:`bertforge.tasks.ADAPTERS`;
+    ``id_column``: the column that names each row (None: the reader takes a column named ``id``, ``idx``,
+    ``index`` or ``guid`` when the file has one, else the row's 1-based line number); ``test_layout``: the
+    task's unlabelled test file (:class:`UnlabelledLayout`), recognised by its header.
     """
 
     name: str
@@ -40,6 +55,8 @@ class Task:
     hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
     splits: dict = field(default_factory=dict)  # conventional split → file name
     label_range: Optional[tuple] = None  # regression: the scale's (low, high), checked when files are read
+    id_column: Optional[Column] = None  # the row's id (see the class doc)
+    test_layout: Optional[UnlabelledLayout] = None  # the unlabelled test file, if laid out otherwise
 
     @property
     def num_labels(self) -> int:
@@ -118,7 +135,8 @@ def iter_batches(dataset: list, collate, batch_size: int, sort: bool = True):
 
 class Windows(list):
     """A list of encoded windows (what the Trainer batches) that remembers the source ``examples``
-    (sentences or questions) they came from, for re-assembly at evaluation. Token tasks may pack
+    (sentences or questions; for sequence tasks one window per example) they came from, for re-assembly at
+    evaluation and for the ids of predictions. Token tasks may pack
     several sentences into one sequence: ``packed`` are those sequences and ``spans`` map them back."""
 
     def __init__(self, windows, examples, packed=None, spans=None):
@@ -183,5 +201,5 @@ def stack_padded(arrs: list, axis: int) -> np.ndarray:
     return np.stack(out)
 
 
-__all__ = ["Task", "TaskAdapter", "Column", "iter_batches", "Windows", "TokenCollator", "window_logits",
+__all__ = ["Task", "UnlabelledLayout", "TaskAdapter", "Column", "iter_batches", "Windows", "TokenCollator", "window_logits",
            "stack_padded"]

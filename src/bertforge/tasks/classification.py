@@ -26,36 +26,58 @@ from ..evaluate.metrics import compute
 from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
 from ..tokenizer import pad_id
-from .base import Task, TaskAdapter, batch_logits, iter_batches
+from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches
 
 _NLI2 = ("entailment", "not_entailment")
-#: the nine GLUE tasks (Wang et al. 2019), as the GLUE distribution ships their files
+_PAIR_TEST = UnlabelledLayout(("index", "sentence1", "sentence2"), ("sentence1", "sentence2"))
+_MNLI_TEST = UnlabelledLayout(("index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                               "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+                               "sentence2"), ("sentence1", "sentence2"))
+#: the nine GLUE tasks (Wang et al. 2019), as the GLUE distribution ships their files: train/dev with their
+#: label, and the unlabelled test split (``test.tsv``; MNLI ``test_matched.tsv`` / ``test_mismatched.tsv``)
+#: with its own header, an ``index`` (QQP: ``id``) and no label (:class:`~.base.UnlabelledLayout`)
 TASKS = [
     Task("cola", (3,), 1, ("0", "1"), ("mcc", "accuracy"), header=False, hub=("glue", "cola"),
-         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+         test_layout=UnlabelledLayout(("index", "sentence"), ("sentence",))),
     Task("sst2", ("sentence",), "label", ("0", "1"), ("accuracy",), hub=("glue", "sst2"),
-         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         hub_columns=("sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+         test_layout=UnlabelledLayout(("index", "sentence"), ("sentence",))),
     Task("mrpc", ("#1 String", "#2 String"), "Quality", ("0", "1"), ("f1", "accuracy"),
          hub=("glue", "mrpc"), hub_columns=("sentence1", "sentence2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+         test_layout=UnlabelledLayout(("index", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+                                      ("#1 String", "#2 String"))),
     Task("stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), kind="regression",
          hub=("glue", "stsb"), hub_columns=("sentence1", "sentence2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}, label_range=(0.0, 5.0)),  # Cer et al. 2017 §2
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, label_range=(0.0, 5.0),  # Cer et al. 2017 §2
+         id_column="index",
+         test_layout=UnlabelledLayout(("index", "genre", "filename", "year", "old_index", "source1", "source2",
+                                       "sentence1", "sentence2"), ("sentence1", "sentence2"))),
     Task("qqp", ("question1", "question2"), "is_duplicate", ("0", "1"), ("f1", "accuracy"),
          hub=("glue", "qqp"), hub_columns=("question1", "question2", "label"),
-         splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, id_column="id",
+         test_layout=UnlabelledLayout(("id", "question1", "question2"), ("question1", "question2"), "id")),
     Task("mnli", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
          ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
-         splits={"train": "train.tsv", "dev": "dev_matched.tsv"}),
+         splits={"train": "train.tsv", "dev": "dev_matched.tsv", "test": "test_matched.tsv"}, id_column="index",
+         test_layout=_MNLI_TEST),
     Task("mnli-mm", ("sentence1", "sentence2"), "gold_label", ("contradiction", "entailment", "neutral"),
          ("accuracy",), hub=("glue", "mnli"), hub_columns=("premise", "hypothesis", "label"),
-         splits={"train": "train.tsv", "dev": "dev_mismatched.tsv"}),
+         splits={"train": "train.tsv", "dev": "dev_mismatched.tsv", "test": "test_mismatched.tsv"},
+         id_column="index", test_layout=_MNLI_TEST),
     Task("qnli", ("question", "sentence"), "label", _NLI2, ("accuracy",), hub=("glue", "qnli"),
-         hub_columns=("question", "sentence", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         hub_columns=("question", "sentence", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, id_column="index",
+         test_layout=UnlabelledLayout(("index", "question", "sentence"), ("question", "sentence"))),
     Task("rte", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",), hub=("glue", "rte"),
-         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, id_column="index",
+         test_layout=_PAIR_TEST),
     Task("wnli", ("sentence1", "sentence2"), "label", ("0", "1"), ("accuracy",), hub=("glue", "wnli"),
-         hub_columns=("sentence1", "sentence2", "label"), splits={"train": "train.tsv", "dev": "dev.tsv"}),
+         hub_columns=("sentence1", "sentence2", "label"),
+         splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, id_column="index",
+         test_layout=_PAIR_TEST),
 ]
 
 #: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
@@ -166,7 +188,7 @@ class SequenceAdapter(TaskAdapter):
         enc = encode_examples(self.tok, examples, self.max_seq_len)
         if require_labels and any("labels" not in e for e in enc):
             raise DataError(f"{path} has rows without a label; task {self.task.name} needs labels here")
-        return enc
+        return Windows(enc, examples)  # one window per example; the examples give the predictions' ids
 
     def collator(self):
         return PadCollator(pad_id(self.tok))
@@ -197,11 +219,31 @@ class SequenceAdapter(TaskAdapter):
         return out
 
     def predictions(self, model, dataset, batch_size=64) -> list:
+        """One dict per example: ``id`` (the row's id, see :mod:`bertforge.data.readers`; the 1-based position
+        for a plain list of encoded examples), then ``label`` and ``prob`` (classification: the argmax label
+        name and its softmax probability) or ``score`` (regression)."""
         logits = self.predict_logits(model, dataset, batch_size)
+        examples = getattr(dataset, "examples", None)
+        ids = [e.id for e in examples] if examples is not None else list(range(1, len(dataset) + 1))
         if self.task.kind == "regression":
-            return [{"score": float(x[0])} for x in logits]
+            return [{"id": i, "score": float(x[0])} for i, x in zip(ids, logits)]
         probs = torch.softmax(torch.from_numpy(logits), -1).numpy()
-        return [{"label": self.task.labels[int(p.argmax())], "prob": float(p.max())} for p in probs]
+        return [{"id": i, "label": self.task.labels[int(p.argmax())], "prob": float(p.max())}
+                for i, p in zip(ids, probs)]
 
 
-__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter", "collapse_check"]
+def glue_submission(predictions: list) -> str:
+    """``predictions`` (of :meth:`SequenceAdapter.predictions`) as the TSV the GLUE server takes for one task:
+    a header ``index<TAB>prediction``, then one row per example: its ``id`` and its label name (as the task's
+    files write labels: ``0``/``1`` for CoLA, SST-2, MRPC, QQP, WNLI; ``entailment``/``not_entailment`` for
+    QNLI, RTE; ``entailment``/``neutral``/``contradiction`` for MNLI) or, for regression (STS-B), its score
+    (the shortest decimal that reads back as the float32 the model gave)."""
+    rows = ["index\tprediction\n"]
+    for p in predictions:
+        value = p["label"] if "label" in p else str(np.float32(p["score"]))
+        rows.append(f"{p['id']}\t{value}\n")
+    return "".join(rows)
+
+
+__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter", "collapse_check",
+           "glue_submission"]

@@ -191,7 +191,7 @@ class TokenClassificationAdapter(TaskAdapter):
 
     def predictions(self, model, dataset, batch_size=64) -> list:
         pred = self.word_tags(model, dataset, batch_size)
-        return [{"tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
+        return [{"id": e.id, "tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
 
 
 __all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores"]
