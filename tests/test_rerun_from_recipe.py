@@ -94,6 +94,34 @@ def test_recipe_alone_reruns_the_run_bit_for_bit_from_another_directory(runs, ca
     assert yaml.safe_load((again / "recipe.yaml").read_text()) == saved  # and it records the same run
 
 
+def test_translate_train_reruns_from_its_recipe_alone(tmp_path, capsys, cli_error):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    pairs = [(s, " ".join(w[::-1] for w in s.split())) for s, _ in sentences(160, 5)]  # a toy "language"
+    for name, rows in (("train", pairs[:140]), ("val", pairs[140:])):
+        (a / f"{name}.en").write_text("".join(s + "\n" for s, _ in rows))
+        (a / f"{name}.xx").write_text("".join(t + "\n" for _, t in rows))
+    with contextlib.chdir(a):
+        assert main(["translate", "train", "--src", "train.en", "--tgt", "train.xx", "--valid-src", "val.en",
+                     "--valid-tgt", "val.xx", "--out", "mt", "--max-steps", "3", "--max-tokens", "300",
+                     "model.d_model=32", "model.ffn_dim=64", "model.encoder_layers=1", "model.decoder_layers=1",
+                     "model.num_heads=2", "translate.vocab_size=80", "train.eval_every=3", "train.log_every=1",
+                     "translate.eval_bleu_sentences=5"]) == 0
+    saved = yaml.safe_load((a / "mt" / "recipe.yaml").read_text())
+    assert saved["translate"]["valid_tgt"] == str(a / "val.xx")
+    assert saved["sources"]["--src"]["bytes"] == (a / "train.en").stat().st_size
+    with contextlib.chdir(b):
+        assert main(["translate", "train", "--recipe", str(a / "mt" / "recipe.yaml"), "--out", "mt"]) == 0
+    capsys.readouterr()
+    assert _results(b / "mt") == _results(a / "mt") and any("eval" in r for r in _results(a / "mt"))
+    _same_weights(a / "mt", b / "mt")
+    assert yaml.safe_load((b / "mt" / "recipe.yaml").read_text()) == saved
+    with _moved(a / "val.xx"):
+        line = cli_error(["translate", "train", "--recipe", a / "mt" / "recipe.yaml", "--out", b / "mt2"], a / "mt")
+    assert f"--valid-tgt {a / 'val.xx'}" in line and "no longer exists" in line
+
+
 @contextlib.contextmanager
 def _moved(path: Path):
     away = path.with_name(path.name + ".away")
@@ -185,9 +213,14 @@ def test_continuing_a_custom_task_run_needs_no_task_flag(tmp_path, capsys):
     data = tmp_path / "reviews.csv"
     data.write_text("review,stars\n" + "".join(f"{s},{'pos' if y else 'neg'}\n" for s, y in sentences(24, 4)))
     assert main(["finetune", "--model", str(tiny), "--task", "custom", "--train", str(data), "--out",
-                 str(tmp_path / "custom"), "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32",
-                 "data.text_columns=[review]", "data.label_column=stars", "data.labels=[neg,pos]"]) == 0
-    capsys.readouterr()
+                 str(tmp_path / "custom"), "--max-steps", "1", "--batch-size", "8", "--max-seq-len", "32",
+                 "train.save_every=1", "data.text_columns=[review]", "data.label_column=stars",
+                 "data.labels=[neg,pos]"]) == 0
+    # --resume without --task (or the column overrides): the run in --out records them
+    assert main(["finetune", "--model", str(tiny), "--train", str(data), "--out", str(tmp_path / "custom"),
+                 "--max-steps", "2", "--batch-size", "8", "--max-seq-len", "32", "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2
+    # fine-tuning further from the finished run dir (--model RUN), again without --task
     assert main(["finetune", "--model", str(tmp_path / "custom"), "--train", str(data), "--out",
                  str(tmp_path / "more"), "--max-steps", "1", "--batch-size", "8", "--max-seq-len", "32"]) == 0
     err = capsys.readouterr().err

@@ -75,6 +75,7 @@ class Sources:
         reused without the flag is checked first (:meth:`check_model`)."""
         rec = self.recorded.get(flag)
         spec = given or fallback or (rec and (rec.get("name") or rec.get("path")))
+        self.now.setdefault(flag, {})  # recorded in the order read: the models first
         if spec and not given and rec and _same(spec, rec):
             self.check_model(flag, rec)
         return spec
@@ -83,9 +84,12 @@ class Sources:
         """:meth:`model_spec` of a repeatable flag (``--teacher``): the given values, else the recorded
         ``flag`` or ``flag #1``, ``flag #2`` …, each checked."""
         if given:
+            for i in range(len(given)):
+                self.now.setdefault(numbered(flag, i, len(given)), {})
             return list(given)
         recs = self._numbered(flag)
         for name, rec in recs:
+            self.now.setdefault(name, {})
             self.check_model(name, rec)
         return [rec.get("name") or rec.get("path") for _, rec in recs]
 
@@ -162,7 +166,7 @@ class Sources:
             what = (f"{rec.get('bytes')} → {now.get('bytes')} bytes" if now.get("bytes") != rec.get("bytes")
                     else f"same size, sha256 {_short(rec['sha256'])} → {_short(now.get('sha256'))}")
             raise ConfigError(f"{flag} {rec['path']} has changed since the run recorded in {self.recipe_file} "
-                              f"({what}); restore it, or pass {flag} {rec['path']} to train on it as it is now")
+                              f"({what}); restore it, or pass {flag} {rec['path']} to use it as it is now")
 
     def _record_file(self, flag: str, value: str) -> str:
         if Path(value).exists():
@@ -189,7 +193,7 @@ class Sources:
 
     def record(self, recipe) -> None:
         """Write what this run reads into ``recipe.sources`` (saved with ``recipe.yaml``)."""
-        recipe.sources = dict(self.now)
+        recipe.sources = {k: v for k, v in self.now.items() if v}
 
 
 def _same(value: str, rec: dict) -> bool:

@@ -46,6 +46,8 @@ def setup(args, recipe, sources=None):
     model_dir = resolve_model_dir(args.model)
     hf_cfg = read_config(model_dir)
     meta = hf_cfg.get("bertforge") or {}
+    if not (args.task or d.task or meta.get("task")) and getattr(args, "resume", False):
+        meta = _resumed_meta(args.out) or meta  # --resume: the task the run in --out trains
     d.task = args.task or d.task or meta.get("task")
     if not d.task:
         raise ConfigError("no task given; pass --task NAME (e.g. sst2) or data.task in the recipe")
@@ -62,6 +64,23 @@ def setup(args, recipe, sources=None):
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return model_dir, task, tok, adapter, train_ds, eval_ds
+
+
+def _resumed_meta(out) -> dict:
+    """The ``bertforge`` section (task, task_spec) of the ``config.json`` of the run in ``out`` that
+    ``--resume`` continues: its latest checkpoint's, else its final model's; {} when there is none."""
+    import json
+
+    from ..train.checkpoint import latest_checkpoint
+    ckpt = latest_checkpoint(Path(out) / "checkpoints") if out else None
+    for d in ([ckpt] if ckpt else []) + ([Path(out)] if out else []):
+        try:
+            meta = json.loads((d / "config.json").read_text(encoding="utf-8")).get("bertforge") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if meta.get("task"):
+            return meta
+    return {}
 
 
 def _check_family(model_dir, hf_cfg) -> None:
