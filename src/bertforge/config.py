@@ -204,6 +204,11 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     impl: ImplConfig = field(default_factory=ImplConfig)
     extra: dict = field(default_factory=dict)  # verb-specific sections (objective, distill, …)
+    #: what the run read, by the flag that names it (``--model``, ``--train``, ``--teacher #2`` …): a model dir
+    #: as ``{path, sha256}`` (plus ``name`` for ``minilm`` or a hub id), a data file as ``{path, bytes,
+    #: sha256}``, a hub dataset as ``{name}`` (``bertforge.commands._sources``); empty in recipes written by
+    #: hand and by older versions
+    sources: dict = field(default_factory=dict)
     #: dotted keys the recipe file or a KEY=VALUE override set (not a verb's defaults): a value equal to a
     #: default is still a choice (not saved; see :func:`load_recipe`)
     given: set = field(default_factory=set, compare=False)
@@ -213,6 +218,8 @@ class Recipe:
              "train": dataclasses.asdict(self.train), "impl": dataclasses.asdict(self.impl)}
         d["train"]["adam_betas"] = list(d["train"]["adam_betas"])
         d.update(self.extra)
+        if self.sources:
+            d["sources"] = copy.deepcopy(self.sources)
         return d
 
     def save(self, path: Path) -> None:
@@ -411,7 +418,7 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
             node[outer][inner] = parsed
             continue
         raw.setdefault(section, {})[sub] = parsed
-    allowed = {"model", *_SECTIONS, *extra_sections}
+    allowed = {"model", "sources", *_SECTIONS, *extra_sections}
     for k in raw:
         if k not in allowed:
             raise ConfigError(f"unknown recipe section {k!r}; valid sections: {', '.join(sorted(allowed))}")
@@ -421,12 +428,22 @@ def load_recipe(path: Optional[str] = None, overrides: Optional[list] = None,
     for name, cls in _SECTIONS.items():
         setattr(recipe, name, _build_section(name, cls, raw.get(name, {})))
     recipe.extra = {k: raw[k] for k in extra_sections if k in raw}
+    recipe.sources = _check_sources(raw.get("sources") or {}, path)
     recipe.given = chosen | set(given)
     for sec, types in _EXTRA_TYPES.items():
         for k, tp in types.items():
             if k in recipe.extra.get(sec, {}):
                 recipe.extra[sec][k] = check_value(f"{sec}.{k}", recipe.extra[sec][k], tp)
     return recipe
+
+
+def _check_sources(sources: dict, path) -> dict:
+    """The ``sources`` section of a run's recipe: flag → a mapping with a ``path`` or a ``name``."""
+    for flag, entry in sources.items():
+        if not isinstance(entry, dict) or not (entry.get("path") or entry.get("name")):
+            raise ConfigError(f"recipe {path}: sources.{flag} must be a mapping with a path (or a name) and its "
+                              f"fingerprint, as a run writes it; fix the file or drop the entry")
+    return {str(k): dict(v) for k, v in sources.items()}
 
 
 def model_config_from_dict(d: dict) -> ModelConfig:

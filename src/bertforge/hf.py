@@ -193,7 +193,7 @@ def resolve_model_dir(name: str) -> Path:
                              f"directory") from None
 
 
-def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
+def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False, notes: bool = True,
                     **config_overrides) -> TaskModel:
     """Load a HF/bertforge checkpoint dir into a :class:`TaskModel`.
 
@@ -203,6 +203,8 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
             ``base``. A head whose weights are absent (or of another label count) is freshly initialised,
             with a note on stderr (e.g. fine-tuning from a pretrained encoder).
         strict_head: raise instead of initialising the head fresh (evaluation of a trained head).
+        notes: print the notes on what starts fresh or is dropped (head, pooler, layers) on stderr; False
+            when other weights replace these next (a training run's ``--resume`` loads its checkpoint).
         config_overrides: ModelConfig fields to change (``num_labels``, ``id2label``, dropouts…).
     Returns:
         the model in eval mode (dropout off), as ``transformers``' ``from_pretrained``; the Trainer switches
@@ -231,7 +233,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     saved_layers = config.num_hidden_layers
     if config_overrides:
         config = config.replace(**config_overrides)
-    if config.num_hidden_layers < saved_layers:
+    if config.num_hidden_layers < saved_layers and notes:
         print(f"bertforge: keeping the first {config.num_hidden_layers} of the {saved_layers} encoder layers "
               f"of {path} (model.num_hidden_layers={config.num_hidden_layers})", file=sys.stderr)
     model = TaskModel(config, head=head)
@@ -271,10 +273,10 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if fresh_head and strict_head:
         raise CheckpointError(f"{fresh_head[0]}; pass a checkpoint with a trained {head} head, or "
                               f"strict_head=False to start it fresh")
-    if fresh_head:
+    if fresh_head and notes:
         print(f"bertforge: {fresh_head[1]}", file=sys.stderr)
     _check_shapes(new_state, own, path)
-    if model.encoder.pooler is not None and not config.add_pooling_layer:
+    if model.encoder.pooler is not None and not config.add_pooling_layer and notes:
         print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",
               file=sys.stderr)
     model.load_state_dict(new_state, strict=False)

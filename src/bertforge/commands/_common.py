@@ -24,7 +24,9 @@ def resolve_model_dir(name: str) -> Path:
 
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
-    p.add_argument("--recipe", default=default_recipe, help="YAML recipe (model/data/train/impl sections)")
+    p.add_argument("--recipe", default=default_recipe,
+                   help="YAML recipe (model/data/train/impl sections); a run's RUN/recipe.yaml alone re-runs it "
+                        "(its inputs are recorded there and checked to be unchanged)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="recipe overrides with dotted keys, e.g. train.lr=3e-5 impl.dtype=bfloat16")
 

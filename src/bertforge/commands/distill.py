@@ -31,8 +31,9 @@ def apply_kernels(model, kernels):
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--teacher", action="append", required=True,
-                   help="teacher checkpoint dir or 'minilm'; repeat for several teachers (averaged soft targets)")
+    p.add_argument("--teacher", action="append",
+                   help="teacher checkpoint dir or 'minilm'; repeat for several teachers (averaged soft targets); "
+                        "default: the ones --recipe RUN/recipe.yaml records")
     p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), layers:0,2,4 (copied from the "
                                      "teacher) or a checkpoint dir (an earlier stage)")
     p.add_argument("--method", choices=Choices(DISTILL_METHODS, "bertforge.distill.distiller:METHODS"),
@@ -209,11 +210,19 @@ def run(args) -> int:
     """``bertforge distill``: options → teachers → data → student → losses → run dir → distiller → train.
     Every check runs before anything is written; the run dir is a :class:`RunDir`."""
     from ..distill.data import IndexedDataset
+    from ._sources import Sources, require
     recipe = build_recipe(args, extra_sections=("distill",))
+    prov = Sources(recipe, args.recipe)  # the inputs --recipe recorded; those this run reads
+    args.teacher = require(prov.model_specs("--teacher", args.teacher),
+                           "no teacher given; pass --teacher DIR (a checkpoint dir, or 'minilm'), or --recipe "
+                           "RUN/recipe.yaml of an earlier run")
+    prov.model_spec("--student", args.student, fallback=(recipe.extra.get("distill") or {}).get("student"))
     opts = read_options(args, recipe)
-    teacher_dirs = resolve_teachers(args, opts, recipe)
-    data = build_data(args, opts, recipe, teacher_dirs)
-    student = build_student_model(opts, data, teacher_dirs, recipe.train.seed)
+    if Path(opts.student).is_dir():  # recorded resolved: the recipe re-runs from any working directory
+        opts.student = str(Path(opts.student).resolve())
+    teacher_dirs = resolve_teachers(args, opts, recipe, prov)
+    data = build_data(args, opts, recipe, teacher_dirs, prov)
+    student = build_student_model(opts, data, teacher_dirs, recipe.train.seed, notes=not args.resume)
     losses = choose_losses(args, opts, data.teachers[0], teacher_dirs, student)
     use_cache = wants_teacher_cache(args, opts, recipe, data, losses)
     collate = distill_collator(data, losses)
@@ -224,7 +233,10 @@ def run(args) -> int:
     inputs = (*teacher_dirs, *([opts.student] if Path(opts.student).is_dir() else []))
     check_teacher_cache_dir(args, out, inputs)
     run_dir = RunDir(out, inputs=inputs, overwrite=args.overwrite, resume=args.resume)
-    sources = source_fingerprints(teacher_dirs, opts.student)
+    sources = source_fingerprints(teacher_dirs, opts.student, prov, args.teacher)
+    if opts.augment_mlm:
+        prov.record_model("--augment-mlm", opts.augment_mlm, opts.augment_mlm)
+    prov.record(recipe)  # recipe.yaml: what the run read, so that --recipe alone re-runs it
     if args.resume:
         from ._resume_policy import check_resume
         check_resume(out, len(dataset), recipe.train, sources, recipe)  # before anything is written
@@ -302,7 +314,7 @@ def read_options(args, recipe) -> Options:
 
 
 # ------------------------------------------------------------------------------------------ teachers
-def resolve_teachers(args, opts: Options, recipe) -> list:
+def resolve_teachers(args, opts: Options, recipe, inputs=None) -> list:
     """The teacher dirs, checked before any model is loaded: ``--max-seq-len`` fits every teacher, teachers
     and a student dir share one vocabulary, an ``--augment-mlm`` dir is a masked LM of that vocabulary.
     Without a length asked for, ``data.max_seq_len`` becomes the one the teacher was fine-tuned with."""
@@ -317,23 +329,28 @@ def resolve_teachers(args, opts: Options, recipe) -> list:
         if meta.get("max_seq_len"):
             recipe.data.max_seq_len = int(meta["max_seq_len"])
     if opts.augment_mlm and opts.stage == "task" and opts.copies:
+        if inputs is not None:  # the recipe's masked LM: checked to be the one it recorded
+            inputs.model_spec("--augment-mlm", args.augment_mlm, fallback=opts.augment_mlm)
         opts.augment_mlm = str(Path(resolve_model_dir(str(opts.augment_mlm))).resolve())
         _check_augment_mlm(opts.augment_mlm, teacher_dirs[0])
     return teacher_dirs
 
 
 # ---------------------------------------------------------------------------------------------- data
-def build_data(args, opts: Options, recipe, teacher_dirs) -> Data:
+def build_data(args, opts: Options, recipe, teacher_dirs, inputs=None) -> Data:
     """Load the teachers and the training data of the stage: labelled task examples (optionally augmented,
-    TinyBERT §3.3) or corpus sequences."""
+    TinyBERT §3.3) or corpus sequences. ``inputs`` (:class:`bertforge.commands._sources.Sources`) checks data
+    files taken from the recipe and records them; data paths are recorded resolved."""
     from ..tokenizer import load_tokenizer
+    from ._sources import Sources
+    inputs = inputs if inputs is not None else Sources(recipe, getattr(args, "recipe", None))
     tok = load_tokenizer(teacher_dirs[0])
     if opts.stage == "task":
-        return _task_data(args, opts, recipe, teacher_dirs, tok)
-    return _corpus_data(args, recipe, teacher_dirs, tok)
+        return _task_data(args, opts, recipe, teacher_dirs, tok, inputs)
+    return _corpus_data(args, recipe, teacher_dirs, tok, inputs)
 
 
-def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
+def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers with the task's head (each checked to have it, with the task's label count) and the task's
     examples.
 
@@ -346,8 +363,8 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok) -> Data:
     d = recipe.data
     meta = read_config(teacher_dirs[0]).get("bertforge") or {}
     d.task = args.task or d.task or meta.get("task")
-    d.train = args.train or d.train
-    d.eval = args.eval or d.eval
+    d.train = inputs.data_path("--train", args.train or d.train, given=args.train is not None)
+    d.eval = inputs.data_path("--eval", args.eval or d.eval, given=args.eval is not None)
     if not d.task:
         raise ConfigError("--stage task needs --task NAME (the teacher does not record one)")
     if not d.train:
@@ -413,7 +430,7 @@ def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tu
     return augment_examples(examples, augmenter, opts.copies), record
 
 
-def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
+def _corpus_data(args, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
     from ..data.collate import PadCollator
     from ..distill.data import corpus_sequences
@@ -424,7 +441,7 @@ def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
     corpus = args.corpus or d.corpus
     if not corpus:
         raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
-    d.corpus = list(corpus)
+    corpus = d.corpus = inputs.data_paths("--corpus", corpus, given=args.corpus is not None)
     # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
     teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
                                               else None), recipe.impl.kernels) for t in teacher_dirs]
@@ -437,14 +454,15 @@ def _corpus_data(args, recipe, teacher_dirs, tok) -> Data:
 
 
 # ------------------------------------------------------------------------------------------- student
-def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int):
+def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int, notes: bool = True):
     """The student (:func:`bertforge.distill.student.build_student`), seeded so that its fresh weights are
-    the same in every run and on every rank; its head follows the teacher's."""
+    the same in every run and on every rank; its head follows the teacher's. ``notes``: say which weights
+    start fresh (not on ``--resume``, whose checkpoint replaces them)."""
     from ..distill.student import build_student
     from ..train.rng import set_seed
     set_seed(seed)
     return build_student(opts.student, data.teachers[0], head=data.head, head_config=data.head_config,
-                         teacher_dir=str(teacher_dirs[0]))
+                         teacher_dir=str(teacher_dirs[0]), notes=notes)
 
 
 # -------------------------------------------------------------------------------------------- losses
@@ -554,13 +572,17 @@ def check_teacher_cache_dir(args, out: Path, inputs: tuple) -> None:
                     kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
 
 
-def source_fingerprints(teacher_dirs, student_spec: str) -> dict:
-    """The input model dirs by flag, fingerprinted, so that ``--resume`` refuses other ones."""
-    from ..io import dir_fingerprint
-    sources = {("--teacher" if len(teacher_dirs) == 1 else f"--teacher #{i + 1}"): dir_fingerprint(t)
-               for i, t in enumerate(teacher_dirs)}
+def source_fingerprints(teacher_dirs, student_spec: str, inputs=None, teacher_specs=None) -> dict:
+    """The input model dirs by flag, fingerprinted, so that ``--resume`` refuses other ones; ``inputs``
+    (:class:`bertforge.commands._sources.Sources`) records them for ``recipe.yaml`` too (``teacher_specs``:
+    the teachers as given, ``minilm`` or a hub id kept by name)."""
+    from ._sources import Sources, numbered
+    inputs = inputs if inputs is not None else Sources(None)
+    specs = list(teacher_specs or teacher_dirs)
+    sources = {numbered("--teacher", i, len(teacher_dirs)): inputs.record_model(
+        numbered("--teacher", i, len(teacher_dirs)), spec, t) for i, (spec, t) in enumerate(zip(specs, teacher_dirs))}
     if Path(student_spec).is_dir():
-        sources["--student"] = dir_fingerprint(student_spec)
+        sources["--student"] = inputs.record_model("--student", student_spec, student_spec)
     return sources
 
 
@@ -574,7 +596,7 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
     if Path(opts.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
         from ..distill.distiller import PROJECTIONS_FILE
         fresh = sorted(set(distiller.proj) - set(distiller.load_projections(opts.student)))
-        if fresh and (Path(opts.student) / PROJECTIONS_FILE).is_file():
+        if fresh and (Path(opts.student) / PROJECTIONS_FILE).is_file() and not args.resume:
             sys.stderr.write(f"bertforge distill: note: {opts.student}/{PROJECTIONS_FILE} has no W of this "
                              f"shape for {', '.join(fresh)} (another teacher width or loss); "
                              f"initialised fresh\n")

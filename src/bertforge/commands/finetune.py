@@ -21,7 +21,8 @@ MAX_TRAIN_SAMPLES_HELP = ("use only the first N training records: rows (classifi
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="checkpoint dir (HF layout) or 'minilm' (embedded)")
+    p.add_argument("--model", help="checkpoint dir (HF layout) or 'minilm' (embedded); default: the one "
+                                   "--recipe RUN/recipe.yaml records")
     p.add_argument("--task", help=f"task name ({', '.join(TASK_NAMES)} or custom)")
     p.add_argument("--train", help="training file (TSV/CSV/JSONL) or hub dataset name")
     p.add_argument("--eval", help="evaluation file")
@@ -32,21 +33,35 @@ def add_arguments(p) -> None:
     add_recipe_args(p)
 
 
-def setup(args, recipe):
-    """Resolve model, task and data (validated before anything is written)."""
+def setup(args, recipe, sources=None):
+    """Resolve model, task and data (validated before anything is written). Inputs not given as flags come
+    from the recipe (``sources``, :mod:`bertforge.commands._sources`: checked to be the ones it recorded)
+    and are recorded in it, data paths resolved; the task (and a custom task's columns and labels) not given
+    is the one the model was fine-tuned on (its ``config.json``)."""
     from ..hf import check_seq_len, read_config
-    from ..tasks import adapter_for, get_task
+    from ..tasks import adapter_for, get_task, saved_task_spec
     from ..tokenizer import load_tokenizer
+    from ._sources import Sources, require
+    sources = sources if sources is not None else Sources(recipe, getattr(args, "recipe", None))
     d = recipe.data
-    d.task = args.task or d.task
-    d.train = args.train or d.train
-    d.eval = args.eval or d.eval
+    args.model = require(sources.model_spec("--model", args.model),
+                         "no model given; pass --model DIR (a checkpoint dir, or 'minilm'), or --recipe "
+                         "RUN/recipe.yaml of an earlier run")
+    d.train = sources.data_path("--train", args.train or d.train, given=args.train is not None)
+    d.eval = sources.data_path("--eval", args.eval or d.eval, given=args.eval is not None)
+    model_dir = resolve_model_dir(args.model)
+    hf_cfg = read_config(model_dir)
+    meta = hf_cfg.get("bertforge") or {}
+    if not (args.task or d.task or meta.get("task")) and getattr(args, "resume", False):
+        meta = _resumed_meta(args.out) or meta  # --resume: the task the run in --out trains
+    d.task = args.task or d.task or meta.get("task")
     if not d.task:
         raise ConfigError("no task given; pass --task NAME (e.g. sst2) or data.task in the recipe")
     if not d.train:
         raise ConfigError("no training data given; pass --train FILE")
-    model_dir = resolve_model_dir(args.model)
-    hf_cfg = read_config(model_dir)
+    for k, v in saved_task_spec(meta, d.task).items():  # a custom task's columns and labels, as trained
+        if getattr(d, k, None) is None:
+            setattr(d, k, v)
     _check_family(model_dir, hf_cfg)
     task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
     tok = load_tokenizer(model_dir)
@@ -55,6 +70,23 @@ def setup(args, recipe):
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return model_dir, task, tok, adapter, train_ds, eval_ds
+
+
+def _resumed_meta(out) -> dict:
+    """The ``bertforge`` section (task, task_spec) of the ``config.json`` of the run in ``out`` that
+    ``--resume`` continues: its latest checkpoint's, else its final model's; {} when there is none."""
+    import json
+
+    from ..train.checkpoint import latest_checkpoint
+    ckpt = latest_checkpoint(Path(out) / "checkpoints") if out else None
+    for d in ([ckpt] if ckpt else []) + ([Path(out)] if out else []):
+        try:
+            meta = json.loads((d / "config.json").read_text(encoding="utf-8")).get("bertforge") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if meta.get("task"):
+            return meta
+    return {}
 
 
 def _check_family(model_dir, hf_cfg) -> None:
@@ -72,20 +104,24 @@ def run(args) -> int:
     from ..train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan
     from ._resume_policy import check_batch_fits
+    from ._sources import Sources
     recipe = build_recipe(args)
-    model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe)
+    inputs = Sources(recipe, args.recipe)
+    model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe, inputs)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
     run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite, resume=args.resume)
-    from ..io import dir_fingerprint
-    sources = {"--model": dir_fingerprint(model_dir)}
+    sources = {"--model": inputs.record_model("--model", args.model, model_dir)}
+    inputs.record(recipe)  # recipe.yaml: what the run read, so that --recipe alone re-runs it
     if args.resume:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     with run_dir as work:
         from ..train.rng import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
-        model = load_pretrained(model_dir, head=adapter.head, **adapter.head_config(), **recipe.model)
+        # on --resume the checkpoint's weights replace these: no note about a head that starts fresh
+        model = load_pretrained(model_dir, head=adapter.head, notes=not args.resume, **adapter.head_config(),
+                                **recipe.model)
         model.config.bertforge = {**model.config.bertforge, "task": task.name, "task_spec": task_spec(recipe.data),
                                   "max_seq_len": recipe.data.max_seq_len}
         if recipe.train.metric_for_best is None and eval_ds is not None:

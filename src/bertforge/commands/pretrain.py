@@ -28,10 +28,11 @@ from ._rundir import RunDir
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--objective", required=True,
-                   choices=Choices(sorted(OBJECTIVE_NAMES), "bertforge.objectives.pretrain:OBJECTIVES"))
-    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="text files, or HF hub dataset names (NAME or NAME:CONFIG, a 'text' column; streamed)")
+    p.add_argument("--objective", choices=Choices(sorted(OBJECTIVE_NAMES), "bertforge.objectives.pretrain:OBJECTIVES"),
+                   help="default: the one --recipe RUN/recipe.yaml records (pretrain.objective)")
+    p.add_argument("--corpus", nargs="+", metavar="FILE",
+                   help="text files, or HF hub dataset names (NAME or NAME:CONFIG, a 'text' column; streamed); "
+                        "default: the ones --recipe RUN/recipe.yaml records")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--size", choices=Choices(sorted(SIZE_NAMES), "bertforge.objectives.pretrain:SIZES"),
                    help="model/train shape (default tiny; a --recipe's own values must agree with it)")
@@ -55,6 +56,15 @@ def build_pretrain_recipe(args):
     """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
     < explicit flags."""
     from ..objectives.pretrain import OBJECTIVES, SIZES
+    if not args.objective:  # a run's recipe records its objective
+        saved = load_recipe(args.recipe, [], extra_sections=("pretrain",)).extra.get("pretrain") or {}
+        args.objective = saved.get("objective")
+        if not args.objective:
+            raise ConfigError("no objective given; pass --objective (one of " + ", ".join(sorted(OBJECTIVES))
+                              + "), or --recipe RUN/recipe.yaml of an earlier pretrain run")
+        if args.objective not in OBJECTIVES:
+            raise ConfigError(f"{args.recipe}: pretrain.objective={args.objective!r}; choose one of "
+                              f"{', '.join(sorted(OBJECTIVES))}")
     defaults = deep_merge(SIZES[args.size or "tiny"], {"train": dict(OBJECTIVES[args.objective].train)})
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("pretrain",), defaults=defaults)
     if args.size and args.recipe:
@@ -72,7 +82,10 @@ def build_pretrain_recipe(args):
     if args.whole_word:
         sec["whole_word"] = True
     sec["objective"] = args.objective
-    r.data.corpus = [str(c) for c in args.corpus]
+    r.data.corpus = [str(c) for c in (args.corpus or r.data.corpus or [])]
+    if not r.data.corpus:
+        raise ConfigError("no corpus given; pass --corpus FILE [FILE …] (raw text), or --recipe RUN/recipe.yaml "
+                          "of an earlier pretrain run")
     seen: dict = {}
     for c in r.data.corpus:  # a file given twice would silently count its text twice
         key = str(Path(c).resolve()) if Path(c).exists() else c
@@ -140,12 +153,22 @@ def run(args) -> int:
     from ..train.trainer import Trainer
     from ..data.tokenizers_train import KINDS
 
+    from ._sources import Sources
     recipe = build_pretrain_recipe(args)
+    inputs = Sources(recipe, args.recipe)  # what --recipe recorded; what this run reads
+    recipe.data.corpus = inputs.data_paths("--corpus", recipe.data.corpus, given=args.corpus is not None)
     opts = resolve_options(args.objective, {k: v for k, v in recipe.extra["pretrain"].items()
                                             if k != "objective"})
-    recipe.extra["pretrain"] = {k: v for k, v in opts.items() if k not in ("family", "head")}
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     trained = opts.get("tokenizer") in (None, *KINDS)
+    if not trained:  # a checkpoint's tokenizer: checked when the recipe's, recorded (a dir resolved)
+        spec = inputs.model_spec("--tokenizer", args.tokenizer, fallback=str(opts["tokenizer"]))
+        tok_dir = resolve_model_dir(spec)
+        if tok_dir.is_dir():
+            inputs.record_model("--tokenizer", spec, tok_dir)
+            if Path(spec).is_dir():
+                opts["tokenizer"] = str(Path(spec).resolve())
+    recipe.extra["pretrain"] = {k: v for k, v in opts.items() if k not in ("family", "head")}
     # a checkpoint dir whose tokenizer is reused: neither --out nor the cache may lie in it
     tok_inputs = (Path(opts["tokenizer"]),) if not trained and Path(str(opts["tokenizer"])).is_dir() else ()
     check_cache_dir(cache, Path(args.out), tok_inputs, reuse_hint="an earlier --cache-dir")
@@ -192,6 +215,7 @@ def run(args) -> int:
     config.bertforge = {**config.bertforge, "objective": args.objective, "max_seq_len": max_len}
     out = Path(args.out)
     run_dir = RunDir(out, inputs=tok_inputs, overwrite=args.overwrite, resume=args.resume)
+    inputs.record(recipe)  # recipe.yaml: what the run read, so that --recipe alone re-runs it
     if args.resume:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built

@@ -39,17 +39,20 @@ DEFAULT_RECIPE = {
                   "noam_factor": None, "eval_bleu_sentences": 300, "eval_beam": 1,
                   "beam": 4, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10},
 }
-TRANSLATE_KEYS = set(DEFAULT_RECIPE["translate"])
+#: the parallel files of a run, by recipe key (``translate.src`` …) and flag; a run's recipe.yaml records them
+#: resolved, so that ``--recipe RUN/recipe.yaml`` alone re-runs it
+FILE_FLAGS = {"src": "--src", "tgt": "--tgt", "valid_src": "--valid-src", "valid_tgt": "--valid-tgt"}
+TRANSLATE_KEYS = set(DEFAULT_RECIPE["translate"]) | set(FILE_FLAGS)
 
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="translate_cmd", metavar="{train,decode}", parser_class=type(p))
     t = sub.add_parser("train", help="train a translation Transformer on parallel text files",
                        description=(__doc__ or "").strip())
-    t.add_argument("--src", required=True, help="training source sentences, one per line")
-    t.add_argument("--tgt", required=True, help="training target sentences, aligned with --src")
-    t.add_argument("--valid-src", required=True, help="validation source sentences")
-    t.add_argument("--valid-tgt", required=True, help="validation target sentences")
+    t.add_argument("--src", help="training source sentences, one per line (default: --recipe's translate.src)")
+    t.add_argument("--tgt", help="training target sentences, aligned with --src (default: --recipe's translate.tgt)")
+    t.add_argument("--valid-src", help="validation source sentences (default: --recipe's translate.valid_src)")
+    t.add_argument("--valid-tgt", help="validation target sentences (default: --recipe's translate.valid_tgt)")
     t.add_argument("--out", required=True, help="run directory (becomes the checkpoint)")
     t.add_argument("--max-minutes", type=float, help="wall-clock training budget (train.max_minutes)")
     t.add_argument("--max-tokens", type=int, help="tokens per batch (translate.max_tokens)")
@@ -109,9 +112,18 @@ def build_translate_recipe(args):
         d = int(r.model.get("d_model", 512))
         r.train.lr = float(sec["noam_factor"]) * d ** -0.5 * max(1, r.train.warmup_steps or 1) ** -0.5
     _check_translate_recipe(r, sec)
+    from ._sources import Sources
+    inputs = Sources(r, args.recipe)  # files not given come from the recipe, checked to be the ones it recorded
+    for key, flag in FILE_FLAGS.items():
+        given = getattr(args, key)
+        value = given or sec.get(key)
+        if not value:
+            raise ConfigError(f"no {flag} given; pass {flag} FILE, or --recipe RUN/recipe.yaml of an earlier "
+                              f"`translate train` run")
+        sec[key] = inputs.data_path(flag, value, given=given is not None)
+        setattr(args, key, sec[key])
+    inputs.record(r)  # recipe.yaml: what the run read
     r.data.train, r.data.eval = args.src, args.valid_src
-    sec.update(src=str(args.src), tgt=str(args.tgt), valid_src=str(args.valid_src),
-               valid_tgt=str(args.valid_tgt))
     return r
 
 

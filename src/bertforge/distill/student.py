@@ -110,8 +110,10 @@ def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **
 
 
 def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config: Optional[dict] = None,
-                  teacher_dir: Optional[str] = None) -> TaskModel:
+                  teacher_dir: Optional[str] = None, notes: bool = True) -> TaskModel:
     """Make the student named by ``spec`` (shape, ``layers:…`` or a checkpoint dir); see module doc.
+    ``notes``: :func:`bertforge.hf.load_pretrained`'s notes on a head that starts fresh (off when a
+    checkpoint replaces the weights next: ``--resume``).
 
     Raises:
         ConfigError: malformed spec; CheckpointError: a dir that cannot be loaded.
@@ -120,7 +122,7 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
     spec = str(spec).strip()
     record: dict = {"spec": spec, "teacher": str(teacher_dir) if teacher_dir else None}
     if Path(spec).is_dir():
-        student = load_pretrained(spec, head=head, **head_config)
+        student = load_pretrained(spec, head=head, notes=notes, **head_config)
         prev = dict(student.config.bertforge.get("student") or {})
         record = {**prev, "from_dir": spec}
     elif spec.lower().startswith("layers:"):
