@@ -365,4 +365,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "check_args", "resolve_seq_len", "np"]
+__all__ = ["read_text_examples", "fidelity_fn", "plot_curve", "check_args", "resolve_seq_len"]
