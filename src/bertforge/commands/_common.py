@@ -9,11 +9,13 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from ..config import Recipe, load_recipe
 from ..errors import BertforgeError, ConfigError, require_at_least
 from ._rundir import enclosing_output, holds_output
+
+if TYPE_CHECKING:
+    from ..config import Recipe
 
 
 def resolve_model_dir(name: str) -> Path:
@@ -55,6 +57,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
     """Recipe file, then ``key=value`` overrides, then explicit CLI flags (highest precedence)."""
+    from ..config import load_recipe
     r = load_recipe(getattr(args, "recipe", None), getattr(args, "overrides", None) or [], extra_sections)
     apply_train_flags(r, args)
     return check_recipe(r)

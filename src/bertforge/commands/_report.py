@@ -3,8 +3,8 @@
 * :func:`training_plan` — before the first step of ``finetune`` / ``distill``: how many records
   ``--max-train-samples`` read (rows, sentences, questions, sequences), how many training items they became
   (NER packs sentences into windows, QA cuts long contexts into several) and how many optimizer steps
-  follow. ``bertforge finetune: 1000 sentences → 168 windows of ≤128 tokens; 21 optimizer steps (batch 8,
-  1 epoch)``.
+  follow: ``bertforge finetune: 1000 sentences → 161 windows of ≤128 tokens; 20 optimizer steps (batch 8,
+  1 epoch of 20 steps)`` (CoNLL-2003 train, MiniLM's tokenizer).
 * :class:`CollapseWarning` — a classifier whose every evaluation prediction is one class
   (:func:`bertforge.tasks.classification.collapse_check` adds ``collapsed`` and ``majority_baseline`` to
   the metrics), named with the majority-class baseline's score on the same metric.

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 
-from ..config import deep_merge, load_recipe
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
 from ..names import OBJECTIVE_NAMES, SIZE_NAMES, Choices
 from ._common import (add_train_args, apply_train_flags, check_cache_dir, check_flags_agree, check_recipe,
@@ -55,6 +54,7 @@ def add_arguments(p) -> None:
 def build_pretrain_recipe(args):
     """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
     < explicit flags."""
+    from ..config import deep_merge, load_recipe
     from ..objectives.pretrain import OBJECTIVES, SIZES
     if not args.objective:  # a run's recipe records its objective
         saved = load_recipe(args.recipe, [], extra_sections=("pretrain",)).extra.get("pretrain") or {}

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 
-from ..config import load_recipe
 from ..errors import ConfigError, DataError, require_number
 from ._common import add_train_args, apply_train_flags, print_json
 from ._rundir import RunDir
@@ -91,6 +90,7 @@ def run(args) -> int:
 # --------------------------------------------------------------------------------------- train
 def build_translate_recipe(args):
     """Defaults (DEFAULT_RECIPE) < recipe file < KEY=VALUE overrides < explicit flags."""
+    from ..config import load_recipe
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("translate",),
                     defaults=DEFAULT_RECIPE)
     if args.batch_size is not None:
