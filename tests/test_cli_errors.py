@@ -613,9 +613,10 @@ def test_bad_cli_input_is_one_error_line(case, w, cli_error):
     (lambda w: _ft(w, train=w.d / "nope.tsv"), "does not exist"),
     (lambda w: _ft(w, model=w.gpt2), "model_type='gpt2'"),
     (lambda w: ["finetune", "--model", w.tiny, "--task", "sst2", "--out", w.d / "x"], "--train"),
-    (lambda w: ["finetune", "--task", "sst2"], "--model"),  # argparse usage error
+    (lambda w: ["finetune", "--task", "sst2"], "--out"),  # argparse usage error (--model may come from --recipe)
+    (lambda w: ["finetune", "--task", "sst2", "--train", w.train, "--out", w.d / "x"], "no model given"),
     (lambda w: [], "no verb given"),
-], ids=["missing-file", "unknown-family", "no-train-file", "usage", "no-verb"])
+], ids=["missing-file", "unknown-family", "no-train-file", "usage", "no-model", "no-verb"])
 def test_bad_cli_input_in_a_fresh_process_is_one_error_line(w, argv, needle):
     r = run(bertforge_cmd(*argv(w)), timeout=120)
     assert r.returncode == 2, r.stderr
