@@ -137,3 +137,25 @@ def test_atomic_outputs_get_normal_modes(tmp_path):
         assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
     finally:
         os.umask(mask)
+
+
+def test_overwrite_replaces_only_a_real_run_or_model(tmp_path, cli_error):
+    """A folder holding a ``config.json`` (or an empty ``checkpoints/``) beside the user's own files is not a
+    bertforge output: ``--overwrite`` refuses it and every file stays; a model dir (config + weights) is
+    replaced."""
+    model = make_tiny_checkpoint(tmp_path / "model")
+    for marker in ("config.json", "checkpoints"):
+        mine = tmp_path / f"mine-{marker}"
+        mine.mkdir()
+        (mine / "notes.txt").write_text("precious")
+        if marker == "config.json":
+            (mine / marker).write_text('{"my": "settings"}')
+        else:
+            (mine / marker).mkdir()
+        for argv in (["export", "--model", model, "--out", mine, "--overwrite"],
+                     ["prune", "--model", model, "--fraction", "0.5", "--out", mine, "--overwrite"]):
+            line = cli_error([str(a) for a in argv], mine)
+            assert "not a bertforge run" in line, line
+        assert (mine / "notes.txt").read_text() == "precious"
+    from bertforge.commands._rundir import replaceable_output
+    assert replaceable_output(model) and not replaceable_output(tmp_path / "mine-config.json")

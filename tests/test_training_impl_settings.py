@@ -12,15 +12,16 @@ from bertforge.train.trainer import Trainer
 
 
 class _Regressor(torch.nn.Module):
-    """A plain (non-bertforge) module: two layers, MSE loss, one logged term."""
+    """A plain (non-bertforge) module: two layers, dropout, MSE loss, one logged term."""
 
-    def __init__(self):
+    def __init__(self, dropout: float = 0.0):
         super().__init__()
         self.lin = torch.nn.Linear(4, 8)
+        self.drop = torch.nn.Dropout(dropout)  # draws its masks from the global RNG stream, as the encoder's do
         self.out = torch.nn.Linear(8, 1)
 
     def forward(self, x, y, noise):
-        pred = self.out(torch.nn.functional.gelu(self.lin(x + noise))).squeeze(-1)
+        pred = self.out(self.drop(torch.nn.functional.gelu(self.lin(x + noise)))).squeeze(-1)
         loss = ((pred - y) ** 2).mean()
         return {"loss": loss, "terms": {"mse": loss.detach()}}
 
@@ -35,13 +36,13 @@ def _collate(items):
     return {"x": x, "y": torch.stack([b for _, b in items]), "noise": 0.1 * torch.randn(x.shape)}
 
 
-def _trainer(tmp_path, name, *overrides, steps=6):
+def _trainer(tmp_path, name, *overrides, steps=6, dropout=0.0):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = [(torch.randn(4, generator=g), torch.randn((), generator=g)) for _ in range(40)]
     recipe = load_recipe(None, ["train.batch_size=8", f"train.max_steps={steps}", "train.lr=1e-2",
                                 "train.log_every=1", "impl.progress=false", *overrides])
-    return Trainer(_Regressor(), data, _collate, recipe, tmp_path / name)
+    return Trainer(_Regressor(dropout), data, _collate, recipe, tmp_path / name)
 
 
 def _metrics(run_dir):
@@ -51,14 +52,18 @@ def _metrics(run_dir):
 
 
 def test_num_workers_gives_the_same_batches_and_weights(tmp_path):
-    plain, workers = _trainer(tmp_path, "w0"), _trainer(tmp_path, "w2", "impl.num_workers=2")
+    plain, workers = _trainer(tmp_path, "b0"), _trainer(tmp_path, "b2", "impl.num_workers=2")
     assert workers.impl.num_workers == 2
     for epoch, skip in ((0, 0), (1, 2)):
         a, b = list(plain._batches(epoch, skip)), list(workers._batches(epoch, skip))
         assert len(a) == len(b) == 5 - skip
         for x, y in zip(a, b):
             assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)  # same rows, same noise
+    # trained with dropout on, each run built then fitted as a verb does: starting the workers must not shift
+    # the global RNG stream that the dropout masks come from
+    plain = _trainer(tmp_path, "w0", dropout=0.3)
     plain.fit()
+    workers = _trainer(tmp_path, "w2", "impl.num_workers=2", dropout=0.3)
     workers.fit()
     for (n, p), (_, q) in zip(plain.model.named_parameters(), workers.model.named_parameters()):
         assert torch.equal(p, q), n

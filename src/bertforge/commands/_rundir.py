@@ -49,6 +49,24 @@ def holds_output(path: Path) -> bool:
     return any((Path(path) / f).exists() for f in OUTPUT_MARKERS)
 
 
+#: weight files one of which, beside a ``config.json``, makes a dir a model bertforge (or transformers) wrote
+WEIGHT_FILES = ("model.safetensors", "model.int8.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def replaceable_output(path: Path) -> bool:
+    """Whether ``--overwrite`` may replace ``path``: a training run (``recipe.yaml``), an export
+    (``model.onnx``), a dir of saved checkpoints (``checkpoints/step-N``) or a model (``config.json`` and its
+    weights). Stricter than :func:`holds_output`: a folder that merely holds a ``config.json`` or an empty
+    ``checkpoints/`` beside the user's own files is not replaced."""
+    path = Path(path)
+    if (path / "recipe.yaml").is_file() or (path / "model.onnx").is_file():
+        return True
+    if (path / "checkpoints").is_dir() and any(p.name.startswith("step-") for p in (path / "checkpoints").iterdir()):
+        return True
+    return (path / "config.json").is_file() and any((path / f).is_file() for f in WEIGHT_FILES)
+
+
 def enclosing_output(path: Path) -> Optional[Path]:
     """The nearest directory above ``path`` (resolved) that holds a run, checkpoint or export, or None."""
     return next((p for p in Path(path).resolve().parents if holds_output(p)), None)
@@ -138,7 +156,7 @@ class RunDir:
         if res == cwd or res in cwd.parents:
             raise BertforgeError(f"--out {out} is the current directory or contains it; --overwrite cannot "
                                  f"replace it, pass a path below it")
-        if not holds_output(out):
+        if not replaceable_output(out):
             raise BertforgeError(f"--out {out} holds files that are not a bertforge run; --overwrite replaces "
                                  f"only a run or checkpoint dir, pass an empty or new --out")
 

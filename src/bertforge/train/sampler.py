@@ -117,8 +117,10 @@ def iterate(items: GlobalMicroBatches, indices: range, num_workers: int = 0, pin
     DataLoader worker processes (``impl.num_workers``; the same batches, prepared ahead of the step)."""
     if num_workers == 0:
         return (items[j] for j in indices)
+    # the loader's own generator: starting its workers must not draw from the global RNG stream, whose next
+    # numbers are the model's dropout masks (the items are seeded per micro-batch, see GlobalMicroBatches)
     return iter(DataLoader(items, batch_size=None, sampler=indices, num_workers=num_workers,
-                           collate_fn=_as_is, pin_memory=pin_memory))
+                           collate_fn=_as_is, pin_memory=pin_memory, generator=torch.Generator()))
 
 
 def _as_is(item):
