@@ -162,7 +162,8 @@ def test_embed_equals_offline_embeddings_for_fp32_int8_and_minilm(main_server, d
         assert st == 200, got
         ref = _unit(load_embedder(path).embed(TEXTS[:6]))
         cos = (_unit(got) * ref).sum(1)
-        assert cos.min() >= 0.9999, (name, cos)
+        # FP32: the same vectors; dynamic INT8 quantizes activations per batch, so batch-mates matter a little
+        assert cos.min() >= (0.999 if name == "int8" else 0.9999), (name, cos)
         assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)  # normalize defaults to true
     st, one = post(p, "/embed", {"inputs": TEXTS[0], "normalize": False, "model": "emb"})
     raw = load_embedder(dirs["emb"]).embed(TEXTS[:1])
@@ -198,7 +199,8 @@ def test_predict_equals_softmax_of_offline_logits(main_server, dirs):
         assert [s["label"] for s in scores] == [["neg", "neu", "pos"][i] for i in np.argsort(-prob)]
         assert np.allclose(sorted([s["score"] for s in scores], reverse=True), np.sort(prob)[::-1], atol=1e-5)
     st, single = post(p, "/predict", {"inputs": TEXTS[0], "model": "cls"})
-    assert st == 200 and single == got[0]
+    assert st == 200 and [x["label"] for x in single] == [x["label"] for x in got[0]]
+    assert np.allclose([x["score"] for x in single], [x["score"] for x in got[0]], atol=1e-6)
     st, pair = post(p, "/predict", {"inputs": [TEXTS[0], TEXTS[1]], "model": "cls", "raw_scores": True})
     e = encode_texts(runner.tokenizer, [TEXTS[0]], [TEXTS[1]], 64)[0]
     z = runner(np.array([e.ids]), np.ones((1, len(e.ids)), dtype=np.int64), np.array([e.type_ids]))["logits"][0]
@@ -228,15 +230,18 @@ def test_rerank_by_cross_encoder_and_by_cosine(main_server, dirs):
     assert np.allclose([x["score"] for x in cos], np.sort(sims)[::-1], atol=1e-5)
 
 
-def test_tokenize_gives_the_tokenizers_ids_and_offsets(main_server, dirs):
+def test_tokenize_gives_the_tokenizers_ids_and_offsets(main_server, minilm_dir):
     from bertforge.tokenizer import load_tokenizer
-    tok = load_tokenizer(dirs["emb"])
-    st, got = post(main_server.port, "/tokenize", {"inputs": TEXTS[0], "model": "emb"})
-    enc = tok.encode(TEXTS[0])
+    tok = load_tokenizer(minilm_dir)
+    text = "Angela Merkel visited Paris."
+    st, got = post(main_server.port, "/tokenize", {"inputs": [text], "model": "minilm"})
+    enc = tok.encode(text)
     assert st == 200 and [t["id"] for t in got[0]] == enc.ids
-    assert got[0][0]["special"] and got[0][0]["start"] is None
-    inner = got[0][1]
-    assert TEXTS[0][inner["start"]:inner["stop"]].lower().startswith(inner["text"].lstrip("#"))
+    assert got[0][0] == {"id": enc.ids[0], "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert [(t["start"], t["stop"]) for t in got[0][1:-1]] == [tuple(o) for o in enc.offsets[1:-1]]
+    assert text[got[0][1]["start"]:got[0][1]["stop"]] == "Angela"
+    st, bare = post(main_server.port, "/tokenize", {"inputs": text, "model": "minilm", "add_special_tokens": False})
+    assert st == 200 and [t["id"] for t in bare[0]] == enc.ids[1:-1]
 
 
 def test_ner_equals_evaluate_decoding(main_server, dirs):
@@ -248,7 +253,7 @@ def test_ner_equals_evaluate_decoding(main_server, dirs):
     runner = load_runner(dirs["ner"])
     adapter = TokenClassificationAdapter(get_task("ner"), runner.tokenizer, 64)
     adapter.labels = NER_LABELS
-    texts = [TEXTS[0] + ", " + TEXTS[1], " ".join(TEXTS[2:9])]  # the second needs several windows
+    texts = [TEXTS[0] + ", " + TEXTS[1], " ".join(TEXTS[2:20])]  # the second needs several windows
     st, got = post(main_server.port, "/ner", {"inputs": texts, "model": "ner"})
     assert st == 200 and len(got) == 2
     n_ents = 0
@@ -378,11 +383,11 @@ def test_auth_body_limit_and_overload(strict_server):
 
 
 def test_sigterm_drains_requests_in_flight(dirs):
-    s = Server([("emb", dirs["emb"])], "--max-wait-ms", 400, "--threads", 1).wait_ready()
+    s = Server([("emb", dirs["emb"])], "--max-wait-ms", 1000, "--threads", 1).wait_ready()
     try:
         with ThreadPoolExecutor(6) as ex:
             futs = [ex.submit(post, s.port, "/embed", {"inputs": [TEXTS[i]] * (1 + i % 3)}) for i in range(6)]
-            time.sleep(0.15)  # all six sit in the 400 ms batching wait
+            time.sleep(0.4)  # all six sit in the 1 s batching wait
             s.proc.send_signal(signal.SIGTERM)
             res = [f.result() for f in futs]
         assert [st for st, _ in res] == [200] * 6

@@ -35,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..errors import BertforgeError
 from .batching import ModelWorker
 from .metrics import ServerMetrics
 from .models import InputError, ServedModel, load_model
@@ -406,6 +407,12 @@ def _post_endpoint(st: ServerState, fn):
             return _error(e.status, e.message, e.kind)
         except UnicodeError:
             return _error(422, "the input is not valid UTF-8; send valid text", "validation")
+        except BertforgeError as e:  # a library check on the input (e.g. a QA question too long)
+            return _error(422, " ".join(str(e).split()), "validation")
+        except Exception as e:  # a real failure: logged, answered 500
+            import logging
+            logging.getLogger("bertforge.serve").exception("%s failed", request.url.path)
+            return _error(500, f"{type(e).__name__}: {str(e)[:200]}", "backend")
     return endpoint
 
 

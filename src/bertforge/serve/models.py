@@ -133,7 +133,10 @@ class ServedModel:
                     ea.truncate(la)
                     eb.truncate(lb)
             enc = tok.post_process(ea, eb, add_special_tokens=True)
-            out.append(Encoded(list(enc.ids), list(enc.type_ids), n + special))
+            type_ids = list(enc.type_ids)
+            if eb is not None and tok.post_processor is None:  # no template: the pair's ids as encode() types them
+                type_ids = [0] * len(ea.ids) + [1] * len(eb.ids)
+            out.append(Encoded(list(enc.ids), type_ids, n + special))
         return out
 
     def tokens(self, texts: list, add_special_tokens: bool) -> list:

@@ -87,7 +87,7 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
         sock.close()
         raise
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", interface="asgi3",
                             timeout_graceful_shutdown=grace, timeout_keep_alive=30)
     server = _server_class()(config)
     shown = f"[{host}]" if ":" in host else host
