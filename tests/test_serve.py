@@ -127,25 +127,35 @@ def dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def main_server(dirs, minilm_dir):
-    """Every tiny model, the INT8 dir and the MiniLM checkpoint in one process; batches wait up to 5 ms."""
-    s = Server([(k, dirs[k]) for k in ("emb", "cls", "cross", "ner", "qa", "int8")] + [("minilm", "minilm")],
-               "--max-wait-ms", 5, "--max-client-batch-size", 8, "--threads", 1)
+def servers(dirs, minilm_dir):
+    """Three servers started together (their start-ups overlap):
+
+    * ``main``: every tiny model, the INT8 dir and the MiniLM checkpoint in one process; batches wait ≤ 5 ms;
+    * ``strict``: one tiny encoder behind an API key, tight limits, 300 ms batching waits (requests stay in
+      flight);
+    * ``drain``: one tiny encoder with 1 s batching waits, for SIGTERM with requests in flight."""
+    started = {
+        "main": Server([(k, dirs[k]) for k in ("emb", "cls", "cross", "ner", "qa", "int8")] + [("minilm", "minilm")],
+                       "--max-wait-ms", 5, "--max-client-batch-size", 8, "--threads", 1),
+        "strict": Server([("emb", dirs["emb"])], "--max-wait-ms", 300, "--max-concurrent-requests", 2,
+                         "--payload-limit", 4000, "--threads", 1, env={"BERTFORGE_API_KEY": "s3cret"}),
+        "drain": Server([("emb", dirs["emb"])], "--max-wait-ms", 1000, "--threads", 1),
+    }
     try:
-        yield s.wait_ready()
+        yield {k: s.wait_ready() for k, s in started.items()}
     finally:
-        s.stop()
+        for s in started.values():
+            s.stop()
 
 
 @pytest.fixture(scope="module")
-def strict_server(dirs):
-    """One tiny encoder behind an API key, tight limits, and 300 ms batching waits (requests stay in flight)."""
-    s = Server([("emb", dirs["emb"])], "--max-wait-ms", 300, "--max-concurrent-requests", 2,
-               "--payload-limit", 4000, "--threads", 1, env={"BERTFORGE_API_KEY": "s3cret"})
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+def main_server(servers):
+    return servers["main"]
+
+
+@pytest.fixture(scope="module")
+def strict_server(servers):
+    return servers["strict"]
 
 
 def _unit(x):
@@ -382,37 +392,38 @@ def test_auth_body_limit_and_overload(strict_server):
     assert set(codes) <= {200, 429} and 429 in codes and 200 in codes, codes
 
 
-def test_sigterm_drains_requests_in_flight(dirs):
-    s = Server([("emb", dirs["emb"])], "--max-wait-ms", 1000, "--threads", 1).wait_ready()
-    try:
-        with ThreadPoolExecutor(6) as ex:
-            futs = [ex.submit(post, s.port, "/embed", {"inputs": [TEXTS[i]] * (1 + i % 3)}) for i in range(6)]
-            time.sleep(0.4)  # all six sit in the 1 s batching wait
-            s.proc.send_signal(signal.SIGTERM)
-            res = [f.result() for f in futs]
-        assert [st for st, _ in res] == [200] * 6
-        assert s.proc.wait(30) == 0
-        assert "Traceback" not in s.proc.stderr.read()
-    finally:
-        s.stop()
+def test_sigterm_drains_requests_in_flight(servers):
+    s = servers["drain"]
+    with ThreadPoolExecutor(6) as ex:
+        futs = [ex.submit(post, s.port, "/embed", {"inputs": [TEXTS[i]] * (1 + i % 3)}) for i in range(6)]
+        time.sleep(0.4)  # all six sit in the 1 s batching wait
+        s.proc.send_signal(signal.SIGTERM)
+        res = [f.result() for f in futs]
+    assert [st for st, _ in res] == [200] * 6
+    assert s.proc.wait(30) == 0
+    assert "Traceback" not in s.proc.stderr.read()
 
 
-def _refused(argv: list, port: int) -> str:
-    r = subprocess.run([sys.executable, "-m", "bertforge", "serve", *map(str, argv), "--port", str(port)],
-                       capture_output=True, text=True, timeout=120, env=cli_env(), cwd=str(REPO))
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("bertforge: error:"), r.stderr
+def _refused(argv: list, port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *map(str, argv), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=str(REPO))
+
+
+def _one_error_line(proc: subprocess.Popen) -> str:
+    _, err = proc.communicate(timeout=120)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("bertforge: error:"), err
     return lines[0]
 
 
 def test_bad_model_dir_and_busy_port_exit_2_before_listening(dirs, tmp_path):
     port = free_port()
-    line = _refused(["--model", tmp_path / "missing"], port)
-    assert "does not exist" in line
-    (tmp_path / "empty").mkdir()
-    _refused(["--model", f"x={tmp_path / 'empty'}"], port)
-    with socket.socket() as s:  # nothing listened meanwhile
-        s.bind(("127.0.0.1", port))
+    with socket.socket() as s:  # a port something listens on
+        s.bind(("127.0.0.1", 0))
         s.listen()
-        line = _refused(["--model", dirs["emb"]], port)
-        assert "in use" in line
+        busy = s.getsockname()[1]
+        procs = [_refused(["--model", f"x={tmp_path / 'missing'}"], port), _refused(["--model", dirs["emb"]], busy)]
+        lines = [_one_error_line(p) for p in procs]
+    assert "--model x" in lines[0] and "does not exist" in lines[0] and "in use" in lines[1]
+    with socket.socket() as s:  # the refused servers never listened on their port
+        s.bind(("127.0.0.1", port))

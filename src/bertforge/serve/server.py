@@ -28,8 +28,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except socket.gaierror as e:
         raise ConfigError(f"--host {host}: cannot resolve it ({e.strerror}); pass an address such as 127.0.0.1") \
             from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, _, proto, _, addr = infos[0]
+    # proto IPPROTO_TCP, as getaddrinfo gives it: asyncio sets TCP_NODELAY only on such sockets (with proto 0
+    # every answer would wait ~40 ms for the client's delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
