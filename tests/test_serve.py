@@ -108,7 +108,8 @@ def _tiny_head(root: Path, name: str, head: str, tok_dir: Path, seed: int, **cfg
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     """Tiny random models written with bertforge's own save_pretrained: an encoder (``emb``), a 3-label
-    classifier, a 1-output cross-encoder, a NER tagger, a QA model, and the encoder's PyTorch INT8 dir."""
+    classifier, a 1-output cross-encoder, a NER tagger, a QA model, and the encoder's PyTorch INT8 dir
+    (``quantize --backend torch``) and FP32 ONNX dir (``export``)."""
     from bertforge.compress import quantize as bq
     from bertforge.hf import load_pretrained
     root = tmp_path_factory.mktemp("serve")
@@ -123,6 +124,9 @@ def dirs(tmp_path_factory):
     m = load_pretrained(d["emb"])
     bq.save_quantized(bq.quantize_dynamic(m), m, root / "emb-int8", tokenizer_dir=d["emb"])
     d["int8"] = root / "emb-int8"
+    from bertforge.compress.onnx import deploy
+    deploy(m, root / "emb-onnx", source_dir=d["emb"], optimize=False, check=False)
+    d["onnx"] = root / "emb-onnx"
     return d
 
 
@@ -135,7 +139,7 @@ def servers(dirs, minilm_dir):
       flight);
     * ``drain``: one tiny encoder with 1 s batching waits, for SIGTERM with requests in flight."""
     started = {
-        "main": Server([(k, dirs[k]) for k in ("emb", "cls", "cross", "ner", "qa", "int8")] + [("minilm", "minilm")],
+        "main": Server([(k, dirs[k]) for k in ("emb", "cls", "cross", "ner", "qa", "int8", "onnx")] + [("minilm", "minilm")],
                        "--max-wait-ms", 5, "--max-client-batch-size", 8, "--threads", 1),
         "strict": Server([("emb", dirs["emb"])], "--max-wait-ms", 300, "--max-concurrent-requests", 2,
                          "--payload-limit", 4000, "--threads", 1, env={"BERTFORGE_API_KEY": "s3cret"}),
@@ -164,10 +168,11 @@ def _unit(x):
 
 
 # ------------------------------------------------------------------------------------------ routes
-def test_embed_equals_offline_embeddings_for_fp32_int8_and_minilm(main_server, dirs, minilm_dir):
+def test_embed_equals_offline_embeddings_for_fp32_onnx_int8_and_minilm(main_server, dirs, minilm_dir):
     from bertforge.evaluate.embedded import load_embedder
     p = main_server.port
-    for name, path in (("emb", dirs["emb"]), ("int8", dirs["int8"]), ("minilm", minilm_dir)):
+    for name, path in (("emb", dirs["emb"]), ("onnx", dirs["onnx"]), ("int8", dirs["int8"]),
+                       ("minilm", minilm_dir)):
         st, got = post(p, "/embed", {"inputs": TEXTS[:6], "model": name})
         assert st == 200, got
         ref = _unit(load_embedder(path).embed(TEXTS[:6]))
@@ -308,6 +313,7 @@ def test_health_info_metrics(main_server):
     assert st == 200 and [m["name"] for m in info["models"]][:2] == ["emb", "cls"]
     kinds = {m["name"]: (m["kind"], m["backend"], m["precision"]) for m in info["models"]}
     assert kinds["int8"] == ("base", "torch", "int8") and kinds["ner"][0] == "token_classification"
+    assert kinds["onnx"] == ("base", "onnxruntime", "fp32")
     assert info["limits"]["max_client_batch_size"] == 8 and "api_key" not in info["limits"]
     before = _count(p, "/tokenize", "200")
     for _ in range(3):
@@ -367,6 +373,11 @@ def test_invalid_input_is_422_and_too_many_is_413(main_server):
     assert st == 422 and "truncate" in err["error"]
     st, ok = post(p, "/embed", {"inputs": long, "model": "emb", "truncate": True})
     assert st == 200 and len(ok[0]) == 32
+    huge = "film " * 20000  # 100 kB: tokenized off the event loop
+    assert post(p, "/embed", {"inputs": huge, "model": "emb"})[0] == 422
+    st, cut = post(p, "/embed", {"inputs": huge, "model": "emb", "truncate": True})
+    assert st == 200 and np.allclose(cut, post(p, "/embed", {"inputs": " ".join(["film"] * 64), "model": "emb"})[1],
+                                     atol=1e-5)
     st, err = post(p, "/ner", {"inputs": "x", "model": "emb"})  # a model that does not answer the route
     assert st == 422 and "/ner" in err["error"]
     st, err = post(p, "/embed", {"inputs": ["a"] * 9})

@@ -161,8 +161,14 @@ class ServerState:
                             "backend") from None
 
 
-def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None) -> list:
+#: above this many characters in one request, tokenization leaves the event loop (a thread of its own)
+INLINE_CHARS = 20_000
+
+
+async def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None) -> list:
     try:
+        if sum(map(len, texts)) + sum(len(p) for p in pairs or () if p) > INLINE_CHARS:
+            return await asyncio.to_thread(model.encode, texts, truncate, pairs)
         return model.encode(texts, truncate, pairs)
     except InputError as e:
         raise _invalid(str(e)) from None
@@ -171,7 +177,7 @@ def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None) -> list
 # ---------------------------------------------------------------------------------------------- routes
 async def _embed_texts(st: ServerState, model: ServedModel, texts: list, truncate: bool,
                        normalize: bool) -> tuple:
-    seqs = _encode(model, texts, truncate)
+    seqs = await _encode(model, texts, truncate)
     vecs = np.stack(await st.run(model, seqs, "embed")).astype(np.float32)
     if normalize:
         vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
@@ -245,7 +251,7 @@ async def predict(st: ServerState, body: dict):
     seqs_in, single = _predict_inputs(body["inputs"], st.limits["max_client_batch_size"])
     model = st.model_for(body, "predict")
     raw = _flag(body, "raw_scores", False)
-    seqs = _encode(model, [a for a, _ in seqs_in], _flag(body, "truncate", st.limits["auto_truncate"]),
+    seqs = await _encode(model, [a for a, _ in seqs_in], _flag(body, "truncate", st.limits["auto_truncate"]),
                    [b for _, b in seqs_in])
     out = []
     for z in await st.run(model, seqs, "logits"):
@@ -271,7 +277,7 @@ async def rerank(st: ServerState, body: dict):
         if len(model.labels or ()) != 1:
             raise _invalid(f"model {model.name!r} is a {len(model.labels)}-label classifier; /rerank needs a "
                            f"one-output cross-encoder (scores) or an embedding model (cosine)")
-        seqs = _encode(model, [query] * len(texts), truncate, texts)
+        seqs = await _encode(model, [query] * len(texts), truncate, texts)
         z = [float(np.asarray(x).reshape(-1)[0]) for x in await st.run(model, seqs, "logits")]
         scores = z if raw else [_sigmoid(x) for x in z]
     else:
