@@ -63,8 +63,22 @@ class HTTPError(Exception):
 
 
 def _json(obj, status: int = 200) -> Response:
-    return Response(json.dumps(obj, separators=(",", ":"), allow_nan=False).encode(), status,
-                    media_type="application/json")
+    body = obj if isinstance(obj, RawJSON) else json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return Response(body.encode(), status, media_type="application/json")
+
+
+class RawJSON(str):
+    """A JSON text already encoded (embedding vectors, written by :func:`vectors_json`)."""
+
+
+def vectors_json(vecs: np.ndarray) -> list:
+    """(N, H) float32 vectors → per row its JSON array text, every float with 9 significant digits (the
+    float32 value exactly; ~3× faster than ``json.dumps`` of Python floats). Raises ValueError on NaN/inf."""
+    vecs = np.asarray(vecs, dtype=np.float32)
+    if not np.isfinite(vecs).all():
+        raise ValueError("the model gave a non-finite embedding")
+    fmt = "[" + ",".join(["%.9g"] * vecs.shape[1]) + "]"
+    return [fmt % tuple(r) for r in vecs.tolist()]
 
 
 def _error(status: int, message: str, kind: str) -> Response:
@@ -189,7 +203,7 @@ async def embed(st: ServerState, body: dict):
     model = st.model_for(body, "embed")
     vecs, _ = await _embed_texts(st, model, texts, _flag(body, "truncate", st.limits["auto_truncate"]),
                                  _flag(body, "normalize", True))
-    return vecs.tolist()
+    return RawJSON("[" + ",".join(vectors_json(vecs)) + "]")
 
 
 async def openai_embeddings(st: ServerState, body: dict):
@@ -207,12 +221,12 @@ async def openai_embeddings(st: ServerState, body: dict):
         vecs = vecs[:, :dims]
         vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
     if fmt == "base64":
-        data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vecs]
+        data = [json.dumps(base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")) for v in vecs]
     else:
-        data = vecs.tolist()
-    return {"object": "list", "model": model.name,
-            "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)],
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+        data = vectors_json(vecs)
+    items = ",".join(f'{{"object":"embedding","index":{i},"embedding":{e}}}' for i, e in enumerate(data))
+    return RawJSON(f'{{"object":"list","model":{json.dumps(model.name)},"data":[{items}],'
+                   f'"usage":{{"prompt_tokens":{n_tokens},"total_tokens":{n_tokens}}}}}')
 
 
 def _predict_inputs(v, limit: int) -> tuple:
