@@ -95,6 +95,19 @@ def entity_scores(gold_tags: list, pred_tags: list) -> dict:
             "accuracy": float(accuracy_score(gold_tags, pred_tags))}
 
 
+def word_tags_from_scores(per_word: list, id2label) -> list:
+    """One sentence's per-word score vectors (C,) (None for a word without a subword) → IOB2 tags: the
+    highest-scoring label, ``O`` for a word without a subword. ``id2label``: label id → name."""
+    return [id2label[int(np.argmax(v))] if v is not None else "O" for v in per_word]
+
+
+def entity_spans(tags: list) -> list:
+    """IOB2 tags of one sentence → its entities as ``(type, first word, last word)`` (inclusive), chunked
+    as conlleval / :func:`entity_scores` chunk them (``seqeval``'s ``get_entities``)."""
+    from seqeval.metrics.sequence_labeling import get_entities
+    return [(t, int(s), int(e)) for t, s, e in get_entities(list(tags))]
+
+
 class TokenClassificationAdapter(TaskAdapter):
     """Words with IOB2 tags → first-subword-labelled windows; predictions back to one tag per word.
 
@@ -178,7 +191,7 @@ class TokenClassificationAdapter(TaskAdapter):
         per_word = words_from_windows(dataset, z, [len(e.tokens) for e in dataset.packed])
         if dataset.spans is not None:
             per_word = unpack_words(per_word, dataset.spans, len(dataset.examples))
-        return [[id2[int(np.argmax(v))] if v is not None else "O" for v in ws] for ws in per_word]
+        return [word_tags_from_scores(ws, id2) for ws in per_word]
 
     def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
         """(N_windows, T_max, C) logits, zero-padded after each window's length."""
@@ -194,4 +207,5 @@ class TokenClassificationAdapter(TaskAdapter):
         return [{"id": e.id, "tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
 
 
-__all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores"]
+__all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores",
+           "word_tags_from_scores", "entity_spans"]

@@ -1,0 +1,56 @@
+"""Serve models over HTTP: text-embeddings-inference / OpenAI compatible routes, /ner, /qa, dynamic batching.
+
+Serves any dir bertforge reads or writes (PyTorch FP32 / INT8, the ONNX / INT8 dirs of `export` and
+`quantize`, `transformers` dirs, `minilm`), several at once. Binds 127.0.0.1 unless --host says otherwise;
+SIGTERM / Ctrl-C finish the requests in flight and exit 0. See docs/serve.md.
+
+Example:
+  bertforge serve --model minilm --model sst2=runs/sst2-int8 --port 8080
+  curl -s localhost:8080/embed -H 'Content-Type: application/json' -d '{"inputs": ["a text"]}'
+"""
+from __future__ import annotations
+
+import os
+
+from ..runtime.base import BACKENDS
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", action="append", required=True, metavar="[NAME=]DIR",
+                   help="a model dir (or minilm); repeat for several models; NAME is what requests call it "
+                        "(default: the folder's name)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="how models run (default: by what each dir holds)")
+    p.add_argument("--threads", type=int, help="intra-op threads of the models (default: the library's)")
+    p.add_argument("--max-batch-tokens", type=int, default=16384,
+                   help="padded tokens (sequences × longest) per forward pass")
+    p.add_argument("--max-batch-requests", type=int, default=32, help="sequences per forward pass")
+    p.add_argument("--max-wait-ms", type=float, default=0.0,
+                   help="how long a batch may wait to fill (default 0: a free model takes what is queued)")
+    p.add_argument("--max-concurrent-requests", type=int, default=512,
+                   help="requests in flight before new ones get 429")
+    p.add_argument("--max-client-batch-size", type=int, default=32,
+                   help="inputs per request before 413")
+    p.add_argument("--payload-limit", type=int, default=2_000_000, help="largest request body in bytes (413)")
+    p.add_argument("--auto-truncate", action="store_true",
+                   help="truncate too-long inputs unless a request says \"truncate\": false (default: 422)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (default: $BERTFORGE_API_KEY)")
+    p.add_argument("--grace", type=float, default=30.0,
+                   help="seconds the requests in flight get to finish after SIGTERM / SIGINT")
+
+
+def run(args) -> int:
+    from ..errors import require_at_least
+    from ..serve.models import parse_model_args
+    from ..serve.server import serve
+    require_at_least("--threads", args.threads, 1)
+    models = dict(parse_model_args(args.model))
+    key = args.api_key if args.api_key is not None else os.environ.get("BERTFORGE_API_KEY") or None
+    return serve(models, host=args.host, port=args.port, grace=args.grace, backend=args.backend,
+                 threads=args.threads, max_batch_tokens=args.max_batch_tokens,
+                 max_batch_requests=args.max_batch_requests, max_wait_ms=args.max_wait_ms,
+                 max_concurrent_requests=args.max_concurrent_requests,
+                 max_client_batch_size=args.max_client_batch_size, payload_limit=args.payload_limit,
+                 auto_truncate=args.auto_truncate, api_key=key)
