@@ -11,8 +11,12 @@ dev sentences and SQuAD v1.1 dev questions interleaved (../shared/data).
 
 Servers:
   (a) bertforge serve       POST /embed, the FP32 checkpoint dir (and, as its own row, the INT8 dir)
-  (b) infinity-emb          `infinity_emb v2`, POST /embeddings; engines `optimum` (ONNX Runtime) and
-                            `torch` are both run and the faster one at concurrency 32 is the peer
+  (b) infinity-emb          `infinity_emb v2`, POST /embeddings; engine `optimum` (ONNX Runtime: the
+                            CPU engine infinity recommends; --infinity-engines optimum torch runs both and
+                            the faster one at concurrency 32 is the peer). Offline there is no hub copy of
+                            the model's onnx/model.onnx, so it is made from the same weights by optimum's
+                            exporter (`optimum-cli export onnx --task feature-extraction`, as the hub's file
+                            was) into infinity's own copy of the dir; infinity then optimizes it itself
   (c) FastAPI + ST          benchmarks/peers/st_fastapi.py: sentence-transformers' encode once per request
 (b) and (c) run in their own virtual env (--bench-venv, default .venv-bench; see `pip install -e ".[bench]"`
 in benchmarks/README or the docstring below); a peer that cannot be installed or started is reported with
@@ -132,7 +136,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=2000, help="requests per configuration at most")
     ap.add_argument("--seconds", type=float, default=6.0, help="wall seconds per configuration at most")
     ap.add_argument("--peers", nargs="+", default=["bertforge", "bertforge-int8", "infinity", "st-fastapi"])
-    ap.add_argument("--infinity-engines", nargs="+", default=["optimum", "torch"])
+    ap.add_argument("--infinity-engines", nargs="+", default=["optimum"])
     ap.add_argument("--bench-venv", type=Path, default=ROOT / ".venv-bench")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--result", type=Path, default=ROOT / "benchmarks" / "results" / "bench_serve.txt")
@@ -232,10 +236,29 @@ def main() -> int:
                 notes.append(f"(b) infinity-emb left out: {why}")
                 continue
             cli = args.bench_venv / "bin" / "infinity_emb"
+            inf_dir = work / "all-MiniLM-L6-v2-infinity"
+            if "optimum" in args.infinity_engines and not (inf_dir / "onnx" / "model.onnx").exists():
+                t0 = time.perf_counter()
+                shutil.copytree(fp32, inf_dir, dirs_exist_ok=True)
+                exp = work / "onnx-export"
+                r = subprocess.run([str(args.bench_venv / "bin" / "optimum-cli"), "export", "onnx", "--model", str(fp32),
+                                    "--task", "feature-extraction", str(exp)], capture_output=True, text=True,
+                                   env={**os.environ, **env})
+                if (exp / "model.onnx").is_file():  # (optimum 1.24 + torch 2.13 fail in a clean-up after writing it)
+                    (inf_dir / "onnx").mkdir(exist_ok=True)
+                    for f in exp.glob("model.onnx*"):
+                        shutil.copy2(f, inf_dir / "onnx" / f.name)
+                    say(f"# infinity-emb's ONNX graph: optimum-cli export onnx of the same weights, "
+                        f"{time.perf_counter() - t0:.0f} s")
+                else:
+                    notes.append(f"infinity-emb engine optimum left out: optimum-cli export onnx failed "
+                                 f"({(r.stderr.strip().splitlines() or ['?'])[-1][:200]})")
+                    args.infinity_engines = [e for e in args.infinity_engines if e != "optimum"]
             for engine in args.infinity_engines:
                 port = lg.free_port(HOST)
                 peers.append(Peer(f"infinity-{engine}", f"infinity-emb {why} (engine {engine})",
-                                  [str(cli), "v2", "--model-id", str(fp32), "--served-model-name", "minilm",
+                                  [str(cli), "v2", "--model-id", str(inf_dir if engine == "optimum" else fp32),
+                                   "--served-model-name", "minilm",
                                    "--engine", engine, "--device", "cpu", "--host", HOST, "--port", str(port),
                                    "--batch-size", "32"],
                                   "/embeddings", lambda texts, single: {"model": "minilm", "input": texts},
