@@ -6,7 +6,9 @@ news; five tiny models are pretrained with the bert/roberta/albert/electra/spanb
 same token budget; the teacher is distilled (general distillation) into (a) a 3-layer student copied
 from its layers and (b) a 4L-312 TinyBERT-shape student; (a) is head-pruned; students are exported to
 ONNX and quantized to INT8 for ONNX Runtime; every model is scored (Lee similarity ρ, Pang–Lee
-accuracy, latency, parameters, size) and OUT/report.md is written with plots.
+accuracy, latency, parameters, size); the INT8 student and the teacher are served by `bertforge serve` on
+loopback for a short, bounded burst of real requests (`bertforge serve-bench`: served texts/s and latency
+p50/p95); and OUT/report.md is written with plots.
 
 Every stage is an ordinary bertforge command with its own run dir under OUT; the report lists each
 command so any stage can be re-run alone. A stage whose verb is not installed is skipped and marked
@@ -43,11 +45,13 @@ BUDGETS = {
     "full": {"corpus_docs": None, "pt_steps": 100, "pt_batch": 16, "pt_seq": 64,
              "da_steps": 80, "db_steps": 80, "d_batch": 16, "d_seq": 64,
              "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
-             "eval_rounds": 5, "eval_iters": 10, "eval_samples": None},
+             "eval_rounds": 5, "eval_iters": 10, "eval_samples": None,
+             "serve_requests": 400, "serve_concurrency": 8},
     "quick": {"corpus_docs": 12, "pt_steps": 6, "pt_batch": 4, "pt_seq": 32,
               "da_steps": 4, "db_steps": 4, "d_batch": 4, "d_seq": 32,
               "ft_steps": 6, "ft_batch": 8, "td_steps": 6, "prune_samples": 8, "prune_steps": 1,
-              "eval_rounds": 2, "eval_iters": 3, "eval_samples": 64},
+              "eval_rounds": 2, "eval_iters": 3, "eval_samples": 64,
+              "serve_requests": 16, "serve_concurrency": 4},
 }
 
 
@@ -64,7 +68,7 @@ def add_arguments(p) -> None:
     p.add_argument("--eval", help="evaluation file for --task")
     p.add_argument("--max-train-samples", type=int, metavar="N",
                    help="use only the first N training records of --task (rows; NER: sentences; QA: questions)")
-    p.add_argument("--skip", nargs="+", default=[], choices=["objectives", "distill", "compress"],
+    p.add_argument("--skip", nargs="+", default=[], choices=["objectives", "distill", "compress", "serve"],
                    help="leave out these parts")
     p.add_argument("--threads", type=int,
                    help="intra-op threads for every stage (default: all CPUs, or 1 when the machine is "
@@ -109,6 +113,7 @@ class Stage:
     mode: str = "both"          # "embedded" (the default story), "task" (with --task) or both
     part: Optional[str] = None  # the --skip part it belongs to
     dir: Optional[Path] = None  # the folder it writes, when not its --out
+    requires: tuple = ()        # other verbs it runs (not available without them)
 
     def argv(self) -> list:
         """The stage as a ``bertforge`` command line (without the program name)."""
@@ -155,8 +160,9 @@ class Pipeline:
         missing = [n for n in needs if not self.ok(n)]
         verb = argv[0]
         n = len(self.stages)
-        if verb not in self.verbs:
-            rec.update(status="skipped", message=f"not available: `bertforge {verb}` is not in this build")
+        absent = [v for v in (verb, *stage.requires) if v not in self.verbs]
+        if absent:
+            rec.update(status="skipped", message=f"not available: `bertforge {absent[0]}` is not in this build")
         elif missing:
             rec.update(status="skipped", message=f"needs stage {missing[0]} ({self.by_name[missing[0]]['status']})"
                        if missing[0] in self.by_name else f"needs stage {missing[0]}")
@@ -292,8 +298,15 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
         *[Stage(f"{src}-int8", "quantize", {"--model": D / src, "--out": onnx / f"{src}-int8", "--overwrite": True},
                 needs=(src,), evaluated=onnx / f"{src}-int8" / "model.onnx", part="compress")
           for src in ("student-a", "student-b", "student-a-pruned")],
+        # 5 deployment: the INT8 student beside the teacher, both served by `bertforge serve` on loopback
+        Stage("serve", "serve-bench", {"--model": [f"teacher={teacher}", f"student-a-int8={onnx / 'student-a-int8'}"],
+                                       "--requests": b["serve_requests"], "--concurrency": b["serve_concurrency"],
+                                       "--threads": args.threads, "--out": D / "serve" / "results.json",
+                                       "--overwrite": True},
+              needs=("student-a-int8",), mode="embedded", part="serve", requires=("serve",), dir=D / "serve"),
     ]
     skipped = set(args.skip) | ({"compress"} if "distill" in args.skip else set())  # compression needs (a), (b)
+    skipped |= {"serve"} if "compress" in skipped else set()  # serving needs the INT8 student
     return [s for s in rows if s.mode in ("both", "task" if task else "embedded") and s.part not in skipped]
 
 
@@ -326,6 +339,8 @@ def run(args) -> int:
     pl = Pipeline(out, _demo_argv(args))
     rows = stage_table(args, b, out)
     for stage in rows:
+        if stage.dir is not None:
+            stage.dir.mkdir(parents=True, exist_ok=True)
         pl.run(stage)
     (out / "eval").mkdir(parents=True, exist_ok=True)
     pl.run(evaluate_stage(args, b, out, pl, rows, threads))
@@ -391,6 +406,16 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     q_png = "quality_vs_latency.png" if rp.plot_quality_vs_latency(rows, D / "quality_vs_latency.png",
                                                                    quality_key, quality_label) else None
     claims = rp.checks(rows) if not args.task else rp.checks(rows, key="task_score", label=f"{args.task} metric")
+    served = None
+    if pl.ok("serve") and (D / "serve" / "results.json").is_file():
+        served = json.loads((D / "serve" / "results.json").read_text())
+        by = {r["name"]: r for r in served.get("models", [])}
+        t, q = by.get("teacher"), by.get("student-a-int8")
+        if t and q and t.get("texts_per_s") and q.get("texts_per_s"):
+            claims.append({"claim": "student-a-int8 served over HTTP gives more texts/s than the teacher served "
+                                    "the same way",
+                           "value": f"{q['texts_per_s'] / t['texts_per_s']:.2f}× ({t['texts_per_s']:.1f} → "
+                                    f"{q['texts_per_s']:.1f} texts/s)", "ok": q["texts_per_s"] > t["texts_per_s"]})
     header = {"command": "bertforge " + shlex.join(pl.demo_argv),
               "mode": ("quick (smoke budgets)" if args.quick else "full") +
                       (f", task {args.task}" if args.task else ", embedded default"),
@@ -415,4 +440,4 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     if args.quick:
         notes.append("quick mode: budgets are smoke-test sized; the figures show the pipeline works, not "
                      "what the methods reach.")
-    return rp.write_report(D, rows, pl.stages, header, loss_png, q_png, objective_rows, claims, notes)
+    return rp.write_report(D, rows, pl.stages, header, loss_png, q_png, objective_rows, claims, notes, served)

@@ -7,6 +7,8 @@
   from each run's ``metrics.jsonl`` (raw, and divided by the first logged value so that objectives with
   different loss scales, e.g. ELECTRA's MLM + 50·RTD, share one axis).
 * :func:`plot_quality_vs_latency` — one point per model: latency (ms, log scale) against quality.
+* :func:`served_table` — the models served over HTTP on loopback (``bertforge serve-bench``): texts/s,
+  latency p50/p95/p99 (ms) and throughput relative to the teacher.
 * :func:`write_report` — ``report.md`` assembling all of it.
 """
 from __future__ import annotations
@@ -176,10 +178,34 @@ def checks(rows: list, student: str = "student-a", int8: str = "student-a-int8",
     return out
 
 
+def served_table(served: dict, teacher: str = "teacher") -> tuple:
+    """Markdown table (str) and plain-text table (str) of a ``bertforge serve-bench`` result (its JSON):
+    one row per served model — requests, concurrency, texts per request, texts/s (texts in 200 answers per
+    wall second), latency p50/p95/p99 (ms), answers other than 200, and texts/s relative to the teacher's."""
+    rows = served.get("models") or []
+    t = next((r for r in rows if r["name"] == teacher), None)
+    head = ["served model", "requests", "concurrency", "texts/request", "texts/s", "p50 (ms)", "p95 (ms)",
+            "p99 (ms)", "non-200", "texts/s vs teacher (×)"]
+    body = []
+    for r in rows:
+        sp = r["texts_per_s"] / t["texts_per_s"] if t and t.get("texts_per_s") and r.get("texts_per_s") else None
+        body.append([r["name"], str(r["requests"]), str(r["concurrency"]), str(r["texts_per_request"]),
+                     _fmt(r.get("texts_per_s"), ".1f"), _fmt(r.get("p50_ms"), ".2f"), _fmt(r.get("p95_ms"), ".2f"),
+                     _fmt(r.get("p99_ms"), ".2f"), str(r["requests"] - r["ok"]), _fmt(sp, ".2f")])
+    md = "| " + " | ".join(head) + " |\n|" + "|".join("---" for _ in head) + "|\n"
+    md += "".join("| " + " | ".join(b) + " |\n" for b in body)
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    txt = "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "\n"
+    txt += "".join("  ".join(c.ljust(w) for c, w in zip(b, widths)) + "\n" for b in body)
+    return md, txt
+
+
 def write_report(out_dir, rows: list, stages: list, header: dict, loss_png: Optional[str],
                  quality_png: Optional[str], objective_rows: Optional[list] = None,
-                 claims: Optional[list] = None, notes: Optional[list] = None) -> str:
-    """Write ``out_dir/report.md``; returns the plain-text results table (printed by the demo)."""
+                 claims: Optional[list] = None, notes: Optional[list] = None,
+                 served: Optional[dict] = None) -> str:
+    """Write ``out_dir/report.md``; returns the plain-text results table (printed by the demo), followed by
+    the served-models table when ``served`` (a ``serve-bench`` result) is given."""
     out_dir = Path(out_dir)
     md, txt = results_table(rows) if rows else ("_no model was evaluated_\n", "(no model was evaluated)\n")
     lines = ["# bertforge demo report", ""]
@@ -198,6 +224,16 @@ def write_report(out_dir, rows: list, stages: list, header: dict, loss_png: Opti
         lines.append("")
     if quality_png:
         lines += [f"![quality vs latency]({quality_png})", ""]
+    if served:
+        smd, stxt = served_table(served)
+        srv = served.get("server") or {}
+        lines += ["## Served on loopback", "",
+                  f"The models above, served by `bertforge serve` over HTTP on 127.0.0.1 (one server process, "
+                  f"`{srv.get('command', '')}`) and measured by a bounded burst of real requests "
+                  f"({served.get('texts', '')}; {served.get('route', '')}; closed-loop clients, the models "
+                  f"taking turns). texts/s: texts in 200 answers per wall second; latency: request sent → "
+                  f"answer read, at the client, ms.", "", smd]
+        txt += "\nserved on loopback (bertforge serve):\n" + stxt
     if objective_rows:
         lines += ["## Pretraining objectives at a glance", "",
                   "| objective | steps | first loss | last loss | last / first | run dir |", "|---|---|---|---|---|---|"]
@@ -222,4 +258,4 @@ def write_report(out_dir, rows: list, stages: list, header: dict, loss_png: Opti
 
 
 __all__ = ["read_loss_curve", "plot_loss_curves", "plot_quality_vs_latency", "results_table", "checks",
-           "write_report"]
+           "served_table", "write_report"]
