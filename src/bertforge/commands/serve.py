@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ..runtime.base import BACKENDS
+from ..names import BACKENDS
 
 
 def add_arguments(p) -> None:
