@@ -23,19 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bertforge.hardware import cpu_flags  # a light module: reads /proc/cpuinfo, imports nothing heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = "python -c 'import torch'"
-
-
-def cpu_flags() -> list:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return []
 
 
 def wall(cmd: list, src: Path, runs: int) -> tuple:
