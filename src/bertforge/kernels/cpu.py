@@ -246,23 +246,10 @@ def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
 class CpuEmbeddings(Embeddings):
     """:class:`~bertforge.models.embeddings.Embeddings` with the token lookup of :func:`token_embedding`."""
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: Optional[torch.Tensor] = None,
-                position_ids: Optional[torch.Tensor] = None,
-                inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def token_lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
         if compiling():
-            return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds)
-        if position_ids is None:
-            position_ids = self.position_ids_for(input_ids)
-        x = token_embedding(self.word_embeddings, input_ids) if inputs_embeds is None else inputs_embeds
-        x = x + self.position_embeddings(position_ids)
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                token_type_ids = torch.zeros_like(input_ids)
-            x = x + self.token_type_embeddings(token_type_ids)
-        x = self.dropout(self.LayerNorm(x))
-        if self.projection is not None:
-            x = self.projection(x)
-        return x
+            return super().token_lookup(input_ids)
+        return token_embedding(self.word_embeddings, input_ids)
 
 
 # ------------------------------------------------------------------------------------------- feed-forward

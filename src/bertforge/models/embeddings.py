@@ -67,7 +67,7 @@ class Embeddings(nn.Module):
                 inputs_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
-        x = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = self.token_lookup(input_ids) if inputs_embeds is None else inputs_embeds
         x = x + self.position_embeddings(position_ids)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
@@ -77,6 +77,10 @@ class Embeddings(nn.Module):
         if self.projection is not None:
             x = self.projection(x)
         return x
+
+    def token_lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (B, T, E) of ``input_ids`` (B, T)."""
+        return self.word_embeddings(input_ids)
 
     @property
     def max_positions(self) -> int:
