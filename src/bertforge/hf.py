@@ -217,6 +217,10 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         path = resolve_model_dir(path)  # the embedded checkpoint, as `--model minilm` on the command line
     path = Path(path)
     d = read_config(path)
+    if d.get("model_type") == "static":  # models.static.STATIC_MODEL_TYPE: a table, no encoder to build
+        raise CheckpointError(f"{path} is a static embedding model (one table, no transformer); it embeds "
+                              f"text (embed, embed-eval, retrieval-eval, export, bench, serve) but cannot be "
+                              f"fine-tuned, distilled from or pruned; pass the transformer it came from")
     config = config_from_hf(d)
     state = read_state_dict(path)
     base, head_state = split_prefix(state, config.model_type)

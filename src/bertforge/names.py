@@ -22,6 +22,10 @@ SIZE_NAMES = ("tiny", "small", "base")
 #: keys of :data:`bertforge.distill.distiller.METHODS` (``distill --method``)
 DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm")
 
+#: ``distill --method`` choices that train no network and so have no loss set in ``METHODS``:
+#: ``static`` (:mod:`bertforge.distill.static`, one embedding table)
+DISTILL_TABLE_METHODS = ("static",)
+
 #: the stages every method of :data:`bertforge.distill.distiller.METHODS` defines (``distill --stage``)
 DISTILL_STAGES = ("task", "general")
 
@@ -56,5 +60,5 @@ class Choices(tuple):
         yield from self._loaded()
 
 
-__all__ = ["Choices", "TASK_NAMES", "OBJECTIVE_NAMES", "SIZE_NAMES", "DISTILL_METHODS", "DISTILL_STAGES", "LAYER_MAPS",
+__all__ = ["Choices", "TASK_NAMES", "OBJECTIVE_NAMES", "SIZE_NAMES", "DISTILL_METHODS", "DISTILL_TABLE_METHODS", "DISTILL_STAGES", "LAYER_MAPS",
            "BACKENDS"]

@@ -7,6 +7,7 @@ Examples:
       --corpus wiki.valid.raw emma.txt --out runs/tiny-general --max-steps 300
   bertforge distill --teacher runs/sst2 --student runs/tiny-general --method tinybert --task sst2 \
       --train train.tsv --eval dev.tsv --augment 4 --out runs/tiny-sst2
+  bertforge distill --method static --teacher minilm --dim 256 --out runs/minilm-static
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError
-from ..names import DISTILL_METHODS, DISTILL_STAGES, LAYER_MAPS, Choices
+from ..names import DISTILL_METHODS, DISTILL_STAGES, DISTILL_TABLE_METHODS, LAYER_MAPS, Choices
 from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
                       print_json, resolve_model_dir)
 from ._rundir import RunDir
@@ -36,8 +37,14 @@ def add_arguments(p) -> None:
                         "default: the ones --recipe RUN/recipe.yaml records")
     p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), layers:0,2,4 (copied from the "
                                      "teacher) or a checkpoint dir (an earlier stage)")
-    p.add_argument("--method", choices=Choices(DISTILL_METHODS, "bertforge.distill.distiller:METHODS"),
-                   help="named loss set (default kd for --stage task, tinybert for --stage general)")
+    p.add_argument("--method", choices=Choices(DISTILL_METHODS + DISTILL_TABLE_METHODS,
+                                               "bertforge.distill.distiller:METHODS"),
+                   help="named loss set (default kd for --stage task, tinybert for --stage general); static: "
+                        "a static embedding table (every vocabulary token through the teacher, PCA to --dim, "
+                        "SIF/Zipf weights; no training)")
+    p.add_argument("--dim", type=int, metavar="D", help="--method static: dimensions of the table (default 256)")
+    p.add_argument("--sif-coefficient", type=float, metavar="A",
+                   help="--method static: SIF weight a/(a+p(w)) coefficient a (default 1e-4)")
     p.add_argument("--stage", choices=DISTILL_STAGES, help="task (labelled data) or general (raw text)")
     p.add_argument("--task", help="task name for --stage task (default: the teacher's task)")
     p.add_argument("--train", help="labelled training file (--stage task)")
@@ -209,6 +216,11 @@ class Losses:
 def run(args) -> int:
     """``bertforge distill``: options → teachers → data → student → losses → run dir → distiller → train.
     Every check runs before anything is written; the run dir is a :class:`RunDir`."""
+    if args.method in DISTILL_TABLE_METHODS:
+        return run_static(args)
+    for flag, value in (("--dim", args.dim), ("--sif-coefficient", args.sif_coefficient)):
+        if value is not None:
+            raise ConfigError(f"{flag} is an option of --method static; drop it or add --method static")
     from ..distill.data import IndexedDataset
     from ._sources import Sources, require
     recipe = build_recipe(args, extra_sections=("distill",))
@@ -628,3 +640,50 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     if data.counts:
         print_training_plan("distill", data.counts, trainer)
     return trainer.fit(resume=resume)
+
+
+# ------------------------------------------------------------------------------------------- static
+def run_static(args) -> int:
+    """``distill --method static``: the teacher's vocabulary → a static embedding dir
+    (:mod:`bertforge.distill.static`). Every check — one teacher with a tokenizer, ``--dim`` within its
+    width, no flag of the training methods — runs before anything is written."""
+    from ..distill.static import check_teacher_tokenizer, distill_static
+    from ..hf import load_pretrained
+    from ..models.static import save_static, static_config
+    from ..tokenizer import load_tokenizer, pad_id
+    if not args.teacher or len(args.teacher) != 1:
+        raise ConfigError("--method static distils one teacher; pass --teacher DIR once")
+    training = {"--student": args.student, "--stage": args.stage, "--task": args.task, "--train": args.train,
+                "--eval": args.eval, "--corpus": args.corpus, "--augment": args.augment, "--recipe": args.recipe,
+                "--resume": args.resume, "--layer-map": args.layer_map, "--temperature": args.temperature}
+    used = [f for f, v in training.items() if v]
+    if used or args.overrides:
+        raise ConfigError(f"{(used or ['KEY=VALUE overrides'])[0]} is an option of the training methods; "
+                          f"--method static takes --teacher, --dim, --sif-coefficient, --batch-size and --out")
+    teacher_dir = resolve_model_dir(args.teacher[0])
+    if not teacher_dir.is_dir():
+        raise ConfigError(f"--teacher {args.teacher[0]} is not a checkpoint directory; pass the dir of a "
+                          f"sentence encoder (config.json, weights, tokenizer) or 'minilm'")
+    check_teacher_tokenizer(teacher_dir)
+    dim = 256 if args.dim is None else args.dim
+    a = 1e-4 if args.sif_coefficient is None else args.sif_coefficient
+    if not 0 < a < 1:
+        raise ConfigError(f"--sif-coefficient {a}: pass a value in (0, 1) (model2vec: 1e-4)")
+    teacher = load_pretrained(teacher_dir, notes=False)
+    if not 1 <= dim <= teacher.config.hidden_size:
+        raise ConfigError(f"--dim {dim} is larger than the teacher's {teacher.config.hidden_size} dimensions; "
+                          f"pass 1 … {teacher.config.hidden_size}")
+    tok = load_tokenizer(teacher_dir)
+    run_dir = RunDir(args.out, inputs=(teacher_dir,), overwrite=args.overwrite)
+    if args.seed is not None:
+        import torch
+        torch.manual_seed(args.seed)
+    with run_dir as work:
+        table, rec = distill_static(teacher, tok, dim, a, batch_size=args.batch_size or 1024,
+                                    progress=not args.no_progress)
+        rec["teacher"] = str(teacher_dir)
+        save_static(work, table, teacher_dir, static_config(table.shape[0], dim, pad_id(tok), rec))
+    print_json({"out": str(run_dir.out), "method": "static", "teacher": str(teacher_dir),
+                "table": list(table.shape), "teacher_params": sum(p.numel() for p in teacher.parameters()),
+                **{k: v for k, v in rec.items() if k not in ("method", "teacher")}})
+    return 0

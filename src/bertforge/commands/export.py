@@ -37,6 +37,9 @@ def run(args) -> int:
         raise ConfigError("--fusions picks the ONNX Runtime optimizer's fusions and --no-optimize skips that "
                           "optimizer; pass one of them")
     model_dir = resolve_model_dir(args.model)
+    from ..models.static import is_static_dir
+    if is_static_dir(model_dir):
+        return _export_static(args, model_dir)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     model = load_pretrained(model_dir).eval()
     from ..kernels import apply_kernels
@@ -45,5 +48,21 @@ def run(args) -> int:
         rec = deploy(model, work, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                      fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",
                      reduce_range=args.reduce_range)
+    print_json({"model": str(model_dir), "out": str(run_dir.out), **rec})
+    return 0
+
+
+def _export_static(args, model_dir) -> int:
+    """A static embedding dir → the Gather + masked-mean graph (no optimizer, no INT8: a lookup has neither
+    attention to fuse nor Linear layers to quantize)."""
+    from ..compress.onnx import deploy_static
+    from ..models.static import load_static
+    if args.int8:
+        raise ConfigError(f"{model_dir} is a static embedding model (a table lookup, no Linear layer to "
+                          f"quantize); drop --int8")
+    run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
+    model = load_static(model_dir)
+    with run_dir as work:
+        rec = deploy_static(model, work, source_dir=model_dir)
     print_json({"model": str(model_dir), "out": str(run_dir.out), **rec})
     return 0

@@ -405,5 +405,73 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     return rec
 
 
-__all__ = ["ExportView", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
+class StaticExportView(torch.nn.Module):
+    """A static embedding model written for tracing: ``forward(input_ids (B,T), attention_mask (B,T))`` →
+    ``last_hidden_state`` (B,T,d) (a Gather of the table) and ``sentence_embedding`` (B,d): the masked mean
+    Σ_t m_t·E[x_t] / max(Σ_t m_t, 1), L2-normalised when the model's config says so."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        bf = model.config.get("bertforge") or {}
+        self.normalize = bool(bf.get("normalize", True))
+
+    def forward(self, input_ids, attention_mask):
+        h = self.model.embeddings(input_ids)
+        m = attention_mask.to(h.dtype).unsqueeze(-1)
+        e = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+        if self.normalize:
+            e = e / e.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        return h, e
+
+
+#: the inputs and outputs of a static model's graph
+STATIC_INPUTS = ("input_ids", "attention_mask")
+STATIC_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+
+
+def deploy_static(model, out_dir, source_dir=None, check: bool = True) -> dict:
+    """Export a :class:`~bertforge.models.static.StaticEmbedding` to ``out_dir/model.onnx`` (the graph of
+    :class:`StaticExportView`: Gather + masked mean, dynamic batch and sequence axes) with its
+    ``config.json``, the tokenizer files of ``source_dir`` and ``onnx.json`` (``check``: the max
+    |ONNX Runtime − PyTorch| of the pooled output on a padded random batch, which must stay ≤ 1e-5).
+    Raises BertforgeError when the exporter fails or parity does not hold."""
+    out_dir = Path(out_dir)
+    view = StaticExportView(model.eval()).eval()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, model.embeddings.num_embeddings, (2, 16), generator=g)
+    am = torch.ones(2, 16, dtype=torch.long)
+    am[-1, 8:] = 0
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+            "last_hidden_state": {0: "batch", 1: "sequence"}, "sentence_embedding": {0: "batch"}}
+    with atomic_dir(out_dir) as tmp:
+        path = tmp / "model.onnx"
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(view, (ids, am), str(path), input_names=list(STATIC_INPUTS),
+                                  output_names=list(STATIC_OUTPUTS), dynamic_axes=axes, opset_version=OPSET,
+                                  do_constant_folding=True, dynamo=False)
+        except Exception as e:
+            raise BertforgeError(f"ONNX export failed ({str(e).splitlines()[0][:200]})") from None
+        rec = {"format": "onnx", "opset": OPSET, "inputs": list(STATIC_INPUTS), "output": STATIC_OUTPUTS[0],
+               "outputs": list(STATIC_OUTPUTS), "model_kind": "static", "quantization": None}
+        if check:
+            sess = session(path)
+            got = sess.run(["sentence_embedding"], {"input_ids": ids.numpy(), "attention_mask": am.numpy()})[0]
+            with torch.no_grad():
+                ref = view(ids, am)[1].numpy()
+            rec["fp32_max_abs_diff"] = float(np.abs(got - ref).max())
+            if rec["fp32_max_abs_diff"] > 1e-5:
+                raise BertforgeError(f"exported static graph differs from PyTorch by "
+                                     f"{rec['fp32_max_abs_diff']:.2e} (> 1e-5); please report this model")
+        atomic_write_text(tmp / "config.json", json.dumps(model.config, indent=2))
+        if source_dir is not None:
+            copy_tokenizer_files(Path(source_dir), tmp)
+        rec["file_mb"] = round(path.stat().st_size / 2**20, 3)
+        atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
+    return rec
+
+
+__all__ = ["ExportView", "StaticExportView", "deploy_static", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
            "session", "run_session", "parity", "deploy"]

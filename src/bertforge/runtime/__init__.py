@@ -14,7 +14,9 @@ Backends (each module's docstring says what it supports):
 * ``onnxruntime`` — :mod:`bertforge.runtime.onnx`: the ``model.onnx`` of ``export`` / ``quantize`` (FP32 or
   INT8) or any ``.onnx`` file; a checkpoint dir is exported on the fly;
 * ``transformers`` — :mod:`bertforge.runtime.hf`: the checkpoint in Hugging Face's own class, for
-  comparisons.
+  comparisons;
+* static embedding dirs (``distill --method static``: one table, mean pooling, no transformer) —
+  :mod:`bertforge.runtime.static` under ``torch`` / ``auto``, exported on the fly under ``onnxruntime``.
 
 Layering: the runtime imports the core (models, compress, hf) and is imported by the CLI and the
 evaluation reports; the core never imports it.
@@ -60,6 +62,9 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
     if not path.exists():
         raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an export / quantize "
                               f"output dir or an .onnx file")
+    from ..models.static import is_static_dir
+    if is_static_dir(path):
+        return _static_runner(path, backend, threads, int8, tokenizer_dir)
     from .onnx import OnnxRunner, find_graph
     graph = find_graph(path)
     if backend == "auto":
@@ -83,6 +88,25 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
     from .torch import TorchRunner
     return TorchRunner.load(path, threads, int8=int8, mkl_pack=mkl_pack, device=device,
                             tokenizer_dir=tokenizer_dir)
+
+
+def _static_runner(path: Path, backend: str, threads, int8: bool, tokenizer_dir) -> Runner:
+    """A static embedding dir: its lookup in PyTorch (``auto`` / ``torch``) or its Gather + mean graph
+    exported on the fly (``onnxruntime``). ConfigError for ``transformers`` and ``int8`` (no Linear layer)."""
+    if int8:
+        raise ConfigError(f"{path} is a static embedding model (a table lookup, no Linear layer to quantize); "
+                          f"drop --int8")
+    if backend == "transformers":
+        raise ConfigError(f"{path} is a static embedding model, which transformers has no class for; use the "
+                          f"torch or onnxruntime backend")
+    from .onnx import OnnxRunner, find_graph
+    graph = find_graph(path)  # an `export` of a static dir: its graph beside the static config.json
+    if graph is not None and backend in ("auto", "onnxruntime"):
+        return OnnxRunner(graph, threads, tokenizer_dir)
+    if backend == "onnxruntime":
+        return OnnxRunner.export_static(path, threads, tokenizer_dir=tokenizer_dir)
+    from .static import StaticRunner
+    return StaticRunner.load(path, threads, tokenizer_dir)
 
 
 __all__ = ["BACKENDS", "Runner", "head_kind", "load_runner"]

@@ -41,6 +41,9 @@ def count_graph_parameters(cfg: dict, graph) -> dict:
     checkpoint it came from. The graph's initializers are not a weight count: a tied output projection is
     stored again, transposed, and the exporter merges initializers that happen to hold equal values. For a
     config bertforge cannot build, the initializer elements are counted and ``parameters_counted`` says so."""
+    from ..models.static import is_static_config
+    if is_static_config(cfg):  # one (V, d) table
+        return {"parameters": int(cfg["vocab_size"]) * int(cfg["hidden_size"])}
     try:
         from ..hf import config_from_hf, saved_head_name
         from ..task_model import TaskModel
@@ -180,6 +183,25 @@ class OnnxRunner(Runner):
         runner.num_parameters = count_parameters(model)  # the model exported just now, as the torch backend
         runner.weights_file = "model.onnx (exported on the fly, not kept)"
         runner.info.pop("parameters_counted", None)
+        runner.info["exported_on_the_fly"] = True
+        return runner
+
+    @classmethod
+    def export_static(cls, model_dir, threads: Optional[int] = None, tokenizer_dir=None) -> "OnnxRunner":
+        """A static embedding dir exported on the fly (:func:`bertforge.compress.onnx.deploy_static`: Gather
+        + masked mean) and run in ONNX Runtime; the temporary export is removed before this returns."""
+        from ..compress.onnx import deploy_static
+        from ..models.static import load_static
+        model_dir = Path(model_dir)
+        model = load_static(model_dir)
+        tmp = Path(tempfile.mkdtemp(prefix="bertforge-onnx-"))
+        try:
+            deploy_static(model, tmp / "m", check=False)
+            runner = cls(tmp / "m" / "model.onnx", threads, tokenizer_dir or model_dir, dict(model.config))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        runner.path, runner.weight_files = model_dir, []
+        runner.weights_file = "model.onnx (exported on the fly, not kept)"
         runner.info["exported_on_the_fly"] = True
         return runner
 

@@ -1,0 +1,126 @@
+"""Static embeddings: one (V, d) table and mean pooling, no transformer (the model2vec model kind).
+
+A static model maps each token id to a fixed vector; a text's embedding is the mean of its tokens' vectors
+(normalised to unit length), so encoding costs one table lookup per token. The table is distilled from a
+sentence encoder by :func:`bertforge.distill.static.distill_static` (every vocabulary token through the
+teacher, PCA, SIF/Zipf weights; Tulkens & van Dongen 2024, model2vec).
+
+A static dir is a model dir like any other — ``config.json`` (``model_type: "static"``; the recipe in its
+``bertforge`` section), ``model.safetensors`` holding the one tensor ``embeddings.weight`` (V, d) float32,
+and the teacher's tokenizer files — and every consumer reads it through :func:`bertforge.runtime.load_runner`
+(torch: :class:`StaticEmbedding`; ONNX Runtime: a Gather + masked-mean graph).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+#: ``config.json`` ``model_type`` of a static embedding dir
+STATIC_MODEL_TYPE = "static"
+
+#: the one tensor of a static dir's ``model.safetensors``
+STATIC_WEIGHT = "embeddings.weight"
+
+#: token positions a static model embeds (a lookup has no position limit; a bound keeps requests finite)
+STATIC_MAX_POSITIONS = 8192
+
+
+def is_static_config(cfg: dict) -> bool:
+    """Whether a ``config.json`` dict describes a static embedding model."""
+    return isinstance(cfg, dict) and cfg.get("model_type") == STATIC_MODEL_TYPE
+
+
+def is_static_dir(path) -> bool:
+    """Whether ``path`` is a dir whose ``config.json`` says ``model_type: "static"`` (False for anything
+    unreadable: the caller's own loader reports that)."""
+    f = Path(path) / "config.json"
+    try:
+        return f.is_file() and is_static_config(json.loads(f.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return False
+
+
+def static_config(vocab_size: int, dim: int, pad_token_id: int = 0, extra: Optional[dict] = None) -> dict:
+    """The ``config.json`` of a static dir: sizes in the fields every reader knows (``hidden_size`` = d,
+    no layers, no segments) and ``extra`` (the distillation recipe, pooling) in the ``bertforge`` section."""
+    return {"model_type": STATIC_MODEL_TYPE, "architectures": ["StaticEmbedding"],
+            "vocab_size": int(vocab_size), "hidden_size": int(dim), "num_hidden_layers": 0,
+            "num_attention_heads": 1, "intermediate_size": 0, "type_vocab_size": 0,
+            "max_position_embeddings": STATIC_MAX_POSITIONS, "pad_token_id": int(pad_token_id),
+            "add_pooling_layer": False,
+            "bertforge": {"kind": STATIC_MODEL_TYPE, "pooling": "mean", "normalize": True, **(extra or {})}}
+
+
+class StaticEmbedding(nn.Module):
+    """Token lookup: ``forward(input_ids (B, T), attention_mask=None, token_type_ids=None)`` → (B, T, d)
+    float32 token vectors (the ``last_hidden_state`` of a static model; pool them with
+    :func:`bertforge.models.pooling.pool`, mean). ``sentence_embedding(input_ids, attention_mask)`` → (B, d):
+    the masked mean, L2-normalised when ``config['bertforge']['normalize']``."""
+
+    head = None
+    head_name = "base"
+
+    def __init__(self, weight: torch.Tensor, config: Optional[dict] = None):
+        super().__init__()
+        if weight.dim() != 2:
+            raise ValueError(f"a static embedding table is (V, d); got shape {tuple(weight.shape)}")
+        self.embeddings = nn.Embedding.from_pretrained(weight.float(), freeze=True)
+        self.config = config or static_config(weight.shape[0], weight.shape[1])
+
+    @property
+    def dim(self) -> int:
+        return self.embeddings.embedding_dim
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        return self.embeddings(input_ids)
+
+    def sentence_embedding(self, input_ids, attention_mask) -> torch.Tensor:
+        from .pooling import pool
+        bf = self.config.get("bertforge") or {}
+        return pool(self(input_ids), attention_mask, bf.get("pooling", "mean"), bool(bf.get("normalize", True)))
+
+
+def save_static(out_dir, weight, tokenizer_dir, config: dict) -> None:
+    """Write a static dir into ``out_dir`` (an existing, empty staging dir): ``model.safetensors``
+    (``embeddings.weight`` float32), ``config.json`` and the tokenizer files of ``tokenizer_dir``."""
+    import numpy as np
+    from safetensors.torch import save_file
+
+    from ..io import atomic_write_text
+    from ..tokenizer import copy_tokenizer_files
+    out_dir = Path(out_dir)
+    w = torch.from_numpy(np.ascontiguousarray(weight, dtype=np.float32)) if not torch.is_tensor(weight) \
+        else weight.detach().float().contiguous()
+    save_file({STATIC_WEIGHT: w}, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2))
+    copy_tokenizer_files(Path(tokenizer_dir), out_dir)
+
+
+def load_static(path) -> StaticEmbedding:
+    """The :class:`StaticEmbedding` of a static dir. Raises CheckpointError for a missing or wrong table."""
+    from safetensors.torch import load_file
+
+    from ..errors import CheckpointError
+    from ..io import read_config
+    path = Path(path)
+    cfg = read_config(path)
+    f = path / "model.safetensors"
+    if not f.is_file():
+        raise CheckpointError(f"{path} is a static model without model.safetensors; re-create it with "
+                              f"`bertforge distill --method static`")
+    state = load_file(str(f))
+    w = state.get(STATIC_WEIGHT)
+    if w is None or w.dim() != 2 or w.shape[1] != cfg.get("hidden_size", w.shape[1]):
+        raise CheckpointError(f"{f} holds no ({cfg.get('vocab_size')}, {cfg.get('hidden_size')}) "
+                              f"{STATIC_WEIGHT}; re-create it with `bertforge distill --method static`")
+    m = StaticEmbedding(w, cfg).eval()
+    m.source_dir = str(path)
+    return m
+
+
+__all__ = ["STATIC_MODEL_TYPE", "STATIC_WEIGHT", "STATIC_MAX_POSITIONS", "StaticEmbedding", "is_static_config",
+           "is_static_dir", "static_config", "save_static", "load_static"]
