@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dim", type=int, metavar="D", help="--method static: dimensions of the table (default 256)")
     p.add_argument("--sif-coefficient", type=float, metavar="A",
                    help="--method static: SIF weight a/(a+p(w)) coefficient a (default 1e-4)")
+    p.add_argument("--remove-top", type=int, metavar="K",
+                   help="--method static: skip the top K principal components (common-component removal; "
+                        "default 8, at most the teacher's width − --dim; 0: model2vec's recipe)")
     p.add_argument("--stage", choices=DISTILL_STAGES, help="task (labelled data) or general (raw text)")
     p.add_argument("--task", help="task name for --stage task (default: the teacher's task)")
     p.add_argument("--train", help="labelled training file (--stage task)")
@@ -218,7 +222,8 @@ def run(args) -> int:
     Every check runs before anything is written; the run dir is a :class:`RunDir`."""
     if args.method in DISTILL_TABLE_METHODS:
         return run_static(args)
-    for flag, value in (("--dim", args.dim), ("--sif-coefficient", args.sif_coefficient)):
+    for flag, value in (("--dim", args.dim), ("--sif-coefficient", args.sif_coefficient),
+                        ("--remove-top", args.remove_top)):
         if value is not None:
             raise ConfigError(f"{flag} is an option of --method static; drop it or add --method static")
     from ..distill.data import IndexedDataset
@@ -647,7 +652,7 @@ def run_static(args) -> int:
     """``distill --method static``: the teacher's vocabulary → a static embedding dir
     (:mod:`bertforge.distill.static`). Every check — one teacher with a tokenizer, ``--dim`` within its
     width, no flag of the training methods — runs before anything is written."""
-    from ..distill.static import check_teacher_tokenizer, distill_static
+    from ..distill.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
     from ..hf import load_pretrained
     from ..models.static import save_static, static_config
     from ..tokenizer import load_tokenizer, pad_id
@@ -659,7 +664,8 @@ def run_static(args) -> int:
     used = [f for f, v in training.items() if v]
     if used or args.overrides:
         raise ConfigError(f"{(used or ['KEY=VALUE overrides'])[0]} is an option of the training methods; "
-                          f"--method static takes --teacher, --dim, --sif-coefficient, --batch-size and --out")
+                          f"--method static takes --teacher, --dim, --sif-coefficient, --remove-top, --batch-size "
+                          f"and --out")
     teacher_dir = resolve_model_dir(args.teacher[0])
     if not teacher_dir.is_dir():
         raise ConfigError(f"--teacher {args.teacher[0]} is not a checkpoint directory; pass the dir of a "
@@ -669,6 +675,9 @@ def run_static(args) -> int:
     a = 1e-4 if args.sif_coefficient is None else args.sif_coefficient
     if not 0 < a < 1:
         raise ConfigError(f"--sif-coefficient {a}: pass a value in (0, 1) (model2vec: 1e-4)")
+    remove_top = REMOVE_TOP if args.remove_top is None else args.remove_top
+    if remove_top < 0:
+        raise ConfigError(f"--remove-top {remove_top}: pass a number of components ≥ 0 (0: none removed)")
     teacher = load_pretrained(teacher_dir, notes=False)
     if not 1 <= dim <= teacher.config.hidden_size:
         raise ConfigError(f"--dim {dim} is larger than the teacher's {teacher.config.hidden_size} dimensions; "
@@ -680,7 +689,8 @@ def run_static(args) -> int:
         torch.manual_seed(args.seed)
     with run_dir as work:
         table, rec = distill_static(teacher, tok, dim, a, batch_size=args.batch_size or 1024,
-                                    progress=not args.no_progress)
+                                    progress=not (args.no_progress or os.environ.get("BERTFORGE_NO_PROGRESS")),
+                                    remove_top=remove_top)
         rec["teacher"] = str(teacher_dir)
         save_static(work, table, teacher_dir, static_config(table.shape[0], dim, pad_id(tok), rec))
     print_json({"out": str(run_dir.out), "method": "static", "teacher": str(teacher_dir),

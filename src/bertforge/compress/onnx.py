@@ -468,6 +468,12 @@ def deploy_static(model, out_dir, source_dir=None, check: bool = True) -> dict:
         atomic_write_text(tmp / "config.json", json.dumps(model.config, indent=2))
         if source_dir is not None:
             copy_tokenizer_files(Path(source_dir), tmp)
+            for f in ("modules.json", "1_Normalize"):  # the pooling the dir declares (read_pooling)
+                src = Path(source_dir) / f
+                if src.is_file():
+                    atomic_write_text(tmp / f, src.read_text(encoding="utf-8"))
+                elif src.is_dir():
+                    (tmp / f).mkdir(exist_ok=True)
         rec["file_mb"] = round(path.stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
     return rec

@@ -5,9 +5,15 @@ Three steps, each a function here, :func:`distill_static` runs them in order:
 1. :func:`token_vectors` — every vocabulary token *alone* through the teacher, with the model's special
    tokens around it (``[CLS] t [SEP]``), and the teacher's output mean-pooled over those positions:
    one (H,) vector per token, the vector the teacher gives a one-token text.
-2. :func:`pca` — principal component analysis of those vectors (centred), projected on the top ``d``
-   components (sign fixed so that each component's largest-magnitude score is positive). PCA both shrinks
-   the table and spreads the variance the raw outputs concentrate in a few directions (model2vec §3).
+2. :func:`pca` — principal component analysis of those vectors (centred), projected on ``d`` components
+   (sign fixed so that each component's largest-magnitude score is positive). PCA both shrinks the table
+   and spreads the variance the raw outputs concentrate in a few directions (model2vec). Beyond model2vec,
+   the top ``remove_top`` components are skipped (components ``remove_top + 1 … remove_top + d`` are
+   kept): the common directions that every token shares and that dominate a mean of token vectors —
+   SIF's common-component removal (Arora et al. 2017, §4.1, the first singular vector) and "all-but-the-top"
+   (Mu & Viswanath 2018, the top D ≈ H/100 components). ``remove_top=0`` is model2vec's recipe; the default
+   8 was chosen on the *train* articles of the SQuAD-dev retrieval split (NDCG@10 0.608 → 0.650 at d = 256;
+   benchmarks/results/static.txt reports the held-out eval articles).
 3. :func:`sif_weights` — each row scaled by the SIF weight a / (a + p(w)) (Arora, Liang & Ma 2017, eq. 1
    and §4.1), with p(w) estimated from Zipf's law on the token's frequency rank r: p ∝ 1 / (r + 1) over the
    n ranked tokens (rank = vocabulary order, which for BERT's WordPiece vocabulary roughly follows
@@ -73,21 +79,22 @@ def token_vectors(model, token_ids, cls_id: Optional[int], sep_id: Optional[int]
     return out
 
 
-def pca(x: np.ndarray, dim: int) -> tuple:
-    """Project the rows of ``x`` (N, H) on their top ``dim`` principal components (after centring).
+def pca(x: np.ndarray, dim: int, skip: int = 0) -> tuple:
+    """Project the rows of ``x`` (N, H) on their principal components ``skip + 1 … skip + dim`` (after
+    centring; ``skip=0``: the top ``dim``).
 
     Returns ``(scores (N, dim) float32, explained_variance_ratio (dim,))``. Each component's sign makes its
     largest-magnitude score positive (sklearn's ``svd_flip`` convention on the scores), so the result is
-    deterministic. Raises ConfigError unless 1 ≤ ``dim`` ≤ min(N, H)."""
+    deterministic. Raises ConfigError unless 1 ≤ ``dim`` and ``skip + dim`` ≤ min(N, H)."""
     n, h = x.shape
-    if not 1 <= dim <= min(n, h):
-        raise ConfigError(f"--dim {dim}: the teacher's vectors have {h} dimensions ({n} tokens); pass 1 … "
-                          f"{min(n, h)}")
+    if dim < 1 or skip < 0 or skip + dim > min(n, h):
+        raise ConfigError(f"--dim {dim} (+ {skip} removed components): the teacher's vectors have {h} "
+                          f"dimensions ({n} tokens); pass --dim + --remove-top ≤ {min(n, h)}")
     x64 = x.astype(np.float64)
     xc = x64 - x64.mean(0)
     cov = xc.T @ xc / max(n - 1, 1)
     vals, vecs = np.linalg.eigh(cov)
-    order = np.argsort(vals)[::-1][:dim]
+    order = np.argsort(vals)[::-1][skip:skip + dim]
     comps = vecs[:, order]
     scores = xc @ comps
     big = np.abs(scores).argmax(0)
@@ -107,8 +114,12 @@ def sif_weights(n: int, a: float = 1e-4) -> np.ndarray:
     return a / (a + p)
 
 
+#: default number of top principal components removed (see the module docstring)
+REMOVE_TOP = 8
+
+
 def distill_static(teacher, tokenizer, dim: int = 256, sif_coefficient: float = 1e-4, batch_size: int = 1024,
-                   progress: bool = False) -> tuple:
+                   progress: bool = False, remove_top: int = REMOVE_TOP) -> tuple:
     """The static table of ``teacher`` (a TaskModel) over the vocabulary of ``tokenizer``.
 
     Returns ``(table (V, dim) float32, record)``: V = the tokenizer's vocabulary size (rows of special
@@ -126,15 +137,16 @@ def distill_static(teacher, tokenizer, dim: int = 256, sif_coefficient: float = 
     if not 1 <= dim <= teacher.config.hidden_size:
         raise ConfigError(f"--dim {dim}: the teacher's vectors have {teacher.config.hidden_size} dimensions; "
                           f"pass 1 … {teacher.config.hidden_size}")
+    remove_top = min(remove_top, teacher.config.hidden_size - dim)  # as many as the width leaves
     sp = special_tokens(tokenizer)
     cls_id = tokenizer.token_to_id(sp["cls"]) if "cls" in sp else None
     sep_id = tokenizer.token_to_id(sp["sep"]) if "sep" in sp else None
     vecs = token_vectors(teacher, kept, cls_id, sep_id, batch_size, progress=progress)
-    scores, ratio = pca(vecs, dim)
+    scores, ratio = pca(vecs, dim, remove_top)
     scores = scores * sif_weights(len(kept), sif_coefficient)[:, None].astype(np.float32)
     table = np.zeros((int(max(v_model, kept.max() + 1)), dim), dtype=np.float32)
     table[kept] = scores
-    rec = {"method": "static", "dim": dim, "sif_coefficient": sif_coefficient, "tokens_embedded": int(len(kept)),
+    rec = {"method": "static", "dim": dim, "sif_coefficient": sif_coefficient, "removed_components": remove_top, "tokens_embedded": int(len(kept)),
            "tokens_zeroed": int(len(dropped)), "pca_explained_variance": round(float(ratio.sum()), 4),
            "token_input": " ".join(x for x in ("[cls]" if cls_id is not None else "", "t",
                                                "[sep]" if sep_id is not None else "") if x),
@@ -153,4 +165,4 @@ def check_teacher_tokenizer(teacher_dir) -> None:
                               f"the model into {d}")
 
 
-__all__ = ["text_token_ids", "token_vectors", "pca", "sif_weights", "distill_static", "check_teacher_tokenizer"]
+__all__ = ["REMOVE_TOP", "text_token_ids", "token_vectors", "pca", "sif_weights", "distill_static", "check_teacher_tokenizer"]

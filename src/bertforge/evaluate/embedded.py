@@ -65,7 +65,8 @@ class Embedder:
         self.name = name or (runner.path.stem if runner.path.is_file() else runner.path.name)
         self.tok, self.path, self.backend = runner.tokenizer, runner.path, runner.backend
         self.max_positions = runner.max_length
-        self.num_parameters = (onnx_num_parameters(runner.onnx_path) if runner.backend == "onnxruntime"
+        self.num_parameters = (onnx_num_parameters(runner.onnx_path)  # a graph exported on the fly is gone
+                               if runner.backend == "onnxruntime" and runner.onnx_path.is_file()
                                else runner.num_parameters)
         #: :class:`bertforge.models.pooling.Pooling` (mode, normalize, max_seq_length) read from the dir
         self.pooling = pooling if pooling is not None else read_pooling(runner.path)

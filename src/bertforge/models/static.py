@@ -6,9 +6,12 @@ sentence encoder by :func:`bertforge.distill.static.distill_static` (every vocab
 teacher, PCA, SIF/Zipf weights; Tulkens & van Dongen 2024, model2vec).
 
 A static dir is a model dir like any other — ``config.json`` (``model_type: "static"``; the recipe in its
-``bertforge`` section), ``model.safetensors`` holding the one tensor ``embeddings.weight`` (V, d) float32,
+``bertforge`` section), ``model.safetensors`` holding the one tensor ``embedding.weight`` (V, d) float32,
 and the teacher's tokenizer files — and every consumer reads it through :func:`bertforge.runtime.load_runner`
-(torch: :class:`StaticEmbedding`; ONNX Runtime: a Gather + masked-mean graph).
+(torch: :class:`StaticEmbedding`; ONNX Runtime: a Gather + masked-mean graph). It is also a
+sentence-transformers dir (``modules.json``: ``StaticEmbedding`` → ``Normalize``), so
+``SentenceTransformer(DIR)`` loads it and gives the same vectors, and
+:func:`bertforge.models.pooling.read_pooling` reads its pooling (mean, normalised) like any other dir's.
 """
 from __future__ import annotations
 
@@ -22,8 +25,13 @@ from torch import nn
 #: ``config.json`` ``model_type`` of a static embedding dir
 STATIC_MODEL_TYPE = "static"
 
-#: the one tensor of a static dir's ``model.safetensors``
-STATIC_WEIGHT = "embeddings.weight"
+#: the one tensor of a static dir's ``model.safetensors`` (the name sentence-transformers' StaticEmbedding reads)
+STATIC_WEIGHT = "embedding.weight"
+
+#: the sentence-transformers modules a static dir lists in ``modules.json`` (mean is StaticEmbedding's own
+#: EmbeddingBag mode)
+ST_STATIC = "sentence_transformers.models.StaticEmbedding"
+ST_NORMALIZE = "sentence_transformers.models.Normalize"
 
 #: token positions a static model embeds (a lookup has no position limit; a bound keeps requests finite)
 STATIC_MAX_POSITIONS = 8192
@@ -98,6 +106,12 @@ def save_static(out_dir, weight, tokenizer_dir, config: dict) -> None:
     save_file({STATIC_WEIGHT: w}, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2))
     copy_tokenizer_files(Path(tokenizer_dir), out_dir)
+    bf = config.get("bertforge") or {}
+    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_STATIC}]
+    if bf.get("normalize", True):
+        modules.append({"idx": 1, "name": "1", "path": "1_Normalize", "type": ST_NORMALIZE})
+        (out_dir / "1_Normalize").mkdir(exist_ok=True)
+    atomic_write_text(out_dir / "modules.json", json.dumps(modules, indent=2))
 
 
 def load_static(path) -> StaticEmbedding:
