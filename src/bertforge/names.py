@@ -31,6 +31,9 @@ LAYER_MAPS = ("uniform", "pkd_skip", "pkd_last", "last")
 #: :data:`bertforge.runtime.base.BACKENDS` (``bench --backend``)
 BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
 
+#: :data:`bertforge.evaluate.retrieval.INDEX_KINDS` (``retrieval-eval --index``; ``exact`` is numpy search)
+INDEX_KINDS = ("flat", "hnsw", "ivf")
+
 
 
 class Choices(tuple):
@@ -57,4 +60,4 @@ class Choices(tuple):
 
 
 __all__ = ["Choices", "TASK_NAMES", "OBJECTIVE_NAMES", "SIZE_NAMES", "DISTILL_METHODS", "DISTILL_STAGES", "LAYER_MAPS",
-           "BACKENDS"]
+           "BACKENDS", "INDEX_KINDS"]
