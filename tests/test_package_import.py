@@ -79,6 +79,8 @@ def test_light_names_equal_the_registries():
     assert all(tuple(stages) == names.DISTILL_STAGES for stages in METHODS.values())
     assert names.LAYER_MAPS == tuple(STRATEGIES)
     assert names.BACKENDS == tuple(BACKENDS)
+    from bertforge.evaluate.retrieval import INDEX_KINDS
+    assert names.INDEX_KINDS == INDEX_KINDS
 
 
 def test_choices_take_registry_entries_added_from_user_code_without_importing_it(monkeypatch):

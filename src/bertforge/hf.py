@@ -287,6 +287,10 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if model.head is not None and hasattr(model.head, "tie_weights"):
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
+    from .models.pooling import read_pooling
+    pooling = read_pooling(path)
+    if pooling.declared:  # a sentence-transformers dir: its pooling travels with the model (saved again)
+        model.pooling = pooling
     return model.eval()  # ready for inference, as transformers' from_pretrained; training calls .train()
 
 

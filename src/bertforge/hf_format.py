@@ -203,7 +203,7 @@ def hf_state_dict(model) -> dict:
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in out.items()}
 
 
-def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=None) -> None:
     """Write a :class:`~bertforge.task_model.TaskModel` as ``config.json`` + ``model.safetensors`` (+ tokenizer
     files) atomically into ``out_dir``.
 
@@ -213,6 +213,11 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
     Args:
         tokenizer_dir: a dir whose tokenizer files (``tokenizer.json``, ``vocab.txt`` …) are copied.
         tokenizer: a ``tokenizers.Tokenizer`` to save instead.
+        pooling: an embedding model's :class:`bertforge.models.pooling.Pooling` (or a mode name: ``mean``,
+            ``cls``, ``max``); default ``model.pooling`` when the head is ``base``. Given, the dir is also
+            written in the sentence-transformers layout (``modules.json``, ``1_Pooling/config.json``,
+            ``sentence_bert_config.json``; :func:`bertforge.models.pooling.write_pooling`), so that
+            ``SentenceTransformer(out_dir)`` loads it and gives the same vectors.
     Raises:
         ConfigError: ``tokenizer_dir`` holds no tokenizer file, or ``tokenizer`` is not a
         ``tokenizers.Tokenizer`` — checked before anything is written.
@@ -236,6 +241,14 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
         move_files_into(tmp, out_dir)
     shutil.rmtree(out_dir / ".staging", ignore_errors=True)
+    if pooling is None and getattr(model, "head_name", None) == "base":
+        pooling = getattr(model, "pooling", None)
+    if pooling is not None:
+        from .models.pooling import Pooling, write_pooling
+        if isinstance(pooling, str):
+            pooling = Pooling(pooling)
+        write_pooling(out_dir, pooling.mode, pooling.normalize, hidden_size=model.config.hidden_size,
+                      max_seq_length=pooling.max_seq_length)
     for stale in ("pytorch_model.bin",):
         if (out_dir / stale).exists():
             (out_dir / stale).unlink()

@@ -35,6 +35,9 @@ LAYER_MAPS = ("uniform", "pkd_skip", "pkd_last", "last")
 #: :data:`bertforge.runtime.base.BACKENDS` (``bench --backend``)
 BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
 
+#: :data:`bertforge.evaluate.retrieval.INDEX_KINDS` (``retrieval-eval --index``; ``exact`` is numpy search)
+INDEX_KINDS = ("flat", "hnsw", "ivf")
+
 
 
 class Choices(tuple):
@@ -60,5 +63,5 @@ class Choices(tuple):
         yield from self._loaded()
 
 
-__all__ = ["Choices", "TASK_NAMES", "OBJECTIVE_NAMES", "SIZE_NAMES", "DISTILL_METHODS", "DISTILL_TABLE_METHODS", "DISTILL_STAGES", "LAYER_MAPS",
-           "BACKENDS"]
+__all__ = ["Choices", "TASK_NAMES", "OBJECTIVE_NAMES", "SIZE_NAMES", "DISTILL_METHODS", "DISTILL_TABLE_METHODS",
+           "DISTILL_STAGES", "LAYER_MAPS", "BACKENDS", "INDEX_KINDS"]

@@ -37,6 +37,9 @@ class TaskModel(nn.Module):
         self.config = config
         self.encoder = encoder if encoder is not None else Encoder(config)
         self.head_name = head
+        #: :class:`bertforge.models.pooling.Pooling` of an embedding model (None: not one); written as the
+        #: sentence-transformers layout by :meth:`save_pretrained` when the head is ``base``
+        self.pooling = None
         self.head = head_cls(config) if head != "base" else None
         if self.head is not None and hasattr(self.head, "tie_weights"):
             self.head.tie_weights(self.encoder)
@@ -65,12 +68,13 @@ class TaskModel(nn.Module):
                            attention_scores=enc.attention_scores, values=enc.values,
                            terms=out.get("terms"))
 
-    def save_pretrained(self, out_dir, tokenizer_dir=None, tokenizer=None) -> None:
+    def save_pretrained(self, out_dir, tokenizer_dir=None, tokenizer=None, pooling=None) -> None:
         """Write a ``transformers`` checkpoint dir (``config.json``, ``model.safetensors``, and the tokenizer
-        files of ``tokenizer_dir`` or the ``tokenizers.Tokenizer`` ``tokenizer``); see
+        files of ``tokenizer_dir`` or the ``tokenizers.Tokenizer`` ``tokenizer``; with ``pooling`` or
+        :attr:`pooling` on a ``base`` model, the sentence-transformers files too); see
         :func:`bertforge.hf_format.save_pretrained` (ConfigError for a ``tokenizer_dir`` without tokenizer
         files)."""
-        save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer)
+        save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, pooling=pooling)
 
 
 __all__ = ["TaskModel", "ModelOutput"]
