@@ -15,6 +15,7 @@ from helpers import make_tiny_checkpoint, sentences
 @pytest.fixture(scope="module")
 def static(tmp_path_factory):
     from bertforge.cli import main
+    torch.set_num_threads(1)  # the vocabulary pass: one thread is fastest on a busy shared host
     d = tmp_path_factory.mktemp("static")
     teacher = make_tiny_checkpoint(d / "teacher")
     out = d / "static"
@@ -64,7 +65,7 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     from bertforge.runtime import load_runner
     _, out = static
     texts = [s for s, _ in sentences(12, 3)] + ["zzz qqq unknownword", "the"]
-    emb = load_embedder(out)
+    emb = load_embedder(out, threads=1)
     assert emb.runner.backend == "torch" and emb.pooling.normalize
     ours = emb.embed(texts, 64, 4)
     st = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
@@ -73,7 +74,7 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     assert main(["export", "--model", str(out), "--out", str(onnx_dir)]) == 0
     rec = json.loads((onnx_dir / "onnx.json").read_text())
     assert rec["fp32_max_abs_diff"] <= 1e-5
-    for runner in (load_runner(onnx_dir), load_runner(out, backend="onnxruntime")):
+    for runner in (load_runner(onnx_dir, threads=1), load_runner(out, backend="onnxruntime", threads=1)):
         assert runner.backend == "onnxruntime"
         np.testing.assert_allclose(Embedder(runner).embed(texts, 64, 4), ours, atol=1e-5)
     import onnxruntime as ort  # the graph's own pooled output
@@ -85,10 +86,12 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     pooled = sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": am})[0]
     np.testing.assert_allclose(pooled, ours[:3], atol=1e-5)
     capsys.readouterr()
-    assert main(["bench", "--model", str(out), "--iters", "2", "--warmup", "1", "--seq-len", "16"]) == 0
+    assert main(["bench", "--model", str(out), "--iters", "2", "--warmup", "1", "--seq-len", "16",
+                 "--threads", "1"]) == 0
     b = json.loads(capsys.readouterr().out)
     assert b["parameters"] == ours.shape[1] * emb.tok.get_vocab_size() and b["gflops_per_seq"] == 0
-    assert main(["embed-eval", "--model", str(out), "--rounds", "1", "--iters", "1", "--no-progress"]) == 0
+    assert main(["embed-eval", "--model", str(out), "--rounds", "1", "--iters", "1", "--threads", "1",
+                 "--no-progress"]) == 0
     row = json.loads(capsys.readouterr().out)["models"][0]
     assert -1 <= row["lee_spearman"] <= 1
 
