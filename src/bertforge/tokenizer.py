@@ -89,16 +89,20 @@ def save_tokenizer(tok: Tokenizer, dst, model_max_length: int = 512,
     (dst / "special_tokens_map.json").write_text(json.dumps(sp, indent=2), encoding="utf-8")
 
 
-def encode_texts(tok: Tokenizer, texts_a: list, texts_b: Optional[list] = None, max_length: int = 128):
+def encode_texts(tok: Tokenizer, texts_a: list, texts_b: Optional[list] = None, max_length: int = 128,
+                 offsets: bool = True):
     """Encode single sentences or pairs with the tokenizer's own post-processor ([CLS] A [SEP] B [SEP]).
 
     Pairs are truncated longest-first to ``max_length`` tokens including special tokens.
+    ``offsets=False``: ``encode_batch_fast`` (no character offsets; ~1.6x faster, the same ids) for callers
+    that read only ``ids`` / ``type_ids`` / ``attention_mask``.
     Returns a list of ``tokenizers.Encoding``.
     """
     tok.enable_truncation(max_length=max_length, strategy="longest_first")
+    encode = tok.encode_batch if offsets or not hasattr(tok, "encode_batch_fast") else tok.encode_batch_fast
     try:
         if texts_b is None:
-            return tok.encode_batch(list(texts_a))
-        return tok.encode_batch(list(zip(texts_a, texts_b)))
+            return encode(list(texts_a))
+        return encode(list(zip(texts_a, texts_b)))
     finally:
         tok.no_truncation()

@@ -89,7 +89,7 @@ class Embedder:
         return max_seq_len if self.max_positions is None else min(max_seq_len, self.max_positions)
 
     def _batches(self, texts: list, max_seq_len: int, batch_size: int):
-        encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len))
+        encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len), offsets=False)
         pid = pad_id(self.tok)
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         for s in range(0, len(order), batch_size):

@@ -56,8 +56,8 @@ def pool_numpy(hidden: np.ndarray, attention_mask: np.ndarray, mode: str = "mean
         out = h[:, 0].copy()
     else:
         m = attention_mask[..., None].astype(np.float32)
-        if mode == "mean":
-            out = (h * m).sum(1) / np.clip(m.sum(1), 1.0, None)
+        if mode == "mean":  # (B, 1, T) @ (B, T, H): one batched GEMV instead of a (B, T, H) product
+            out = np.matmul(m.transpose(0, 2, 1), h)[:, 0] / np.clip(m.sum(1), 1.0, None)
         else:
             out = np.where(m > 0, h, np.finfo(np.float32).min).max(1)
             out = np.where(m.sum(1) > 0, out, 0.0).astype(np.float32)
