@@ -103,3 +103,17 @@ def test_squad_dev_whole_file_is_one_set_of_2067_paragraphs(tmp_path, data_dir):
     info = squad_to_beir(data_dir / "squad" / "dev-v1.1.json", tmp_path / "b", eval_fraction=1.0)
     assert (info["documents"], info["test_queries"], info["train_queries"]) == (2067, 10570, 0)
     assert not (tmp_path / "b" / "train.jsonl").exists()
+
+
+def test_passage_set_asks_each_passage_for_its_middle_sentence(tmp_path):
+    from bertforge.data.beir import passage_set, read_documents
+    f = tmp_path / "docs.txt"
+    f.write_text("s1 a.\ns2 a.\ns3 a.\ns4 a.\n\nt1 b.\nt2 b.\nt3 b.\n\nshort.\n")
+    docs = read_documents(f)
+    assert docs == [["s1 a.", "s2 a.", "s3 a.", "s4 a."], ["t1 b.", "t2 b.", "t3 b."], ["short."]]
+    data = passage_set(docs, sentences_per_passage=3)
+    assert data.corpus == {"p0": "s1 a. s3 a.", "p1": "t1 b. t3 b."}  # s4 (a tail) and "short." left out
+    assert data.queries == {"q0": "s2 a.", "q1": "t2 b."} and data.qrels == {"q0": {"p0": 1}, "q1": {"p1": 1}}
+    assert len(passage_set(docs * 50, 3, max_passages=7).corpus) == 7
+    with pytest.raises(DataError, match="no document has 5 sentences"):
+        passage_set(docs, 5)

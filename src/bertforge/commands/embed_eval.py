@@ -5,6 +5,10 @@ Each ``--model`` (a checkpoint dir run by PyTorch, an ``.onnx`` file run by ONNX
 embeddings and the human ratings of gensim's Lee 50-document corpus; 5-fold CV logistic-regression
 accuracy on the 200 Pang–Lee polarity sentences; latency (ms, p50/p90) at --seq-len × --batch-size,
 measured in interleaved rounds across all models; parameters; file size (MB = 10^6 bytes).
+With --heldout FILE (documents no model was trained on: one sentence a line, a blank line between documents)
+also: teacher agreement — Spearman ρ of pairwise passage cosines and overlap@10 of nearest neighbours against
+the --reference model (default the first) — and NDCG@10 / MRR@10 / Recall@1 of a retrieval set built from
+those documents (each 3-sentence passage's middle sentence finds the other two).
 Prints one JSON object {"models": [...]}; --out also writes it to a file.
 
 Example:
@@ -35,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--data", help="labelled file for --task (TSV/CSV/JSONL)")
     p.add_argument("--max-seq-len", type=int, default=128, help="truncation for --data (default 128)")
     p.add_argument("--max-eval-samples", type=int, help="score only the first N examples of --data")
+    p.add_argument("--heldout", help="held-out documents (text; blank line between documents) for teacher "
+                                     "agreement and a retrieval set built from them")
+    p.add_argument("--reference", help="model NAME the agreement is measured against (default: the first)")
     p.add_argument("--out", help="also write the JSON result to this file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.add_argument("--no-progress", action="store_true")
@@ -78,10 +85,16 @@ def run(args) -> int:
             raise ConfigError(f"--seq-len {args.seq_len} exceeds the {e.max_positions} positions of model "
                               f"{e.name!r}; pass --seq-len {e.max_positions} or less")
         embedders.append(e)
+    if args.reference and args.reference not in seen:
+        raise ConfigError(f"--reference {args.reference!r} is none of the models ({', '.join(seen)}); pass one "
+                          f"of their names")
+    if args.heldout and not Path(args.heldout).is_file():
+        raise ConfigError(f"--heldout {args.heldout} does not exist; pass a text file of documents")
     rows = evaluate_embedders(embedders, args.seq_len, args.batch_size, args.rounds, args.iters,
                               args.lee_max_seq_len, progress=not args.no_progress, task=args.task,
                               task_data=args.data, task_max_seq_len=args.max_seq_len,
-                              task_max_samples=args.max_eval_samples)
+                              task_max_samples=args.max_eval_samples, heldout=args.heldout,
+                              reference=args.reference)
     result = {"models": rows, "threads": torch.get_num_threads()}
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(result, indent=2))

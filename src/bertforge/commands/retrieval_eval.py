@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from ..errors import require_at_least
@@ -56,7 +55,7 @@ def run(args) -> int:
     data = read_beir(args.data, args.split)
     import torch
 
-    from ..evaluate.embedded import load_embedder
+    from ..evaluate.embedded import evaluate_retrieval, load_embedder
     if args.threads:
         torch.set_num_threads(args.threads)
     emb = load_embedder(args.model, None, args.tokenizer, threads=args.threads, dim=args.dim)
@@ -70,28 +69,3 @@ def run(args) -> int:
     print_json(result)
     return 0
 
-
-def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: int = 256,
-                       top_k: int = 100, k_values=(1, 10, 100)) -> dict:
-    """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
-    (:class:`bertforge.evaluate.embedded.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
-    score. Returns the metrics of :func:`bertforge.evaluate.retrieval.retrieval_metrics` plus ``documents``,
-    ``dim``, ``index``, ``docs_per_s`` / ``queries_per_s`` (encoding throughput, texts/s) and ``search_s``."""
-    from ..evaluate.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
-    doc_ids, q_ids = list(data.corpus), list(data.queries)
-    t0 = time.perf_counter()
-    dv = embedder.embed([data.corpus[d] for d in doc_ids], max_seq_len, batch_size)
-    t1 = time.perf_counter()
-    qv = embedder.embed([data.queries[q] for q in q_ids], max_seq_len, batch_size)
-    t2 = time.perf_counter()
-    k = max(max(k_values), top_k)
-    if index == "exact":
-        s, i = exact_search(qv, dv, k, "cos")
-    else:
-        s, i = build_index(dv, index, "cos").search(qv, k)
-    t3 = time.perf_counter()
-    m = retrieval_metrics(run_from_topk(q_ids, doc_ids, s, i), data.qrels, k_values)
-    m.update(documents=len(doc_ids), dim=int(dv.shape[1]), index=index, max_seq_len=max_seq_len,
-             docs_per_s=len(doc_ids) / max(t1 - t0, 1e-9), queries_per_s=len(q_ids) / max(t2 - t1, 1e-9),
-             search_s=t3 - t2)
-    return m

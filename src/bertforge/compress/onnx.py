@@ -400,6 +400,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
                                                           indent=2))
         if source_dir is not None:
             copy_tokenizer_files(Path(source_dir), tmp)
+            from ..models.pooling import carry_pooling
+            carry_pooling(source_dir, tmp)  # an embedding model keeps its pooling
         rec["file_mb"] = round((tmp / "model.onnx").stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
     return rec

@@ -267,4 +267,49 @@ def squad_to_beir(squad_json, out_dir, eval_fraction: float = 0.2, seed: int = 0
             "train_articles": len(split_articles["train"]), "test_articles": len(split_articles["test"])}
 
 
-__all__ = ["BeirData", "read_beir", "read_qrels", "write_beir", "squad_to_beir"]
+def read_documents(path) -> list:
+    """A plain-text file of documents — one sentence a line, a blank line between documents (what
+    ``embedded-corpus`` writes as ``train.txt`` / ``heldout.txt``) — as a list of sentence lists."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; pass a text file (one sentence a line, blank line between "
+                        f"documents)")
+    docs, cur = [], []
+    for line in split_lines(path.read_text(encoding="utf-8-sig")):
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            docs.append(cur)
+            cur = []
+    if cur:
+        docs.append(cur)
+    return docs
+
+
+def passage_set(documents: list, sentences_per_passage: int = 4, max_passages: int = 200) -> BeirData:
+    """A small retrieval set from plain documents, with no labels needed: each document is cut into passages
+    of ``sentences_per_passage`` consecutive sentences; from each passage its middle sentence is taken out
+    as the query and the rest is the one relevant document (the inverse cloze task of Lee, Chang &
+    Toutanova 2019, "Latent Retrieval for Weakly Supervised Open Domain QA", §5). Passages with fewer
+    sentences (a document's tail) are left out; when there are more than ``max_passages``, that many are
+    kept, evenly spaced over the documents (deterministic). Ids: ``p<i>`` / ``q<i>``.
+    Raises DataError when no passage can be formed."""
+    groups = []
+    for doc in documents:
+        for s in range(0, len(doc) - sentences_per_passage + 1, sentences_per_passage):
+            groups.append(doc[s:s + sentences_per_passage])
+    if not groups:
+        raise DataError(f"no document has {sentences_per_passage} sentences; pass longer documents")
+    if len(groups) > max_passages:
+        step = len(groups) / max_passages
+        groups = [groups[int(i * step)] for i in range(max_passages)]
+    corpus, queries, qrels = {}, {}, {}
+    for i, g in enumerate(groups):
+        mid = len(g) // 2
+        corpus[f"p{i}"] = " ".join(g[:mid] + g[mid + 1:])
+        queries[f"q{i}"] = g[mid]
+        qrels[f"q{i}"] = {f"p{i}": 1}
+    return BeirData(corpus, queries, qrels)
+
+
+__all__ = ["BeirData", "read_beir", "read_qrels", "write_beir", "squad_to_beir", "read_documents", "passage_set"]

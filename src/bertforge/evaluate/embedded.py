@@ -186,6 +186,72 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
 
 
 # ------------------------------------------------------------------------------------------ metrics
+def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: int = 256,
+                       top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False) -> dict:
+    """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
+    (:class:`bertforge.evaluate.embedded.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
+    score. Returns the metrics of :func:`bertforge.evaluate.retrieval.retrieval_metrics` plus ``documents``,
+    ``dim``, ``index``, ``docs_per_s`` / ``queries_per_s`` (encoding throughput, texts/s) and ``search_s``;
+    with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
+    from ..evaluate.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
+    doc_ids, q_ids = list(data.corpus), list(data.queries)
+    t0 = time.perf_counter()
+    dv = embedder.embed([data.corpus[d] for d in doc_ids], max_seq_len, batch_size)
+    t1 = time.perf_counter()
+    qv = embedder.embed([data.queries[q] for q in q_ids], max_seq_len, batch_size)
+    t2 = time.perf_counter()
+    k = max(max(k_values), top_k)
+    if index == "exact":
+        s, i = exact_search(qv, dv, k, "cos")
+    else:
+        s, i = build_index(dv, index, "cos").search(qv, k)
+    t3 = time.perf_counter()
+    m = retrieval_metrics(run_from_topk(q_ids, doc_ids, s, i), data.qrels, k_values)
+    m.update(documents=len(doc_ids), dim=int(dv.shape[1]), index=index, max_seq_len=max_seq_len,
+             docs_per_s=len(doc_ids) / max(t1 - t0, 1e-9), queries_per_s=len(q_ids) / max(t2 - t1, 1e-9),
+             search_s=t3 - t2)
+    return (m, (dv, qv)) if return_vectors else m
+
+
+def heldout_agreement(embedders: list, documents: list, reference: Optional[str] = None, max_seq_len: int = 128,
+                      batch_size: int = 32, max_passages: int = 128, k: int = 10,
+                      sentences_per_passage: int = 3) -> dict:
+    """Teacher–student agreement on held-out documents, and a small retrieval set built from them.
+
+    ``documents`` (lists of sentences; e.g. the demo corpus's ``heldout.txt``, text no model was trained on)
+    become :func:`bertforge.data.beir.passage_set` passages (``sentences_per_passage`` sentences, up to
+    ``max_passages``; the middle sentence is the query of the others). Each embedder embeds the passages and queries; per embedder:
+
+    * ``heldout_ndcg@10``, ``heldout_mrr@10``, ``heldout_recall@1`` — that retrieval set, exact cosine search
+      (:func:`bertforge.evaluate.retrieval.retrieval_metrics`);
+    * ``agreement_spearman`` — Spearman ρ between its and the reference's cosine similarities over all passage
+      pairs; ``agreement_overlap@10`` — mean share of each passage's 10 nearest passages that the reference
+      also puts there (:func:`bertforge.evaluate.retrieval.agreement`);
+    * ``heldout_passages``.
+
+    ``reference``: the embedder the others are compared with (default: the first, the teacher). Returns
+    ``{name: {field: value}}``.
+    """
+    from ..data.beir import passage_set
+    from .retrieval import agreement
+    data = passage_set(documents, sentences_per_passage, max_passages)
+    ref = reference or embedders[0].name
+    out, vecs = {}, {}
+    for e in embedders:
+        if not e.can_embed:
+            continue
+        m, (dv, _) = evaluate_retrieval(e, data, batch_size=batch_size, max_seq_len=max_seq_len,
+                                        k_values=(1, 10), top_k=10, return_vectors=True)
+        vecs[e.name] = dv
+        out[e.name] = {"heldout_ndcg@10": m["ndcg@10"], "heldout_mrr@10": m["mrr@10"],
+                       "heldout_recall@1": m["recall@1"], "heldout_passages": len(data.corpus)}
+    if ref in vecs:
+        for name, v in vecs.items():
+            a = agreement(vecs[ref], v, k)
+            out[name].update({"agreement_spearman": a["pair_spearman"],
+                              f"agreement_overlap@{k}": a[f"overlap@{k}"], "agreement_reference": ref})
+    return out
+
 def lee_spearman(embedder: Embedder, max_seq_len: int = 256, docs=None, ratings=None) -> float:
     """Spearman ρ between cosine similarities of mean-pooled embeddings and the human ratings of the
     1225 pairs (i < j) of the Lee 50-document corpus. ``docs``/``ratings`` default to gensim's files."""
@@ -291,10 +357,13 @@ def task_metrics(embedder: Embedder, task_name: str, data, max_seq_len: int = 12
 def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1, rounds: int = 5,
                        iters: int = 10, lee_max_seq_len: int = 256, progress: bool = True,
                        task: Optional[str] = None, task_data=None, task_max_seq_len: int = 128,
-                       task_max_samples: Optional[int] = None) -> list:
+                       task_max_samples: Optional[int] = None, heldout=None,
+                       reference: Optional[str] = None) -> list:
     """All figures for each embedder: ``lee_spearman``, ``polarity_acc`` (+ ``_std``) — None for a graph
     that only outputs logits —, ``task`` metrics when ``task``/``task_data`` are given, ``latency_ms``
-    (p50), ``latency_p90_ms``, ``params``, ``size_mb``, ``backend``. Returns a list of dicts in order."""
+    (p50), ``latency_p90_ms``, ``params``, ``size_mb``, ``backend``; with ``heldout`` (a text file of
+    documents, or lists of sentences) the :func:`heldout_agreement` fields against ``reference`` (default the
+    first embedder). Returns a list of dicts in order."""
     from tqdm.auto import tqdm
     if not embedders:
         raise ConfigError("no models to evaluate; pass --model at least once")
@@ -312,6 +381,12 @@ def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1,
                                                max_samples=task_max_samples)
         row.update(params=int(e.num_parameters), size_mb=float(e.size_mb))
         rows.append(row)
+    if heldout is not None:
+        from ..data.beir import read_documents
+        docs = read_documents(heldout) if isinstance(heldout, (str, Path)) else heldout
+        agree = heldout_agreement(embedders, docs, reference)
+        for r in rows:
+            r.update(agree.get(r["name"], {}))
     lat = measure_latencies(embedders, seq_len, batch_size, rounds, iters, progress=progress)
     for r in rows:
         r.update(latency_ms=lat[r["name"]]["p50_ms"], latency_p90_ms=lat[r["name"]]["p90_ms"],
@@ -320,6 +395,6 @@ def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1,
     return rows
 
 
-__all__ = ["Embedder", "load_embedder", "lee_spearman",
+__all__ = ["Embedder", "load_embedder", "evaluate_retrieval", "heldout_agreement", "lee_spearman",
            "polarity_accuracy", "measure_latencies", "evaluate_embedders", "mean_pool",
            "onnx_num_parameters", "task_metrics"]

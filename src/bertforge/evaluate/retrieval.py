@@ -92,6 +92,49 @@ def run_from_topk(query_ids: list, doc_ids: list, scores: np.ndarray, indices: n
     return out
 
 
+# ------------------------------------------------------------------------------- teacher agreement
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``x`` with ties given their average rank (as scipy.stats.rankdata)."""
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return (ends - (counts - 1) / 2.0)[inv]
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's ρ of two equal-length 1-D arrays: Pearson correlation of their (tie-averaged) ranks."""
+    ra, rb = _ranks(np.ravel(a)), _ranks(np.ravel(b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = np.sqrt((ra * ra).sum() * (rb * rb).sum())
+    return float((ra * rb).sum() / den) if den > 0 else float("nan")
+
+
+def agreement(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -> dict:
+    """How closely ``vectors`` (N, d') reproduce the similarity structure of ``reference`` (N, d) — e.g. a
+    student's embeddings of N held-out texts against its teacher's; widths may differ.
+
+    Returns:
+        ``pair_spearman``: Spearman ρ between the two models' cosine similarities over all N(N−1)/2 pairs
+        i < j (1 = the same order of every pair); ``overlap@k``: mean over texts of |kNN_ref(i) ∩ kNN(i)| / k,
+        the k nearest other texts by cosine (1 = the same neighbours; the k used, ``k``, is capped at N − 1);
+        ``texts``: N.
+    Raises:
+        ValueError: different N, or N < 3.
+    """
+    a, b = normalize_rows(reference), normalize_rows(vectors)
+    n = len(a)
+    if len(b) != n or n < 3:
+        raise ValueError(f"agreement needs the same N ≥ 3 texts in both, got {len(a)} and {len(b)}")
+    ca, cb = a @ a.T, b @ b.T
+    iu = np.triu_indices(n, 1)
+    want, k = k, min(k, n - 1)
+    np.fill_diagonal(ca, -np.inf)
+    np.fill_diagonal(cb, -np.inf)
+    na = np.argsort(-ca, axis=1, kind="stable")[:, :k]
+    nb = np.argsort(-cb, axis=1, kind="stable")[:, :k]
+    overlap = np.mean([len(set(x) & set(y)) / k for x, y in zip(na.tolist(), nb.tolist())])
+    return {"pair_spearman": spearman(ca[iu], cb[iu]), f"overlap@{want}": float(overlap), "k": k, "texts": n}
+
+
 # ------------------------------------------------------------------------------------------ search
 def normalize_rows(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` (N, d) divided by their L2 norms (a zero row stays zero), float32."""
@@ -222,5 +265,5 @@ def search_index(index, query_vecs: np.ndarray, top_k: int = 100, score: Optiona
     return s.astype(np.float32), i.astype(np.int64)
 
 
-__all__ = ["HEADLINE", "INDEX_KINDS", "VectorIndex", "build_index", "exact_search", "normalize_rows", "query_metrics",
+__all__ = ["HEADLINE", "INDEX_KINDS", "VectorIndex", "agreement", "spearman", "build_index", "exact_search", "normalize_rows", "query_metrics",
            "retrieval_metrics", "run_from_topk", "search_index"]

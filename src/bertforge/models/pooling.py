@@ -154,4 +154,14 @@ def write_pooling(model_dir, mode: str = "mean", normalize: bool = False, hidden
     atomic_write_text(d / "modules.json", json.dumps(modules, indent=2))
 
 
-__all__ = ["POOLING_MODES", "Pooling", "pool", "pool_numpy", "read_pooling", "write_pooling"]
+def carry_pooling(src_dir, dst_dir) -> bool:
+    """Write the pooling ``src_dir`` declares into ``dst_dir`` (an export, a quantized copy of the same model),
+    so that the copy embeds as the original does. Returns whether there was one to carry."""
+    p = read_pooling(src_dir)
+    if not p.declared:
+        return False
+    write_pooling(dst_dir, p.mode, p.normalize, max_seq_length=p.max_seq_length)
+    return True
+
+
+__all__ = ["POOLING_MODES", "Pooling", "carry_pooling", "pool", "pool_numpy", "read_pooling", "write_pooling"]
