@@ -274,9 +274,12 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
                                        "--max-steps": b["db_steps"], **general},
               needs=("corpus",), evaluated=D / "student-b", mode="embedded", part="distill"),
         # EMBEDDING STUDENTS: every Stage with evaluated=<dir> is a row of the embedding-quality table (held-out
-        # teacher agreement + retrieval, then Lee ρ); add further students here, e.g. the static student:
-        #   Stage("student-static", "distill", {"--method": "static", "--teacher": teacher, ...},
-        #         evaluated=D / "student-static", mode="embedded", part="distill"),
+        # teacher agreement + retrieval, then Lee ρ); add further students here.
+        # The static student: the teacher's vocabulary → one 256-d table (no training; docs/search.md)
+        Stage("student-static", "distill", {"--method": "static", "--teacher": teacher, "--dim": 256,
+                                            "--out": D / "student-static", "--overwrite": True,
+                                            "--no-progress": args.no_progress},
+              evaluated=D / "student-static", mode="embedded", part="distill"),
         Stage("student-a", "distill", {"--stage": "task", "--teacher": teacher_dir, "--student": layers,
                                        "--method": "kd", "--out": D / "student-a", **labelled},
               needs=("teacher",), evaluated=D / "student-a", mode="task", part="distill"),
