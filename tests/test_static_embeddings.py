@@ -57,7 +57,7 @@ def test_static_table_equals_a_reference_computation(static):
 
 def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, capsys):
     """Runner (torch) + Embedder = SentenceTransformer(DIR) = the exported ONNX graph (both outputs) = the
-    on-the-fly ONNX runner; `bench` and `embed-eval` take the dir."""
+    on-the-fly ONNX runner = the server's encode/pool path; `bench` and `embed-eval` take the dir."""
     from sentence_transformers import SentenceTransformer
 
     from bertforge.cli import main
@@ -85,6 +85,14 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     am = (np.arange(t)[None] < np.array([len(e) for e in enc])[:, None]).astype(np.int64)
     pooled = sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": am})[0]
     np.testing.assert_allclose(pooled, ours[:3], atol=1e-5)
+    from bertforge.serve.models import load_model  # the server's path: encode → runner → pool
+    served = load_model("static", out, threads=1)
+    rows = []
+    for e in served.encode(texts[:3], truncate=True):
+        ids = np.array([e.ids], dtype=np.int64)
+        rows.append(served.pool(served.runner(ids, np.ones_like(ids))["last_hidden_state"], np.ones_like(ids))[0])
+    rows = np.stack(rows)
+    np.testing.assert_allclose(rows / np.linalg.norm(rows, axis=1, keepdims=True), ours[:3], atol=1e-5)
     capsys.readouterr()
     assert main(["bench", "--model", str(out), "--iters", "2", "--warmup", "1", "--seq-len", "16",
                  "--threads", "1"]) == 0
