@@ -5,8 +5,9 @@ disjoint split, seed 0; the `test` qrels = questions of the eval articles, ranke
 paragraphs), measured in one run with the same threads for every model:
 
 * NDCG@10 (and MRR@10, Recall@1/10/100) by `retrieval-eval`'s own `evaluate_retrieval` (exact cosine search);
-* encoding throughput, texts/s = (documents + queries) / seconds to embed them (cut at 256 tokens), in
-  ``--rounds`` interleaved rounds (median and min–max reported; the host is shared);
+* encoding throughput, texts/s = (documents + queries) / seconds to embed them (cut at 256 tokens), on the
+  first ``--speed-docs`` paragraphs and ``--speed-queries`` questions of the eval set (the same texts for
+  every model), in ``--rounds`` interleaved rounds (median and min–max reported; the host is shared);
 * the static student: `bertforge distill --method static --teacher minilm --dim 256` (defaults: SIF a = 1e-4,
   8 top components removed); model2vec 0.10: `model2vec.distill.distill(<MiniLM dir>, pca_dims=256)` (its
   defaults). model2vec's distill needs `skeletoken` (the `model2vec[distill]` extra); put it on PYTHONPATH
@@ -16,7 +17,8 @@ Goals (issue 25): the static student keeps ≥ 80% of the teacher's NDCG@10 at �
 model2vec's distill at the same dimension.
 
 Usage:
-  PYTHONPATH=src:.peers python benchmarks/bench_static.py --threads 2 --rounds 3 --out benchmarks/results/static.txt
+  PYTHONPATH=src:.peers python benchmarks/bench_static.py --threads 2 --rounds 3 --work /tmp/bench-static \
+      --out benchmarks/results/static.txt
 """
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--teacher-batch", type=int, default=32, help="teacher texts per forward (retrieval-eval's)")
     ap.add_argument("--static-batch", type=int, default=1024, help="static models' texts per call (model2vec's)")
-    ap.add_argument("--work", help="work dir (default: a temporary dir)")
+    ap.add_argument("--speed-docs", type=int, default=400, help="paragraphs timed per round")
+    ap.add_argument("--speed-queries", type=int, default=400, help="questions timed per round")
+    ap.add_argument("--work", help="work dir (default: a temporary dir); the models, model2vec's distilled dir "
+                                   "and each model's quality figures are kept there and reused by a re-run")
     ap.add_argument("--out", help="results file")
     args = ap.parse_args(argv)
     os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(args.threads)
     from bertforge.cli import main as bertforge
-    from bertforge.commands.retrieval_eval import evaluate_retrieval
+    from bertforge.evaluate.embedded import evaluate_retrieval
     from bertforge.data.beir import read_beir, squad_to_beir
     from bertforge.evaluate.embedded import load_embedder
     from bertforge.hardware import cpu_flags
@@ -77,12 +82,15 @@ def main(argv=None) -> int:
     def log(s=""):
         print(s, flush=True)
         lines.append(s)
+        if args.out:  # written as it goes: a run cut short still leaves what it measured
+            Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     beir = work / "squad-beir"
     if not (beir / "corpus.jsonl").is_file():
         squad_to_beir(SQUAD, beir)
     data = read_beir(beir, "test")
-    texts_d, texts_q = list(data.corpus.values()), list(data.queries.values())
+    texts_d = list(data.corpus.values())[:args.speed_docs]
+    texts_q = list(data.queries.values())[:args.speed_queries]
     log(f"retrieval set: {SQUAD.name} eval articles: {len(data.queries)} questions against {len(data.corpus)} "
         f"paragraphs (split seed 0, eval fraction 0.2)")
 
@@ -102,21 +110,32 @@ def main(argv=None) -> int:
                                       args.teacher_batch),
               "bertforge static": (load_embedder(static_dir, "static", threads=args.threads), args.static_batch)}
     m2v_note = None
+    m2v_dir = work / f"model2vec-{args.dim}"
     try:
-        from model2vec.distill import distill
-        t0 = time.perf_counter()
-        m2v = distill(str(teacher_dir), pca_dims=args.dim)
-        m2v_s = time.perf_counter() - t0
-        models["model2vec distill"] = (Model2VecEmbedder(m2v), args.static_batch)
-        log(f"model2vec.distill.distill(<MiniLM dir>, pca_dims={args.dim}): {m2v_s:.0f} s")
+        from model2vec import StaticModel
+        if not (m2v_dir / "model.safetensors").is_file():
+            from model2vec.distill import distill
+            t0 = time.perf_counter()
+            distill(str(teacher_dir), pca_dims=args.dim).save_pretrained(str(m2v_dir))
+            log(f"model2vec.distill.distill(<MiniLM dir>, pca_dims={args.dim}): {time.perf_counter() - t0:.0f} s")
+        else:
+            log(f"model2vec.distill.distill(<MiniLM dir>, pca_dims={args.dim}): saved in {m2v_dir} by an earlier run")
+        models["model2vec distill"] = (Model2VecEmbedder(StaticModel.from_pretrained(str(m2v_dir))),
+                                       args.static_batch)
     except ImportError as e:
         m2v_note = f"model2vec distill unavailable ({e}); add skeletoken to PYTHONPATH"
         log(m2v_note)
 
     quality = {}
     for name, (emb, bs) in models.items():
-        r = evaluate_retrieval(emb, data, batch_size=bs, max_seq_len=256)
-        quality[name] = r
+        cache = work / f"quality-{name.split()[0]}-{args.dim}.json"
+        if cache.is_file():
+            quality[name] = json.loads(cache.read_text())
+        else:
+            quality[name] = evaluate_retrieval(emb, data, batch_size=bs, max_seq_len=256)
+            cache.write_text(json.dumps(quality[name]))
+        q = quality[name]
+        log(f"  {name}: NDCG@10 {q['ndcg@10']:.4f} (all {len(data.queries)} questions, {len(data.corpus)} paragraphs)")
     speeds = {name: [] for name in models}
     for _ in range(args.rounds):
         for name, (emb, bs) in models.items():
@@ -125,6 +144,7 @@ def main(argv=None) -> int:
             emb.embed(texts_q, 256, bs)
             speeds[name].append((len(texts_d) + len(texts_q)) / (time.perf_counter() - t0))
     log()
+    log(f"throughput on {len(texts_d)} paragraphs + {len(texts_q)} questions, {args.rounds} interleaved rounds:")
     log(f"{'model':22s} {'NDCG@10':>8s} {'MRR@10':>7s} {'R@1':>6s} {'R@10':>6s} {'R@100':>6s}  "
         f"{'texts/s median (min-max)':>28s}  batch")
     for name, (emb, bs) in models.items():
@@ -147,8 +167,6 @@ def main(argv=None) -> int:
             f"{statistics.median(speeds[st]) / statistics.median(speeds['model2vec distill']):.2f}x")
     else:
         log(f"static vs model2vec: NOT MEASURED ({m2v_note})")
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 
