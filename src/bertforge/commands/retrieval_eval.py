@@ -34,7 +34,8 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     p.add_argument("--max-seq-len", type=int, default=256,
                    help="truncation of documents and queries in tokens (default 256)")
-    p.add_argument("--top-k", type=int, default=100, help="documents retrieved per query (default 100)")
+    p.add_argument("--top-k", type=int, default=100,
+                   help="documents retrieved per query (default 100; never fewer than the largest cut-off, 100)")
     p.add_argument("--threads", type=int, help="intra-op threads for PyTorch and ONNX Runtime")
     p.add_argument("--tokenizer", help="tokenizer dir for an .onnx file whose folder has none")
     p.add_argument("--out", help="also write the JSON result to this file")

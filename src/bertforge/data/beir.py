@@ -94,9 +94,11 @@ def read_qrels(path: Path) -> tuple:
         raise DataError(f"{path} does not exist; pass --split " + (" or ".join(have) if have else "<a qrels/*.tsv name>"))
     qrels: dict = {}
     where: dict = {}
+    first = True
     for i, line in enumerate(split_lines(path.read_text(encoding="utf-8-sig")), 1):
         if not line.strip():
             continue
+        was_first, first = first, False
         parts = line.rstrip("\r\n").split("\t")
         if len(parts) < 3:
             parts = line.split()
@@ -108,7 +110,7 @@ def read_qrels(path: Path) -> tuple:
         try:
             grade = int(float(s))
         except ValueError:
-            if i == 1 or not qrels and not where:
+            if was_first:
                 continue  # the header: query-id corpus-id score
             raise DataError(f"{path}:{i} score {s!r} is not an integer relevance grade") from None
         if (q, d) in where:
