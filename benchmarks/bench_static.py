@@ -10,14 +10,14 @@ paragraphs), measured in one run with the same threads for every model:
   every model), in ``--rounds`` interleaved rounds (median and min–max reported; the host is shared);
 * the static student: `bertforge distill --method static --teacher minilm --dim 256` (defaults: SIF a = 1e-4,
   8 top components removed); model2vec 0.10: `model2vec.distill.distill(<MiniLM dir>, pca_dims=256)` (its
-  defaults). model2vec's distill needs `skeletoken` (the `model2vec[distill]` extra); put it on PYTHONPATH
-  (e.g. `pip install --no-deps --target .peers skeletoken==0.6.1`, then PYTHONPATH=.peers).
+  defaults). model2vec's distill needs `skeletoken`: `pip install -c constraints.txt -e ".[peers]"` installs
+  both (the run recorded in results/static.txt had it on PYTHONPATH from a `.peers/` folder instead).
 
 Goals (issue 25): the static student keeps ≥ 80% of the teacher's NDCG@10 at ≥ 50× its texts/s, and is above
 model2vec's distill at the same dimension.
 
 Usage:
-  PYTHONPATH=src:.peers python benchmarks/bench_static.py --threads 2 --rounds 3 --work /tmp/bench-static \
+  python benchmarks/bench_static.py --threads 2 --rounds 3 --work /tmp/bench-static \
       --out benchmarks/results/static.txt
 """
 from __future__ import annotations
