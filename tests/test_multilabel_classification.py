@@ -183,13 +183,13 @@ def test_focal_and_pos_weight_losses_match_their_formulas():
     ("good film\t", "train.tsv:3 has an empty label field"),
     ("good film\tpos,media,pos", "train.tsv:3 repeats label 'pos' in one row"),
 ])
-def test_bad_label_rows_are_refused(tmp_path, cli_error, row, expect):
-    tiny = make_tiny_checkpoint(tmp_path / "tiny")
+def test_bad_label_rows_are_refused(learnt, tmp_path, cli_error, row, expect):
     train = tmp_path / "train.tsv"
     train.write_text(f"text\tlabels\nbad music\tneg,media\n{row}\n")
-    line = cli_error(["finetune", "--model", str(tiny), "--task", "custom", "--train", str(train), "--out",
-                      str(tmp_path / "out"), "--max-steps", "1", "data.text_columns=[text]", "data.label_column=labels",
-                      "data.multi_label=true", "data.labels=[pos,neg,media]"], tmp_path)
+    line = cli_error(["finetune", "--model", str(learnt / "tiny"), "--task", "custom", "--train", str(train),
+                      "--out", str(tmp_path / "out"), "--max-steps", "1", "--max-seq-len", "16",
+                      "data.text_columns=[text]", "data.label_column=labels", "data.multi_label=true",
+                      "data.labels=[pos,neg,media]"], tmp_path)
     assert expect in line, line
 
 

@@ -30,7 +30,7 @@ from .ner import TokenClassificationAdapter
 from .qa import QAAdapter
 
 #: task name → :class:`~bertforge.tasks.base.Task`
-TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *multilabel.TASKS, *ner.TASKS, *qa.TASKS]}
+TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS, *multilabel.TASKS]}
 
 #: task kind → its :class:`~bertforge.tasks.base.TaskAdapter`
 ADAPTERS: dict[str, type] = {
