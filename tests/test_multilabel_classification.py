@@ -203,3 +203,17 @@ def test_labels_file_disagreeing_with_the_model_is_refused(learnt, cli_error):
     cli_error(["predict", "--model", str(learnt / "run"), "--data", str(learnt / "dev.tsv"), "--out", str(out),
                "--labels-file", str(bad)], learnt)
     assert not out.exists()
+
+
+def test_onnx_dir_carries_the_thresholds(learnt):
+    from bertforge.cli import main
+    onnx = learnt / "run-onnx"
+    assert main(["export", "--model", str(learnt / "run"), "--out", str(onnx)]) == 0
+    saved = json.loads((learnt / "run" / "config.json").read_text())["bertforge"]["thresholds"]
+    assert json.loads((onnx / "config.json").read_text())["bertforge"]["thresholds"] == saved
+    a, b = learnt / "pred-torch.jsonl", learnt / "pred-onnx.jsonl"
+    for model, out in ((learnt / "run", a), (onnx, b)):
+        assert main(["predict", "--model", str(model), "--data", str(learnt / "dev.tsv"), "--out", str(out)]) == 0
+    pa = [json.loads(x) for x in a.read_text().splitlines()]
+    pb = [json.loads(x) for x in b.read_text().splitlines()]
+    assert [p["labels"] for p in pa] == [p["labels"] for p in pb]
