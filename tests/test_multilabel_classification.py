@@ -217,3 +217,32 @@ def test_onnx_dir_carries_the_thresholds(learnt):
     pa = [json.loads(x) for x in a.read_text().splitlines()]
     pb = [json.loads(x) for x in b.read_text().splitlines()]
     assert [p["labels"] for p in pa] == [p["labels"] for p in pb]
+
+
+def test_label_lists_are_read_as_ids_names_or_json(tmp_path):
+    from bertforge.data.readers import read_examples
+    from bertforge.tasks import get_task
+    task = get_task("custom", text_columns=["text"], label_column="labels", labels=["pos", "neg", "media"],
+                    multi_label=True)
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"text": "a", "labels": ["media", "pos"]}\n{"text": "b", "labels": [1]}\n'
+                 '{"text": "c", "labels": "0,2"}\n{"text": "d", "labels": "[\\"neg\\"]"}\n')
+    assert [e.label for e in read_examples(f, task)] == [(0, 2), (1,), (0, 2), (1,)]
+    goemo = get_task("goemotions")
+    assert goemo.kind == "multi_label_classification" and len(goemo.labels) == 28
+    t = tmp_path / "g.tsv"
+    t.write_text("so happy for you\t17,15\tid1\n")
+    (e,) = read_examples(t, goemo)
+    assert (e.text_a, e.label, e.id) == ("so happy for you", (15, 17), "id1")
+
+
+def test_thresholds_set_by_hand():
+    from bertforge.errors import ConfigError
+    from bertforge.tasks.multilabel import active_thresholds, resolve_thresholds
+    labels = ["pos", "neg", "media"]
+    assert list(active_thresholds(resolve_thresholds(0.3, labels), 3)) == [0.3, 0.3, 0.3]
+    assert list(active_thresholds(resolve_thresholds("[0.1, 0.2, 0.3]", labels), 3)) == [0.1, 0.2, 0.3]
+    assert list(active_thresholds(resolve_thresholds({"neg": 0.7}, labels), 3)) == [0.5, 0.7, 0.5]
+    for bad in (1.5, [0.1, 0.2], {"joy": 0.3}, "x"):
+        with pytest.raises(ConfigError):
+            resolve_thresholds(bad, labels)
