@@ -71,6 +71,10 @@ class ModelConfig:
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
     id2label: Optional[dict] = None
     classifier_dropout: Optional[float] = None
+    #: what the sequence head reads: None = the family's own (BERT/ALBERT: the tanh pooler over [CLS], as
+    #: ``transformers``); ``mean`` / ``max`` / ``cls`` = :func:`bertforge.models.pooling.pool` of the last
+    #: layer (the pooling a sentence-embedding checkpoint was trained with). Saved in config.json → bertforge.
+    pooling: Optional[str] = None
     # free-form provenance (e.g. how a student was built); saved in config.json
     bertforge: dict = field(default_factory=dict)
 
@@ -99,6 +103,9 @@ class ModelConfig:
                 f"{self.num_attention_heads}; pick a head count that divides it")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
+        if self.pooling is not None and self.pooling not in ("mean", "max", "cls"):
+            raise ConfigError(f"model.pooling={self.pooling!r}; choose mean, max or cls (or leave it unset for "
+                              f"the family's own [CLS] pooler)")
         for name in ("layer_num_heads", "layer_intermediate_sizes"):
             v = getattr(self, name)
             if v is not None and len(v) != self.num_hidden_layers:
@@ -143,6 +150,13 @@ class DataConfig:
     header: Optional[bool] = None
     metric: Optional[str] = None
     corpus: Optional[list] = None
+    # multi-label tasks (tasks/multilabel.py): the label field is a list; labels_file names the labels (one
+    # per line) instead of ``labels``; thresholds set by hand (a float, one per label, or name → float)
+    # instead of tuning them on ``eval``
+    multi_label: Optional[bool] = None
+    allow_empty_labels: Optional[bool] = None
+    labels_file: Optional[str] = None
+    thresholds: Optional[Any] = None
 
 
 @dataclass
@@ -170,6 +184,9 @@ class TrainConfig:
     load_best_at_end: bool = True
     log_every: int = 10
     dropout_off: bool = False
+    # multi-label BCE (tasks/multilabel.py): pos_weight none | frequency | sqrt; focal loss γ (0 = off)
+    pos_weight: Optional[str] = None
+    focal_gamma: float = 0.0
     deterministic: bool = False
 
 

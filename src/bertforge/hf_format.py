@@ -131,6 +131,8 @@ def config_from_hf(d: dict) -> ModelConfig:
     for k in OUR_CONFIG_KEYS:
         if k in d and d[k] is not None:
             kw[k] = d[k]
+    if (d.get("bertforge") or {}).get("pooling"):
+        kw["pooling"] = d["bertforge"]["pooling"]
     if d.get("id2label"):
         id2label = {int(k): v for k, v in d["id2label"].items()}
         kw["id2label"] = id2label
@@ -178,6 +180,8 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
             d["problem_type"] = config.problem_type
     for k in OUR_CONFIG_KEYS:
         d[k] = getattr(config, k)
+    if config.pooling:  # the sequence head's pooling (ModelConfig.pooling), kept in bertforge's own section
+        d["bertforge"] = {**(d.get("bertforge") or {}), "pooling": config.pooling}
     d["bertforge_head"] = head
     return d
 

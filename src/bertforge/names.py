@@ -11,7 +11,8 @@ import sys
 
 #: keys of :data:`bertforge.tasks.TASKS` (``custom`` is built by :func:`bertforge.tasks.get_task`)
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli",
-              "conll2003", "ner", "squad", "squad_v2")
+              "conll2003", "ner", "squad", "squad_v2",
+              "goemotions")
 
 #: keys of :data:`bertforge.objectives.pretrain.OBJECTIVES` (``pretrain --objective``)
 OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert")

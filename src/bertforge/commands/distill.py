@@ -263,6 +263,9 @@ def run(args) -> int:
         result = train(distiller, dataset, collate, recipe, work, data, teacher_dirs, sources, args.resume)
         if cache is not None:
             cache.flush()
+        if hasattr(data.adapter, "configure_loss") and opts.stage == "task":  # multi-label: own thresholds
+            from ..tasks.multilabel import save_thresholds
+            result["thresholds"] = save_thresholds(work, data.adapter, recipe.data, data.eval_ds, result)
     print_json({"out": str(out), "stage": opts.stage, "method": opts.method, "student": opts.student,
                 "student_params": sum(p.numel() for p in student.parameters()),
                 "teacher_params": sum(p.numel() for p in data.teachers[0].parameters()), **result})
@@ -387,6 +390,8 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     if not d.train:
         raise ConfigError("--stage task needs --train FILE (labelled data)")
     # the teacher's column/label settings for its own task, under any given on this command line
+    from ..tasks import apply_labels_file
+    apply_labels_file(d, read_config(teacher_dirs[0]))
     spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
     task = get_task(d.task, **spec)
     adapter = adapter_for(task, tok, d.max_seq_len)

@@ -20,9 +20,19 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seq-len", type=int, help="default: the fine-tuning length")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-samples", type=int)
+    add_multilabel_args(p)
 
 
-def load_for_task(model_arg, task_name, max_seq_len=None):
+def add_multilabel_args(p) -> None:
+    """``--threshold`` / ``--labels-file`` of a multi-label model (``evaluate``, ``predict``)."""
+    p.add_argument("--threshold", metavar="T",
+                   help="multi-label: predict a label when its probability >= T, instead of the thresholds "
+                        "saved in the model dir (a number, or a JSON list / object label -> threshold)")
+    p.add_argument("--labels-file", metavar="FILE",
+                   help="multi-label: label names, one per line; checked to be the model's labels in order")
+
+
+def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels_file=None):
     """(model dir, task, adapter, runner) for a fine-tuned checkpoint, or for what ``export`` / ``quantize``
     made of one: the :class:`~bertforge.runtime.base.Runner` that :func:`bertforge.runtime.load_runner` picks
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
@@ -61,13 +71,26 @@ def load_for_task(model_arg, task_name, max_seq_len=None):
                           f"{task.num_labels}; pass the task it was fine-tuned on")
     if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
         adapter.use_model_labels(model_dir)
+    if hasattr(adapter, "use_model_thresholds"):  # multi-label: the thresholds saved in the dir
+        adapter.use_model_thresholds(model_dir)
+    elif threshold is not None or labels_file is not None:
+        raise ConfigError(f"--threshold and --labels-file apply to multi-label models; {model_dir} is a "
+                          f"{task.kind} model")
+    if labels_file is not None:
+        from ..tasks.multilabel import check_labels_file
+        check_labels_file(labels_file, saved or task.labels)
+    if threshold is not None:
+        from ..tasks.multilabel import resolve_thresholds
+        adapter.thresholds = resolve_thresholds(threshold, task.labels)
     return model_dir, task, adapter, runner
 
 
 def run(args) -> int:
     require_at_least("--batch-size", args.batch_size, 1)
     require_at_least("--max-samples", args.max_samples, 1)
-    model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len)
+    model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len,
+                                                     getattr(args, "threshold", None),
+                                                     getattr(args, "labels_file", None))
     data = adapter.load(args.data, args.max_samples)
     t0 = time.perf_counter()
     metrics = adapter.evaluate(runner, data, args.batch_size)
@@ -75,6 +98,10 @@ def run(args) -> int:
     warning = collapse_message(metrics, task)
     if warning:
         print(f"bertforge evaluate: {warning}", file=sys.stderr)
+    if "constant_macro_f1" in metrics and metrics["macro_f1"] <= metrics["constant_macro_f1"]:
+        print(f"bertforge evaluate: warning: macro-F1 {metrics['macro_f1']:.4g} is no better than the constant "
+              f"predictor's {metrics['constant_macro_f1']:.4g} (every label for every row): the model has "
+              f"collapsed — more steps, another learning rate, train.pos_weight=sqrt", file=sys.stderr)
     # token tasks batch windows; n counts the source sentences / questions
     print_json({"task": task.name, "n": len(getattr(data, "examples", data)), **metrics,
                 "eval_seconds": round(time.perf_counter() - t0, 3)})

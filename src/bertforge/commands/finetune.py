@@ -63,7 +63,10 @@ def setup(args, recipe, sources=None):
         if getattr(d, k, None) is None:
             setattr(d, k, v)
     _check_family(model_dir, hf_cfg)
-    task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header)
+    from ..tasks import apply_labels_file
+    apply_labels_file(d, hf_cfg)
+    task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header, d.multi_label,
+                    d.allow_empty_labels)
     tok = load_tokenizer(model_dir)
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
@@ -126,11 +129,18 @@ def run(args) -> int:
                                   "max_seq_len": recipe.data.max_seq_len}
         if recipe.train.metric_for_best is None and eval_ds is not None:
             recipe.train.metric_for_best = task.metrics[0]
+        multi = hasattr(adapter, "configure_loss")  # a multi-label task (tasks/multilabel.py)
+        if multi:
+            model.config.bertforge["loss"] = adapter.configure_loss(model, train_ds, recipe.train.pos_weight,
+                                                                    recipe.train.focal_gamma)
         eval_fn = CollapseWarning("finetune", task, lambda m: adapter.evaluate(m, eval_ds),
                                   step=lambda: trainer.step) if eval_ds is not None else None
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
                           save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir), sources=sources)
         print_training_plan("finetune", adapter.counts(train_ds), trainer)
         result = trainer.fit(resume=args.resume)
+        if multi:
+            from ..tasks.multilabel import save_thresholds
+            result["thresholds"] = save_thresholds(work, adapter, recipe.data, eval_ds, result)
     print_json({"out": str(out), **result})
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import ConfigError, require_at_least
 from ..io import atomic_write_text
 from ._common import check_out_file
-from .evaluate import load_for_task
+from .evaluate import add_multilabel_args, load_for_task
 
 
 def add_arguments(p) -> None:
@@ -27,6 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seq-len", type=int)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    add_multilabel_args(p)
 
 
 def _check_glue_format(task) -> None:
@@ -43,7 +44,9 @@ def run(args) -> int:
         named = TASKS.get(ALIASES.get(args.task.lower(), args.task.lower()))
         if named is not None:
             _check_glue_format(named)
-    model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len)
+    model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len,
+                                                     getattr(args, "threshold", None),
+                                                     getattr(args, "labels_file", None))
     if fmt == "glue":
         _check_glue_format(task)
     out = check_out_file(Path(args.out), (model_dir,), (args.data,), args.overwrite,

@@ -96,6 +96,11 @@ def is_qa(model) -> bool:
     return getattr(model, "head_name", None) == "question_answering"
 
 
+def is_multi_label(model) -> bool:
+    """Whether ``model``'s head is a multi-label classifier (C independent sigmoids, BCE)."""
+    return getattr(getattr(model, "config", None), "problem_type", None) == "multi_label_classification"
+
+
 def _f32(x: torch.Tensor) -> torch.Tensor:
     """At least float32 (float64 stays float64)."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
@@ -114,6 +119,8 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
         labels = batch["labels"]
         if logits is None:
             raise ConfigError("--loss task needs a model with a task head; use --loss fisher")
+        if is_multi_label(model):  # C independent sigmoids: BCE summed over the labels (tasks/multilabel.py)
+            return F.binary_cross_entropy_with_logits(_f32(logits), labels.to(_f32(logits).dtype), reduction="sum")
         if logits.dim() == 2 and logits.shape[-1] == 1:
             return 0.5 * ((_f32(logits.squeeze(-1)) - labels.to(_f32(logits).dtype)) ** 2).sum()
         if logits.dim() == 2:
@@ -124,6 +131,11 @@ def _loss(model, out, batch: dict, mode: str, generator: torch.Generator) -> tor
         sel = batch["_mlm_selected"]
         return F.cross_entropy(_f32(out.logits)[sel], batch["_mlm_targets"][sel], reduction="sum")
     # fisher: sample ŷ ~ p(·|x) from the model's own prediction (QA: a start and an end position)
+    if logits is not None and is_multi_label(model):  # one Bernoulli per label
+        z = _f32(logits)
+        with torch.no_grad():
+            y = torch.bernoulli(torch.sigmoid(z), generator=generator)
+        return F.binary_cross_entropy_with_logits(z, y, reduction="sum")
     if logits is not None and logits.shape[-1] > 1:
         lp = torch.log_softmax(_f32(logits), -1)
         with torch.no_grad():

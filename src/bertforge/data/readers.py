@@ -266,7 +266,50 @@ def _rows_to_examples(rows, header, task, path: Path, max_samples, require_label
     return out
 
 
+#: the task kind whose label field is a list of labels (:mod:`bertforge.tasks.multilabel`)
+MULTI_LABEL = "multi_label_classification"
+
+
+def _parse_label_set(raw, task, label_map, path: Path, lineno: int) -> tuple:
+    """A multi-label field → the sorted tuple of its label ids. ``raw``: a JSON list (a JSONL value, or a
+    cell written ``[3, 12]`` / ``["anger", "fear"]``) or comma-separated ids or names (``3,12``). DataError
+    (``file:line``) for a label outside the set, a label repeated in the row, an empty field where the task
+    needs at least one label (``allow_empty_labels`` False)."""
+    if isinstance(raw, (list, tuple)):
+        items = list(raw)
+    else:
+        text = str(raw).strip()
+        items = None
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                items = None
+            if not isinstance(items, list):
+                raise DataError(f"{path}:{lineno} label field {text[:40]!r} is not a JSON list; write it as "
+                                f"[3, 12] or 3,12")
+        if items is None:
+            items = [x for x in (p.strip() for p in text.split(","))] if text else []
+            if any(x == "" for x in items):
+                raise DataError(f"{path}:{lineno} label field {text[:40]!r} has an empty entry between commas; "
+                                f"write labels as 3,12")
+    if not items and not getattr(task, "allow_empty_labels", False):
+        raise DataError(f"{path}:{lineno} has an empty label field; task {task.name} needs at least one label "
+                        f"per row (set data.allow_empty_labels=true if rows may carry none)")
+    ids = []
+    for x in items:
+        if isinstance(x, (dict, list)) or x is None:
+            raise DataError(f"{path}:{lineno} label {json.dumps(x)[:40]} is not a label id or name; fix the row")
+        j = _label_id(x, task, label_map, path, lineno)
+        if j in ids:
+            raise DataError(f"{path}:{lineno} repeats label {task.labels[j]!r} in one row; give each label once")
+        ids.append(j)
+    return tuple(sorted(ids))
+
+
 def _parse_label(raw, task, label_map, path: Path, lineno: int):
+    if task.kind == MULTI_LABEL:
+        return _parse_label_set(raw, task, label_map, path, lineno)
     if task.kind == "regression":
         try:
             value = float(raw)
@@ -281,6 +324,11 @@ def _parse_label(raw, task, label_map, path: Path, lineno: int):
             raise DataError(f"{path}:{lineno} score {raw!r} is outside task {task.name}'s scale [{lo:g}, {hi:g}]; "
                             f"fix the row")
         return value
+    return _label_id(raw, task, label_map, path, lineno)
+
+
+def _label_id(raw, task, label_map, path: Path, lineno: int) -> int:
+    """One label (its name, or an id for a label set of names) → its id; DataError outside the set."""
     key = str(raw).strip()
     if isinstance(raw, bool):
         key = str(int(raw))

@@ -217,6 +217,8 @@ class Distiller(nn.Module):
                 nn.init.zeros_(lin.bias)
                 self.proj[term.name] = lin
         self._needs = self._features()
+        # multi-label heads: per-label sigmoid soft targets (losses.multi_label_kd_loss)
+        self._multi_label = getattr(student.config, "problem_type", None) == "multi_label_classification"
 
     # ------------------------------------------------------------------------ projections
     def save_projections(self, out_dir) -> None:
@@ -330,7 +332,10 @@ class Distiller(nn.Module):
         z = torch.stack([x.float() for x in zs])
         if z.shape[-1] == 1:  # regression: average predictions
             return z.mean(0)
-        t = float(temperature)  # averaged soft targets, as logits whose softmax at T is the mean
+        t = float(temperature)
+        if self._multi_label:  # averaged per-label probabilities at T, as logits
+            p = torch.sigmoid(z / t).mean(0).clamp(1e-7, 1 - 1e-7)
+            return t * torch.log(p / (1 - p))  # averaged soft targets, as logits whose softmax at T is the mean
         return t * torch.log(torch.softmax(z / t, -1).mean(0).clamp_min(1e-30))
 
     # --------------------------------------------------------------------------- forward
@@ -361,7 +366,8 @@ class Distiller(nn.Module):
             elif kind in ("logits", "mlm_logits"):
                 zt = self._combined_logits(feats, term.temperature, kind)
                 value = spec.fn(out_S.logits, zt, temperature=term.temperature, labels=labels,
-                                alpha=term.alpha, mask=attention_mask, mlm_labels=mlm_labels)
+                                alpha=term.alpha, mask=attention_mask, mlm_labels=mlm_labels,
+                                multi_label=self._multi_label and kind == "logits")
             else:
                 value = 0.0
                 for s, t in term.pairs:

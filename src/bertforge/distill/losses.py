@@ -8,7 +8,8 @@ Every loss returns a scalar tensor (float32) averaged over the batch as document
 =====================  ==========================================================================
 name                   source
 =====================  ==========================================================================
-``kd``                 Hinton et al. 2015 §2: α·T²·KL(p_T^τ ‖ p_S^τ) + (1 − α)·CE(z_S, y)
+``kd``                 Hinton et al. 2015 §2: α·T²·KL(p_T^τ ‖ p_S^τ) + (1 − α)·CE(z_S, y); multi-label:
+                       per-label sigmoids, α·T²·BCE(σ(z_S/τ), σ(z_T/τ)) + (1 − α)·BCE(σ(z_S), y)
 ``soft_ce``            TinyBERT (Jiao et al. 2020) eq. 10: −Σ softmax(z_T/t)·log softmax(z_S/t)
 ``cosine``             DistilBERT (Sanh et al. 2019) §3: L_cos = 1 − cos(h_S, h_T) per token
 ``hidden_mse``         TinyBERT eq. 8: MSE(H_S W_h, H_T), W_h learned (d_S → d_T)
@@ -76,9 +77,30 @@ def _mean_per_distribution(values: torch.Tensor, mask: Optional[torch.Tensor]) -
     return values.mean()
 
 
+def multi_label_kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
+                        labels: Optional[torch.Tensor] = None, alpha: float = 1.0) -> torch.Tensor:
+    """KD for multi-label heads (C independent sigmoids): Hinton et al. 2015 §2 applied per label, each label a
+    two-class distribution (σ(z/T), 1 − σ(z/T)):
+
+    ``α · T² · BCE(σ(z_S/T), σ(z_T/T)) + (1 − α) · BCE(σ(z_S), y)``, both averaged over B × C. The soft term is
+    the binary cross-entropy against the teacher's per-label probabilities at temperature T (its gradient,
+    ``(σ(z_S/T) − σ(z_T/T))/T`` per logit, vanishes exactly when the student's probabilities equal the
+    teacher's); T² keeps its gradient scale independent of T, as in the softmax case. ``labels`` (B, C) 0/1
+    are used only when ``α < 1``. Raises ConfigError: α < 1 without labels."""
+    t = float(temperature)
+    zs, zt = logits_S.float(), logits_T.float()
+    soft = F.binary_cross_entropy_with_logits(zs / t, torch.sigmoid(zt / t)) * t * t
+    if alpha >= 1.0:
+        return soft
+    if labels is None:
+        raise ConfigError("kd alpha < 1 mixes in the hard-label loss but the batch has no labels; "
+                          "set alpha=1 or distil on labelled data")
+    return alpha * soft + (1.0 - alpha) * F.binary_cross_entropy_with_logits(zs, labels.float())
+
+
 def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
             labels: Optional[torch.Tensor] = None, alpha: float = 1.0, mask: Optional[torch.Tensor] = None,
-            **_) -> torch.Tensor:
+            multi_label: bool = False, **_) -> torch.Tensor:
     """Hinton et al. 2015 ("Distilling the Knowledge in a Neural Network", §2):
 
     ``α · T² · KL(softmax(z_T/T) ‖ softmax(z_S/T)) + (1 − α) · CE(z_S, y)``, KL summed over classes and
@@ -86,12 +108,15 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
     start and end distributions), as the hard CE is. The T² factor keeps the soft-target gradient
     magnitude independent of T (the gradient of the KL term scales as 1/T²). ``labels`` (B,) or (B, T)
     are used only when ``α < 1``. A regression head (C = 1) distils by ``MSE(z_S, z_T)`` (TinyBERT's
-    STS-B choice), mixed with ``MSE(z_S, y)`` by α.
+    STS-B choice), mixed with ``MSE(z_S, y)`` by α. ``multi_label``: per-label sigmoid KD
+    (:func:`multi_label_kd_loss`).
     Raises:
         ConfigError: α < 1 without labels.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"kd alpha={alpha} must be in [0, 1] (weight of the soft targets)")
+    if multi_label:
+        return multi_label_kd_loss(logits_S, logits_T, temperature, labels, alpha)
     zs, zt = logits_S.float(), logits_T.float()
     if zs.shape[-1] == 1:
         soft = F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
@@ -114,11 +139,16 @@ def kd_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float =
 
 
 def soft_ce_loss(logits_S: torch.Tensor, logits_T: torch.Tensor, temperature: float = 1.0,
-                 mask: Optional[torch.Tensor] = None, **_) -> torch.Tensor:
+                 mask: Optional[torch.Tensor] = None, multi_label: bool = False, **_) -> torch.Tensor:
     """TinyBERT prediction-layer loss (Jiao et al. 2020, eq. 10): ``−Σ_c softmax(z_T/t)_c ·
     log softmax(z_S/t)_c``, averaged over the batch (token classification: over the real tokens of
-    ``mask``; no T² factor, as the paper; t = 1 there). A regression head (C = 1) uses ``MSE(z_S, z_T)``."""
+    ``mask``; no T² factor, as the paper; t = 1 there). A regression head (C = 1) uses ``MSE(z_S, z_T)``;
+    a multi-label head (``multi_label``) the per-label binary cross-entropy against σ(z_T/t), averaged over
+    B × C (:func:`multi_label_kd_loss` without T²)."""
     zs, zt = logits_S.float(), logits_T.float()
+    if multi_label:
+        t = float(temperature)
+        return F.binary_cross_entropy_with_logits(zs / t, torch.sigmoid(zt / t))
     if zs.shape[-1] == 1:
         return F.mse_loss(zs.squeeze(-1), zt.squeeze(-1))
     t = float(temperature)

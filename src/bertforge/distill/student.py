@@ -134,6 +134,7 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         cfg = student_config(teacher.config, shape, **head_config)
         student = TaskModel(cfg, head=head)
         record["shape"] = shape
-    bf = {k: v for k, v in student.config.bertforge.items() if k not in ("task", "max_seq_len")}
+    # the teacher's task record and tuned thresholds (multi-label) are not the student's
+    bf = {k: v for k, v in student.config.bertforge.items() if k not in ("task", "max_seq_len", "thresholds")}
     student.config.bertforge = {**bf, "student": record}
     return student

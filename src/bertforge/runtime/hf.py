@@ -48,6 +48,11 @@ def check_loadable(model_dir: Path, cfg: dict) -> None:
         raise CheckpointError(f"{model_dir} has per-layer pruned shapes ({what}), which transformers "
                               f"cannot build (one width for every layer; no pruned_heads since v5); use "
                               f"--backend torch or onnxruntime")
+    pooling = (cfg.get("bertforge") or {}).get("pooling")
+    if pooling and cfg.get("bertforge_head") == "sequence_classification":
+        raise CheckpointError(f"{model_dir} has a sequence head on {pooling} pooling (model.pooling), which "
+                              f"transformers' ForSequenceClassification does not have (it reads [CLS]): its "
+                              f"logits would not be this model's; use --backend torch or onnxruntime")
 
 
 class HFRunner(Runner):

@@ -259,6 +259,16 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
+def _multi_label_thresholds(model):
+    """(C,) thresholds of a multi-label classifier (``problem_type`` in its config.json; those saved in
+    ``bertforge.thresholds``, else 0.5), None for any other model."""
+    cfg = model.runner.config or {}
+    if cfg.get("problem_type") != "multi_label_classification":
+        return None
+    from ..tasks.multilabel import active_thresholds
+    return active_thresholds((cfg.get("bertforge") or {}).get("thresholds"), len(model.labels))
+
+
 async def predict(st: ServerState, body: dict):
     if "inputs" not in body:
         raise _invalid("the body has no 'inputs' field; send {\"inputs\": \"text\"}")
@@ -268,10 +278,17 @@ async def predict(st: ServerState, body: dict):
     seqs = await _encode(model, [a for a, _ in seqs_in], _flag(body, "truncate", st.limits["auto_truncate"]),
                    [b for _, b in seqs_in])
     out = []
+    th = _multi_label_thresholds(model)
     for z in await st.run(model, seqs, "logits"):
         z = np.asarray(z, dtype=np.float64)
         if model.kind == "regression":
             out.append([{"label": model.labels[0], "score": float(z[0])}])
+            continue
+        if th is not None:  # multi-label: independent sigmoids, each label against its saved threshold
+            p = 1.0 / (1.0 + np.exp(-z))
+            order = np.argsort(-p, kind="stable")
+            out.append([{"label": model.labels[i], "score": float(z[i] if raw else p[i]),
+                         "predicted": bool(p[i] >= th[i])} for i in order])
             continue
         s = z if raw else _softmax(z)
         order = np.argsort(-s, kind="stable")

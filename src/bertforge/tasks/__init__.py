@@ -6,6 +6,7 @@ Each task lives in one module with its reader, head, adapter and metric:
 module                      kinds (adapter)                     tasks
 ==========================  ==================================  ===============================================
 :mod:`.classification`      classification, regression          the nine GLUE tasks; ``custom`` (CSV/TSV/JSONL)
+:mod:`.multilabel`          multi_label_classification          ``goemotions``; ``custom`` with ``multi_label``
 :mod:`.ner`                 token_classification                ``conll2003``, ``ner``
 :mod:`.qa`                  qa                                  ``squad``, ``squad_v2``
 ==========================  ==================================  ===============================================
@@ -18,21 +19,24 @@ the one used to pick the best checkpoint. Look a task up with :func:`get_task`, 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 from ..errors import ConfigError, DataError
-from . import classification, ner, qa
+from . import classification, multilabel, ner, qa
 from .base import Task, TaskAdapter
 from .classification import KIND_METRICS, SequenceAdapter
+from .multilabel import MultiLabelAdapter
 from .ner import TokenClassificationAdapter
 from .qa import QAAdapter
 
 #: task name → :class:`~bertforge.tasks.base.Task`
-TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS]}
+TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS, *multilabel.TASKS]}
 
 #: task kind → its :class:`~bertforge.tasks.base.TaskAdapter`
 ADAPTERS: dict[str, type] = {
     "classification": SequenceAdapter,
     "regression": SequenceAdapter,
+    "multi_label_classification": MultiLabelAdapter,
     "token_classification": TokenClassificationAdapter,
     "qa": QAAdapter,
 }
@@ -43,10 +47,11 @@ ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "
 
 def task_spec(data_cfg) -> dict:
     """The column/label settings of a recipe's ``data`` section that define a task beyond its name
-    (``text_columns``, ``label_column``, ``labels``, ``metric``, ``header``; those set), as ``get_task``
+    (``text_columns``, ``label_column``, ``labels``, ``metric``, ``header``, ``multi_label``,
+    ``allow_empty_labels``; those set), as ``get_task``
     keywords. Fine-tuned and distilled models keep them in ``config.json`` (``bertforge.task_spec``), so
     ``evaluate``, ``predict`` and ``prune`` rebuild a ``custom`` task without the flags."""
-    keys = ("text_columns", "label_column", "labels", "metric", "header")
+    keys = ("text_columns", "label_column", "labels", "metric", "header", "multi_label", "allow_empty_labels")
     return {k: getattr(data_cfg, k) for k in keys if getattr(data_cfg, k, None) is not None}
 
 
@@ -90,28 +95,35 @@ def model_task(name: str, meta: dict, model_dir) -> Task:
 
 
 def get_task(name: str, text_columns=None, label_column=None, labels=None, metric=None,
-             header=None) -> Task:
+             header=None, multi_label=None, allow_empty_labels=None) -> Task:
     """Look a task up by name (case-insensitive, GLUE aliases such as ``SST-2``), or build ``custom``.
 
     ``custom`` needs ``text_columns`` (1 or 2) and ``label_column``; ``labels`` (list) makes it a
-    classification task, without it the label is a float (regression). Overrides of a registered
-    task's columns are applied on top of it.
+    classification task, without it the label is a float (regression); ``multi_label`` True (with
+    ``labels``) makes it a multi-label task (:mod:`.multilabel`: the label field is a list; rows may be
+    unlabelled with ``allow_empty_labels``). Overrides of a registered task's columns are applied on top of it.
     Raises:
         ConfigError: unknown name, a custom task without columns, not 1–2 text columns, a repeated
         label, a metric that is not one of :data:`KIND_METRICS` for the task's kind.
     """
     key = ALIASES.get(name.lower(), name.lower())
-    _check_spec(text_columns, labels, metric, kind=None if key != "custom" else
-                ("classification" if labels else "regression"), registered=TASKS.get(key))
+    custom_kind = (multilabel.KIND if multi_label else "classification") if labels else "regression"
+    if multi_label and not labels and key == "custom":
+        raise ConfigError("data.multi_label=true needs the label set: data.labels=[...] or data.labels_file=FILE")
+    _check_spec(text_columns, labels, metric, kind=None if key != "custom" else custom_kind,
+                registered=TASKS.get(key))
     if key == "custom":
         if not text_columns or label_column is None:
             raise ConfigError("--task custom needs data.text_columns=[...] and data.label_column=... "
                               "(and data.labels=[...] for classification)")
-        kind = "classification" if labels else "regression"
+        kind = custom_kind
+        default = {"classification": ("accuracy",), "regression": ("pearson", "spearman"),
+                   multilabel.KIND: multilabel.METRICS}[kind]
         return Task("custom", tuple(text_columns), label_column,
                     tuple(str(x) for x in labels) if labels else None,
-                    (metric,) if metric else (("accuracy",) if labels else ("pearson", "spearman")),
-                    kind=kind, header=header)
+                    ((metric,) + tuple(m for m in default if m != metric) if kind == multilabel.KIND
+                     else (metric,)) if metric else default,
+                    kind=kind, header=header, allow_empty_labels=bool(allow_empty_labels))
     if key not in TASKS:
         raise ConfigError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))} or custom")
     t = TASKS[key]
@@ -126,7 +138,25 @@ def get_task(name: str, text_columns=None, label_column=None, labels=None, metri
         upd["metrics"] = (metric,) + tuple(m for m in t.metrics if m != metric)
     if header is not None:
         upd["header"] = header
+    if allow_empty_labels is not None:
+        upd["allow_empty_labels"] = bool(allow_empty_labels)
     return replace(t, **upd) if upd else t
+
+
+def apply_labels_file(data_cfg, model_cfg: Optional[dict] = None) -> None:
+    """``data.labels_file`` (label names, one per line) → ``data.labels``. DataError (``file:line``) where it
+    disagrees with ``data.labels`` given too, or with the labels of ``model_cfg`` (a ``config.json`` dict)
+    when that model is already a multi-label classifier with as many labels."""
+    path = getattr(data_cfg, "labels_file", None)
+    if not path:
+        return
+    names = multilabel.read_labels_file(path)
+    if data_cfg.labels:
+        multilabel.check_labels_file(path, data_cfg.labels)
+    saved = [v for _, v in sorted(((model_cfg or {}).get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
+    if (model_cfg or {}).get("problem_type") == multilabel.KIND and saved:
+        multilabel.check_labels_file(path, saved)
+    data_cfg.labels = names
 
 
 def adapter_for(task: Task, tokenizer, max_seq_len: int) -> TaskAdapter:
@@ -137,4 +167,4 @@ def adapter_for(task: Task, tokenizer, max_seq_len: int) -> TaskAdapter:
 
 
 __all__ = ["TASKS", "ADAPTERS", "ALIASES", "KIND_METRICS", "Task", "TaskAdapter", "get_task", "model_task",
-           "task_spec", "saved_task_spec", "adapter_for"]
+           "task_spec", "saved_task_spec", "adapter_for", "apply_labels_file"]

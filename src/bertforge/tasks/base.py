@@ -41,7 +41,8 @@ class Task:
     the one used to pick the best checkpoint; ``kind``: the adapter kind in :data:`bertforge.tasks.ADAPTERS`;
     ``id_column``: the column that names each row (None: the reader takes a column named ``id``, ``idx``,
     ``index`` or ``guid`` when the file has one, else the row's 1-based line number); ``test_layout``: the
-    task's unlabelled test file (:class:`UnlabelledLayout`), recognised by its header.
+    task's unlabelled test file (:class:`UnlabelledLayout`), recognised by its header;
+    ``allow_empty_labels``: a multi-label row may have an empty label field (no label).
     """
 
     name: str
@@ -49,7 +50,7 @@ class Task:
     label_column: Optional[Column]
     labels: Optional[tuple]  # None for regression
     metrics: tuple
-    kind: str = "classification"  # classification | regression | token_classification | qa
+    kind: str = "classification"  # classification | regression | multi_label_classification | token_classification | qa
     header: Optional[bool] = True
     hub: Optional[tuple] = None  # (dataset, config) on the HF hub
     hub_columns: Optional[tuple] = None  # (text columns…, label column) in the hub version
@@ -57,6 +58,7 @@ class Task:
     label_range: Optional[tuple] = None  # regression: the scale's (low, high), checked when files are read
     id_column: Optional[Column] = None  # the row's id (see the class doc)
     test_layout: Optional[UnlabelledLayout] = None  # the unlabelled test file, if laid out otherwise
+    allow_empty_labels: bool = False  # multi-label: a row may carry no label (an empty label field)
 
     @property
     def num_labels(self) -> int:

@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -25,6 +27,7 @@ from ..errors import DataError
 from ..evaluate.metrics import compute
 from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
+from ..models.pooling import pool
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches
 
@@ -81,16 +84,23 @@ TASKS = [
 ]
 
 #: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
-KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman")}
+KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman"),
+                "multi_label_classification": ("macro_f1", "micro_f1", "exact_match", "macro_ap")}
 
 
 
 class SequenceClassificationHead(nn.Module):
-    """Classification (cross-entropy) or regression (MSE, ``num_labels == 1``) on the [CLS] state.
+    """Classification (cross-entropy), regression (MSE, ``num_labels == 1``) or multi-label classification
+    (``problem_type = multi_label_classification``: BCE-with-logits per label, as ``transformers``; optional
+    ``pos_weight`` and focal loss, :meth:`set_loss`) on the [CLS] state.
 
     Per family, as the original implementations: bert/albert ``dropout → Linear`` on the tanh pooler;
     roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
-    ``Linear → ReLU → dropout → Linear`` on h_[CLS]. Input (B, T, H) → logits (B, num_labels).
+    ``Linear → ReLU → dropout → Linear`` on h_[CLS]. With ``config.pooling`` (mean / max / cls) the head reads
+    :func:`~bertforge.models.pooling.pool` of the last layer instead of [CLS] (bert/albert: ``dropout → Linear``
+    on it, the pooler unused; others: their dense layers on it) — the pooling a sentence-embedding checkpoint
+    such as MiniLM was trained with; ``transformers`` has no such head (it reads [CLS]). Input (B, T, H) →
+    logits (B, num_labels).
     """
 
     hf_suffix = "ForSequenceClassification"
@@ -108,10 +118,16 @@ class SequenceClassificationHead(nn.Module):
         self.family = fam
         self.num_labels = config.num_labels
         self.regression = config.num_labels == 1 or config.problem_type == "regression"
+        self.multi_label = config.problem_type == "multi_label_classification"
+        self.focal_gamma = 0.0
+        self.register_buffer("pos_weight", None, persistent=False)
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(p)
-        self.use_pooler = fam in self.POOLER_FAMILIES
-        self.dense = None if self.use_pooler else nn.Linear(h, h)
+        self.pooling = config.pooling  # None: the family's own [CLS] reading (below)
+        self.use_pooler = fam in self.POOLER_FAMILIES and self.pooling is None
+        if self.pooling is not None:
+            self.cls_only = self.pooling == "cls"  # mean / max read every position
+        self.dense = None if fam in self.POOLER_FAMILIES else nn.Linear(h, h)
         self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
                     "distilbert": F.relu}.get(fam)
         self.classifier = nn.Linear(h, config.num_labels)
@@ -125,8 +141,15 @@ class SequenceClassificationHead(nn.Module):
         if self.use_pooler:
             x = self.dropout(enc.pooler_output)
         else:
-            x = enc.last_hidden_state[:, 0]
-            if self.family == "distilbert":
+            h = enc.last_hidden_state
+            if self.pooling is None:
+                x = h[:, 0]
+            else:
+                mask = batch.get("attention_mask")
+                x = pool(h, mask if mask is not None else torch.ones(h.shape[:2], device=h.device), self.pooling)
+            if self.dense is None:  # bert/albert reading a pooled vector: dropout → classifier
+                x = self.dropout(x)
+            elif self.family == "distilbert":
                 x = self.dropout(self.act(self.dense(x)))
             else:
                 x = self.dropout(self.act(self.dense(self.dropout(x))))
@@ -134,11 +157,19 @@ class SequenceClassificationHead(nn.Module):
         out = {"logits": logits}
         labels = batch.get("labels")
         if labels is not None:
-            if self.regression:
+            if self.multi_label:
+                out["loss"] = multi_label_loss(logits, labels, self.pos_weight, self.focal_gamma)
+            elif self.regression:
                 out["loss"] = F.mse_loss(logits.squeeze(-1).float(), labels.float())
             else:
                 out["loss"] = F.cross_entropy(logits.float(), labels.long())
         return out
+
+    def set_loss(self, pos_weight: Optional[torch.Tensor] = None, focal_gamma: float = 0.0) -> None:
+        """Multi-label loss options: ``pos_weight`` (C,) weight of each label's positive term, ``focal_gamma``
+        γ of the focal loss (0: plain BCE). See :func:`multi_label_loss`."""
+        self.pos_weight = None if pos_weight is None else pos_weight.to(self.classifier.weight.device)
+        self.focal_gamma = float(focal_gamma)
 
     @staticmethod
     def hf_keys(config: ModelConfig) -> dict:
@@ -151,6 +182,22 @@ class SequenceClassificationHead(nn.Module):
         return {"dense.weight": "classifier.dense.weight", "dense.bias": "classifier.dense.bias",
                 "classifier.weight": "classifier.out_proj.weight",
                 "classifier.bias": "classifier.out_proj.bias"}
+
+
+def multi_label_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: Optional[torch.Tensor] = None,
+                     focal_gamma: float = 0.0) -> torch.Tensor:
+    """Multi-label loss of ``logits`` (B, C) against 0/1 (or soft) ``labels`` (B, C), averaged over B × C:
+    BCE-with-logits (``torch.nn.BCEWithLogitsLoss``, what ``transformers`` uses for
+    ``multi_label_classification``) with ``pos_weight`` (C,) scaling each label's positive term; with
+    ``focal_gamma`` γ > 0 each element is weighted by (1 − p_t)^γ, p_t the probability given to the true
+    side (focal loss, Lin et al. 2017 "Focal Loss for Dense Object Detection" eq. 5, without α)."""
+    z, y = logits.float(), labels.float()
+    if not focal_gamma:
+        return F.binary_cross_entropy_with_logits(z, y, pos_weight=pos_weight)
+    bce = F.binary_cross_entropy_with_logits(z, y, pos_weight=pos_weight, reduction="none")
+    p = torch.sigmoid(z)
+    p_t = p * y + (1 - p) * (1 - y)
+    return ((1 - p_t).pow(focal_gamma) * bce).mean()
 
 
 def collapse_check(pred, ref, metric: str, num_labels=None) -> dict:
@@ -245,5 +292,5 @@ def glue_submission(predictions: list) -> str:
     return "".join(rows)
 
 
-__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter", "collapse_check",
+__all__ = ["TASKS", "KIND_METRICS", "SequenceClassificationHead", "SequenceAdapter", "collapse_check", "multi_label_loss",
            "glue_submission"]
