@@ -25,6 +25,8 @@ from ..errors import DataError
 from ..evaluate.metrics import compute
 from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
+from ..models.modernbert import PredictionHead, init_modernbert
+from ..models.pooling import pool
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches
 
@@ -90,7 +92,9 @@ class SequenceClassificationHead(nn.Module):
 
     Per family, as the original implementations: bert/albert ``dropout → Linear`` on the tanh pooler;
     roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
-    ``Linear → ReLU → dropout → Linear`` on h_[CLS]. Input (B, T, H) → logits (B, num_labels).
+    ``Linear → ReLU → dropout → Linear`` on h_[CLS]; modernbert ``LN(act(W·pool(h))) → dropout → Linear`` with
+    ``pool`` = h_[CLS] or the mean over tokens (``classifier_pooling``; Warner et al. 2024, transformers'
+    ``ModernBertForSequenceClassification``). Input (B, T, H) → logits (B, num_labels).
     """
 
     hf_suffix = "ForSequenceClassification"
@@ -111,7 +115,10 @@ class SequenceClassificationHead(nn.Module):
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(p)
         self.use_pooler = fam in self.POOLER_FAMILIES
-        self.dense = None if self.use_pooler else nn.Linear(h, h)
+        self.transform = PredictionHead(config) if fam == "modernbert" else None
+        self.pooling = config.classifier_pooling if fam == "modernbert" else "cls"
+        self.cls_only = self.pooling == "cls"  # mean pooling reads every position
+        self.dense = None if (self.use_pooler or self.transform is not None) else nn.Linear(h, h)
         self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
                     "distilbert": F.relu}.get(fam)
         self.classifier = nn.Linear(h, config.num_labels)
@@ -120,10 +127,18 @@ class SequenceClassificationHead(nn.Module):
         if self.dense is not None:
             nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
             nn.init.zeros_(self.dense.bias)
+        if self.transform is not None:
+            init_modernbert(self.transform, config)
 
     def forward(self, enc: EncoderOutput, batch: dict) -> dict:
         if self.use_pooler:
             x = self.dropout(enc.pooler_output)
+        elif self.transform is not None:
+            h = enc.last_hidden_state
+            am = batch.get("attention_mask")
+            if am is None:
+                am = torch.ones(h.shape[:2], dtype=torch.long, device=h.device)
+            x = self.dropout(self.transform(pool(h, am, self.pooling)))
         else:
             x = enc.last_hidden_state[:, 0]
             if self.family == "distilbert":
@@ -145,6 +160,9 @@ class SequenceClassificationHead(nn.Module):
         fam = config.model_type
         if fam in ("bert", "albert"):
             return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        if fam == "modernbert":
+            return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias",
+                    **PredictionHead.hf_keys(config)}
         if fam == "distilbert":
             return {"dense.weight": "pre_classifier.weight", "dense.bias": "pre_classifier.bias",
                     "classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
