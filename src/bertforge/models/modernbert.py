@@ -11,7 +11,7 @@ What differs from the post-LN BERT block of :mod:`.encoder`, each a small class 
   embedding norm precedes it), then a **final LayerNorm**; **no biases** in linear layers or norms (§2.1.1).
 * **GeGLU** feed-forward ``W_o·(GELU(x·W_a) ⊙ x·W_g)`` (Shazeer 2020), ``W_i = [W_a; W_g]``.
 * **Unpadding** (§2.1.3): a padded batch runs every linear layer, norm and FFN on its N real tokens only —
-  the (B, T) layout is rebuilt for the attention product alone. Same numbers as the padded computation at
+  sequences of similar length are gathered into small padded groups for the attention product alone. Same numbers as the padded computation at
   every real token (:class:`Unpadded`; ``Encoder.unpad`` switches it, speed only).
 
 The Hugging Face reference is ``transformers``' ``modeling_modernbert.py``; weight names map in
@@ -94,17 +94,57 @@ def window_bias(attention_mask: Optional[torch.Tensor], b: int, t: int, half_win
 
 @dataclass
 class Unpadded:
-    """Where the real tokens of a padded (B, T) batch are: ``idx`` (N,) flat indices into B·T (row-major),
-    so ``x.reshape(B·T, H)[idx]`` is the (N, H) packed batch and :meth:`pad` puts it back. Any padding side."""
+    """Where the real tokens of a padded (B, T) batch are, and how attention runs on them.
+
+    ``idx`` (N,): flat indices into B·T (row-major), so ``x.reshape(B·T, H)[idx]`` is the (N, H) packed batch
+    and :meth:`pad` puts it back. For attention, sequences of similar length are grouped
+    (:meth:`from_mask`): each group gathers its tokens into (n, T_g) with T_g its longest, so the product
+    costs Σ n·T_g² instead of B·T² and most groups need no padding mask. ``groups``: per group
+    ``(gather (n·T_g,) indices into the N packed rows + one zero row, slots (N_g,) of the real tokens
+    among the n·T_g, their packed rows (N_g,), n, T_g, valid (n, T_g) bool or None)``. Any padding side."""
 
     idx: torch.Tensor
     batch: int
     length: int
+    groups: list
 
     @staticmethod
-    def from_mask(attention_mask: torch.Tensor) -> "Unpadded":
+    def from_mask(attention_mask: torch.Tensor, slack: float = 0.8) -> "Unpadded":
+        """Groups: sequences sorted by length, longest first; a group takes the next sequence while it is at
+        least ``slack`` × the group's longest (padding inside a group ≤ 1 − ``slack`` per sequence)."""
         b, t = attention_mask.shape
-        return Unpadded(attention_mask.reshape(-1).nonzero(as_tuple=True)[0], b, t)
+        flat = attention_mask.reshape(-1).bool()
+        idx = flat.nonzero(as_tuple=True)[0]
+        lengths = attention_mask.sum(1).tolist()
+        starts = [0]
+        for n in lengths[:-1]:
+            starts.append(starts[-1] + n)
+        order = sorted(range(b), key=lambda i: -lengths[i])
+        groups, cur = [], []
+        for i in order:
+            if lengths[i] == 0:
+                continue
+            if cur and lengths[i] < slack * lengths[cur[0]]:
+                groups.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            groups.append(cur)
+        n_tok = int(idx.numel())
+        dev = attention_mask.device
+        plan = []
+        for g in groups:
+            tg = lengths[g[0]]
+            pos = torch.arange(tg)
+            gather = torch.full((len(g), tg), n_tok, dtype=torch.long)  # n_tok = the zero row
+            for r, i in enumerate(g):
+                gather[r, :lengths[i]] = starts[i] + pos[:lengths[i]]
+            valid = gather != n_tok
+            slots = valid.reshape(-1).nonzero(as_tuple=True)[0]
+            rows = gather.reshape(-1)[slots]
+            plan.append((gather.reshape(-1).to(dev), slots.to(dev), rows.to(dev), len(g), tg,
+                         None if bool(valid.all()) else valid.to(dev)))
+        return Unpadded(idx, b, t, plan)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, …) → (N, …)."""
@@ -114,6 +154,17 @@ class Unpadded:
         """(N, …) → (B, T, …), zeros at padding."""
         out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.idx, x)
         return out.view(self.batch, self.length, *x.shape[1:])
+
+    def group_biases(self, half_window: Optional[int], dtype) -> list:
+        """Per group, the additive bias of its attention: padding inside the group, and for a local layer
+        (``half_window``) the window; None where nothing is masked."""
+        out = []
+        for *_, n, tg, valid in self.groups:
+            if half_window is None:
+                out.append(padding_mask_bias(valid, dtype) if valid is not None else None)
+            else:
+                out.append(window_bias(valid, n, tg, half_window, dtype, self.idx.device))
+        return out
 
 
 class RotaryAttention(MultiHeadAttention):
@@ -125,23 +176,27 @@ class RotaryAttention(MultiHeadAttention):
         super().__init__(config.hidden_size, config.heads_of(layer), config.head_dim,
                          config.attention_probs_dropout_prob, bias=False)
 
-    def forward_unpadded(self, x: torch.Tensor, bias, rope: tuple, un: Unpadded) -> torch.Tensor:
-        """``x`` (N, H) packed tokens, ``rope`` (cos, sin) each (N, d_k), ``bias`` as for the padded batch →
-        (N, H). Q/K/V are projected and rotated on the N tokens, scattered to (B, T) for the product."""
+    def forward_unpadded(self, x: torch.Tensor, biases: list, rope: tuple, un: Unpadded) -> torch.Tensor:
+        """``x`` (N, H) packed tokens, ``rope`` (cos, sin) each (N, d_k), ``biases`` one per group of ``un``
+        (:meth:`Unpadded.group_biases`) → (N, H). Q/K/V are projected and rotated on the N tokens; each group
+        of similar-length sequences is gathered to (n, heads, T_g, d_k) for its attention product."""
         n = x.shape[0]
         if self.num_heads == 0:
             return x.new_zeros(n, self.hidden_size)
         h, d = self.num_heads, self.head_dim
         qkv = self.qkv(x).view(n, 3, h, d)
         cos, sin = rope[0][:, None, None], rope[1][:, None, None]  # (N, 1, 1, d_k)
-        qk = rotate(qkv[:, :2], cos, sin)  # (N, 2, heads, d_k): queries and keys
-        full = un.pad(torch.cat((qk, qkv[:, 2:]), dim=1))  # (B, T, 3, heads, d_k)
-        q, k, v = full.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, d_k)
-        if bias is not None and bias.dtype != q.dtype:
-            bias = bias.to(q.dtype)
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-                                             dropout_p=self.dropout.p if self.training else 0.0)
-        ctx = un.pack(ctx.transpose(1, 2)).reshape(n, h * d)
+        qkv = torch.cat((rotate(qkv[:, :2], cos, sin), qkv[:, 2:]), dim=1)  # queries and keys rotated
+        qkv = torch.cat((qkv, qkv.new_zeros(1, 3, h, d)))  # row N: zeros for the slots past a sequence's end
+        ctx = qkv.new_empty(n, h * d)
+        p = self.dropout.p if self.training else 0.0
+        for (gather, slots, rows, m, tg, _), bias in zip(un.groups, biases):
+            q, k, v = qkv.index_select(0, gather).view(m, tg, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+            if bias is not None and bias.dtype != q.dtype:
+                bias = bias.to(q.dtype)
+            c = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # (m, heads, T_g, d_k)
+            c = c.transpose(1, 2).reshape(m * tg, h * d)
+            ctx = ctx.index_copy(0, rows, c.index_select(0, slots))
         return self.out(ctx)
 
 
@@ -243,15 +298,21 @@ def init_modernbert(module: nn.Module, config: ModelConfig) -> None:
                 nn.init.zeros_(m.bias)
 
 
-def layer_inputs(encoder, attention_mask, positions: torch.Tensor, b: int, t: int, dtype, device) -> dict:
+def layer_inputs(encoder, attention_mask, positions: torch.Tensor, b: int, t: int, dtype, device,
+                 un: Optional[Unpadded] = None) -> dict:
     """Attention kind → ``(bias, (cos, sin))`` for the layers of ``encoder``: the global layers' padding bias
-    and the local layers' window bias (:func:`window_bias`), each with the RoPE tables of its θ at
-    ``positions`` ((B, T), or (N,) when unpadded)."""
+    and the local layers' window bias (:func:`window_bias`) — unpadded (``un``), one bias per group of
+    :class:`Unpadded` —, each with the RoPE tables of its θ at ``positions`` ((B, T), or (N,) unpadded)."""
     kinds = {layer.attention_type for layer in encoder.layers}
+    half = encoder.config.local_attention // 2
     out = {}
     for kind in kinds:
-        bias = (padding_mask_bias(attention_mask, dtype) if kind == GLOBAL else
-                window_bias(attention_mask, b, t, encoder.config.local_attention // 2, dtype, device))
+        if un is not None:
+            bias = un.group_biases(None if kind == GLOBAL else half, dtype)
+        elif kind == GLOBAL:
+            bias = padding_mask_bias(attention_mask, dtype)
+        else:
+            bias = window_bias(attention_mask, b, t, half, dtype, device)
         out[kind] = (bias, encoder.rotary(positions, kind, dtype))
     return out
 
@@ -283,7 +344,7 @@ def encode(encoder, x: torch.Tensor, attention_mask: Optional[torch.Tensor], pos
         x, positions = un.pack(x), un.pack(position_ids)
     else:
         positions = position_ids
-    inputs = layer_inputs(encoder, attention_mask, positions, b, t, x.dtype, x.device)
+    inputs = layer_inputs(encoder, attention_mask, positions, b, t, x.dtype, x.device, un)
     hidden, attns, scores, values = [x], [], [], []
     for i, layer in enumerate(encoder.layers):
         gates = head_gates[i] if head_gates is not None else None
