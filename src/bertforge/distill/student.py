@@ -8,7 +8,8 @@
   layer out of two" (Sanh et al. 2019, §3) and BERT-PKD's (Sun et al. 2019, §4.1).
 * ``modernbert:4L-256H-4A-384I`` — a shape of another family (cross-family distillation): a fresh
   ModernBERT-layout student (RoPE, GeGLU, alternating local/global attention; Warner et al. 2024) on the
-  teacher's vocabulary and tokenizer, :func:`cross_family_config`. Which losses apply across families:
+  teacher's vocabulary and tokenizer, :func:`cross_family_config`; when its hidden size is the teacher's
+  embedding size, it starts from the teacher's token embeddings (the rest is fresh). Which losses apply across families:
   docs/modernbert.md ("Distillation").
 * an existing checkpoint directory — the student of an earlier stage (chaining general → task).
 
@@ -160,6 +161,11 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         cfg = cross_family_config(teacher.config, family.strip().lower(), shape, **head_config)
         student = TaskModel(cfg, head=head)
         record.update(shape=shape, family=cfg.model_type)
+        tw, sw = teacher.encoder.embeddings.word_embeddings.weight, student.encoder.embeddings.word_embeddings.weight
+        if tw.shape == sw.shape:  # same vocabulary and width: start from the teacher's token embeddings
+            with torch.no_grad():
+                sw.copy_(tw)
+            record["token_embeddings"] = "teacher"
     elif spec.lower().startswith("layers:"):
         layers = parse_layers(spec, teacher.config.num_hidden_layers)
         student = copy_layers(teacher, layers, head=head, **head_config)
