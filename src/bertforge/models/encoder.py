@@ -128,9 +128,11 @@ class Encoder(nn.Module):
             self._check_inputs(input_ids, attention_mask, token_type_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         if self.rotary is not None:  # ModernBERT: RoPE, local/global pre-LN layers, final norm, unpadding
-            return modernbert.encode(self, x, attention_mask, position_ids, output_hidden_states,
-                                     output_attentions, output_attention_scores, output_values, head_gates,
-                                     cls_only, output_rows)
+            last, hidden, attns, scores, values = modernbert.encode(
+                self, x, attention_mask, position_ids, output_hidden_states, output_attentions,
+                output_attention_scores, output_values, head_gates, cls_only, output_rows)
+            return EncoderOutput(last_hidden_state=last, hidden_states=hidden, attentions=attns,
+                                 attention_scores=scores, values=values)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
         per_layer = explicit or output_hidden_states or output_values or head_gates is not None

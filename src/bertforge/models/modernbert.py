@@ -323,12 +323,11 @@ def encode(encoder, x: torch.Tensor, attention_mask: Optional[torch.Tensor], pos
            head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
            output_rows: Optional[torch.Tensor] = None):
     """The layers of a ModernBERT :class:`~.encoder.Encoder` on embeddings ``x`` (B, T, H), then the final
-    norm; arguments and result as :meth:`Encoder.forward` (``hidden_states[-1]`` is the normed last state,
-    as ``last_hidden_state``). A padded batch runs unpadded (:class:`Unpadded`) when ``encoder.unpad`` is
+    norm; arguments as :meth:`Encoder.forward`. Returns ``(last_hidden_state, hidden_states, attentions,
+    attention_scores, values)``, each per-layer tuple None unless asked for (``hidden_states[-1]`` is the
+    normed last state, as ``last_hidden_state``). A padded batch runs unpadded (:class:`Unpadded`) when ``encoder.unpad`` is
     True and no per-layer output is asked for (not while tracing for export); positions default to 0…T−1
     in every row (right padding), as transformers'."""
-    from .encoder import EncoderOutput
-
     b, t, _ = x.shape
     explicit = output_attentions or output_attention_scores
     per_layer = explicit or output_hidden_states or output_values or head_gates is not None
@@ -360,12 +359,8 @@ def encode(encoder, x: torch.Tensor, attention_mask: Optional[torch.Tensor], pos
     elif output_rows is not None:
         x = x[output_rows]
     x = hidden[-1] = encoder.final_norm(x)
-    return EncoderOutput(
-        last_hidden_state=x, pooler_output=None,
-        hidden_states=tuple(hidden) if output_hidden_states else None,
-        attentions=tuple(attns) if output_attentions else None,
-        attention_scores=tuple(scores) if output_attention_scores else None,
-        values=tuple(values) if output_values else None)
+    return (x, tuple(hidden) if output_hidden_states else None, tuple(attns) if output_attentions else None,
+            tuple(scores) if output_attention_scores else None, tuple(values) if output_values else None)
 
 
 __all__ = ["ModernBertEmbeddings", "ModernBertLayer", "RotaryAttention", "GatedFeedForward", "PredictionHead",
