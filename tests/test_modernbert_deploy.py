@@ -99,6 +99,16 @@ def test_cross_family_students_and_the_local_window_rule():
         terms = build_terms(method_terms(method, "task"), 3, 4, layer_map="1:2" if method == "tinybert" else None)
         out = Distiller(student, [teacher], terms).train()(ids, mask, labels=torch.tensor([0, 1, 1]))
         assert torch.isfinite(out.loss) and out.loss > 0
+    # and back: a ModernBERT teacher into a small BERT student
+    bert = build_student("bert:2L-32H-2A-64I", student.eval(), head="sequence_classification")
+    assert bert.config.model_type == "bert" and bert.config.vocab_size == 120
+    out = Distiller(bert, [student], build_terms(method_terms("kd", "task"), 2, 3)).train()(ids, mask, labels=torch.tensor([1, 0, 1]))
+    assert torch.isfinite(out.loss)
+    try:
+        build_student("gpt:2L-32H", teacher, head="sequence_classification")
+        raise AssertionError("an unknown family must be refused")
+    except ConfigError as e:
+        assert "gpt" in str(e) and "modernbert" in str(e)
     local = student.config.replace(local_attention=8)
     student = TaskModel(local, head="sequence_classification")
     terms = build_terms(method_terms("minilm", "task"), 3, 4)  # last student layer (3) is local: refused
