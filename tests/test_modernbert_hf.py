@@ -150,3 +150,26 @@ def test_unpadded_forward_and_gradients_equal_the_padded_ones():
         outs[unpad] = (out.loss.detach(), [p.grad.clone() for p in model.parameters()])
     assert abs(outs[True][0] - outs[False][0]) < 1e-6
     assert max((a - b).abs().max() for a, b in zip(outs[True][1], outs[False][1])) < 1e-5
+
+
+def test_hub_config_spellings_and_refusals():
+    """The hub's ModernBERT-base config.json (transformers 4.x keys) reads as transformers 5 reads it; what this
+    family does not implement is refused with one line."""
+    from bertforge.errors import CheckpointError
+    from bertforge.hf_format import config_from_hf
+    hub = {"model_type": "modernbert", "architectures": ["ModernBertForMaskedLM"], "vocab_size": 50368,
+           "hidden_size": 768, "intermediate_size": 1152, "num_hidden_layers": 22, "num_attention_heads": 12,
+           "hidden_activation": "gelu", "max_position_embeddings": 8192, "norm_eps": 1e-5, "norm_bias": False,
+           "global_attn_every_n_layers": 3, "local_attention": 128, "global_rope_theta": 160000.0,
+           "local_rope_theta": 10000.0, "pad_token_id": 50283, "classifier_pooling": "mean",
+           "attention_bias": False, "mlp_bias": False, "classifier_bias": False}
+    c = config_from_hf(hub)
+    ref = T.ModernBertConfig(**{k: v for k, v in hub.items() if k not in ("model_type", "architectures")})
+    assert [c.layer_type(i) for i in range(22)] == ref.layer_types
+    assert (c.global_rope_theta, c.local_rope_theta) == (ref.rope_parameters["full_attention"]["rope_theta"],
+                                                         ref.rope_parameters["sliding_attention"]["rope_theta"])
+    assert (c.local_attention, c.classifier_pooling, c.type_vocab_size, c.layer_norm_eps) == (128, "mean", 0, 1e-5)
+    for bad in ({"attention_bias": True}, {"tie_word_embeddings": False},
+                {"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1e4}}}):
+        with pytest.raises(CheckpointError):
+            config_from_hf({**hub, **bad})
