@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTFORGE_DATA", ROOT.parent / "shared" / "data"))
 HF_CLASS = {"bert": "BertForPreTraining", "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
-            "electra": "ElectraForPreTraining", "spanbert": "BertForMaskedLM"}
+            "electra": "ElectraForPreTraining", "spanbert": "BertForMaskedLM", "modernbert": "ModernBertForMaskedLM"}
 
 
 def corpus_files() -> list:
@@ -60,9 +60,10 @@ def check_dir(obj: str, out: Path) -> dict:
         ours = load_pretrained(out).eval()
         cls = getattr(transformers, HF_CLASS[obj])
         theirs = cls.from_pretrained(out).eval()
+        segments = {} if obj == "modernbert" else {"token_type_ids": tt}  # ModernBERT has no segments
         with torch.no_grad():
             mine = ours(ids, am, tt).logits
-            r = theirs(input_ids=ids, attention_mask=am, token_type_ids=tt)
+            r = theirs(input_ids=ids, attention_mask=am, **segments)
             ref = r.prediction_logits if hasattr(r, "prediction_logits") else r.logits
         diff = float((mine - ref).abs().max())
     return {"hf_class": HF_CLASS[obj] + (" + generator/ElectraForMaskedLM" if obj == "electra" else ""),

@@ -28,7 +28,10 @@ import yaml
 from .errors import ConfigError, require_number
 from .io import atomic_write_text
 
-FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert")
+#: the attention kinds of a ModernBERT layer (``ModelConfig.layer_types``, Hugging Face's names)
+LAYER_TYPES = ("full_attention", "sliding_attention")
+POOLINGS = ("cls", "mean")  # ModernBERT's classifier_pooling
 SHARING = ("none", "attention", "ffn", "all")
 KERNELS = ("auto", "cpu", "none")  # impl.kernels (bertforge.kernels.apply_kernels)
 
@@ -40,7 +43,14 @@ class ModelConfig:
     ``model_type`` picks the family: ``bert`` (Devlin et al. 2018), ``roberta`` (Liu et al. 2019; positions
     offset by ``pad_token_id + 1``), ``albert`` (Lan et al. 2019; factorized embeddings ``embedding_size`` → H
     and cross-layer sharing), ``electra`` (Clark et al. 2020; embedding projection when E ≠ H), ``distilbert``
-    (Sanh et al. 2019; no token types, no pooler).
+    (Sanh et al. 2019; no token types, no pooler), ``modernbert`` (Warner et al. 2024; rotary positions, GeGLU,
+    pre-LN without biases, alternating local/global attention — :mod:`bertforge.models.modernbert`).
+
+    ModernBERT keys (read by that family only, Hugging Face ``ModernBertConfig`` names): a layer ``i`` attends
+    globally when ``i % global_attn_every_n_layers == 0``, else within ``local_attention // 2`` positions
+    either side (``layer_types`` lists the kinds explicitly and wins when given); ``global_rope_theta`` /
+    ``local_rope_theta`` are the RoPE bases of those layers; ``norm_bias`` gives the LayerNorms a bias;
+    ``classifier_pooling`` (``cls`` | ``mean``) and ``classifier_activation`` shape the task heads.
 
     ``layer_num_heads`` / ``layer_intermediate_sizes`` (one entry per layer) describe structurally pruned
     models (Michel et al. 2019); ``None`` means every layer has ``num_attention_heads`` heads and
@@ -66,6 +76,15 @@ class ModelConfig:
     add_pooling_layer: bool = True
     layer_num_heads: Optional[list] = None
     layer_intermediate_sizes: Optional[list] = None
+    # ModernBERT (model_type "modernbert"; Warner et al. 2024 §2.1)
+    global_attn_every_n_layers: int = 3
+    local_attention: int = 128
+    layer_types: Optional[list] = None
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    norm_bias: bool = False
+    classifier_pooling: str = "cls"
+    classifier_activation: str = "gelu"
     # task head
     num_labels: int = 2
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
@@ -106,11 +125,40 @@ class ModelConfig:
         if self.pooling is not None and self.pooling not in ("mean", "max", "cls"):
             raise ConfigError(f"model.pooling={self.pooling!r}; choose mean, max or cls (or leave it unset for "
                               f"the family's own [CLS] pooler)")
+        if self.model_type == "modernbert":
+            self._check_modernbert()
         for name in ("layer_num_heads", "layer_intermediate_sizes"):
             v = getattr(self, name)
             if v is not None and len(v) != self.num_hidden_layers:
                 raise ConfigError(f"{name} has {len(v)} entries but the model has "
                                   f"{self.num_hidden_layers} layers")
+
+    def _check_modernbert(self) -> None:
+        if self.layer_sharing != "none":
+            raise ConfigError(f"model.layer_sharing={self.layer_sharing!r}: ModernBERT layers are not shared; "
+                              f"use none")
+        require_number("model.global_attn_every_n_layers", self.global_attn_every_n_layers, 1, whole=True)
+        require_number("model.local_attention", self.local_attention, 2, whole=True)
+        for name in ("global_rope_theta", "local_rope_theta"):
+            require_number(f"model.{name}", getattr(self, name), 0, open_low=True)
+        if self.head_dim % 2:
+            raise ConfigError(f"head size {self.head_dim} is odd; rotary position embeddings rotate pairs of "
+                              f"dimensions: pick hidden_size / num_attention_heads even")
+        if self.classifier_pooling not in POOLINGS:
+            raise ConfigError(f"model.classifier_pooling={self.classifier_pooling!r}; choose one of "
+                              f"{', '.join(POOLINGS)}")
+        if self.layer_types is not None:
+            bad = [t for t in self.layer_types if t not in LAYER_TYPES]
+            if bad or len(self.layer_types) != self.num_hidden_layers:
+                raise ConfigError(f"model.layer_types must list {self.num_hidden_layers} of "
+                                  f"{', '.join(LAYER_TYPES)} (one per layer), got {self.layer_types!r}")
+
+    def layer_type(self, layer: int) -> str:
+        """``full_attention`` or ``sliding_attention`` (ModernBERT): ``layer_types[layer]`` when given, else
+        global every ``global_attn_every_n_layers`` layers from layer 0 (Warner et al. 2024 §2.1.2)."""
+        if self.layer_types:
+            return self.layer_types[layer]
+        return "full_attention" if layer % self.global_attn_every_n_layers == 0 else "sliding_attention"
 
     @property
     def head_dim(self) -> int:

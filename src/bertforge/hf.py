@@ -139,6 +139,8 @@ def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:
     """Split a state dict into (base-model keys without prefix, top-level head keys)."""
     p = PREFIX[fam] + "."
     base_roots = ("embeddings.", "encoder.", "pooler.", "transformer.", "embeddings_project.")
+    if fam == "modernbert":  # a bare ModernBertModel: layers.* and final_norm.* at the top
+        base_roots += ("layers.", "final_norm.")
     base, head = {}, {}
     for k, v in state.items():
         if k.startswith(p):

@@ -22,8 +22,9 @@ from .io import atomic_dir, move_files_into
 from .tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
-                "distilbert": "DistilBert"}
+                "distilbert": "DistilBert", "modernbert": "ModernBert"}
 PREFIX = {f: f for f in FAMILIES}
+PREFIX["modernbert"] = "model"  # ModernBertFor…: the base model is ``model.*``
 OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
                    "add_pooling_layer", "bertforge")
 
@@ -42,6 +43,8 @@ def encoder_key_map(config: ModelConfig) -> list:
     concatenation along dim 0 (fused Q/K/V). Shared ALBERT layers map every depth onto its group.
     """
     fam, n = config.model_type, config.num_hidden_layers
+    if fam == "modernbert":
+        return modernbert_key_map(config)
     m = [("embeddings.word_embeddings.weight", ["embeddings.word_embeddings.weight"]),
          ("embeddings.position_embeddings.weight", ["embeddings.position_embeddings.weight"])]
     if config.type_vocab_size > 0:
@@ -87,6 +90,84 @@ def encoder_key_map(config: ModelConfig) -> list:
     return m
 
 
+def modernbert_key_map(config: ModelConfig) -> list:
+    """ModernBERT: our names ↔ ``ModernBertModel``'s (no biases; norms have one only with ``norm_bias``;
+    layer 0 has no ``attn_norm``). Same list form as :func:`encoder_key_map`."""
+    def norm(ours, theirs):
+        return _linear(ours, theirs) if config.norm_bias else [(f"{ours}.weight", [f"{theirs}.weight"])]
+
+    m = [("embeddings.word_embeddings.weight", ["embeddings.tok_embeddings.weight"])]
+    m += norm("embeddings.norm", "embeddings.norm")
+    for i in range(config.num_hidden_layers):
+        o, t = f"layers.{i}", f"layers.{i}"
+        if i > 0:
+            m += norm(f"{o}.attention_norm", f"{t}.attn_norm")
+        m += [(f"{o}.attention.qkv.weight", [f"{t}.attn.Wqkv.weight"]),
+              (f"{o}.attention.out.weight", [f"{t}.attn.Wo.weight"])]
+        m += norm(f"{o}.ffn_norm", f"{t}.mlp_norm")
+        m += [(f"{o}.ffn.wi.weight", [f"{t}.mlp.Wi.weight"]), (f"{o}.ffn.wo.weight", [f"{t}.mlp.Wo.weight"])]
+    m += norm("final_norm", "final_norm")
+    return m
+
+
+#: ModelConfig field → ModernBertConfig key, where the names differ
+_MODERNBERT_KEYS = {"hidden_act": "hidden_activation", "layer_norm_eps": "norm_eps",
+                    "attention_probs_dropout_prob": "attention_dropout", "hidden_dropout_prob": "mlp_dropout"}
+_MODERNBERT_SAME = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "global_attn_every_n_layers", "local_attention", "norm_bias", "classifier_pooling",
+                    "classifier_activation")
+
+
+def modernbert_config_from_hf(d: dict) -> dict:
+    """``ModernBertConfig`` dict (transformers ≥ 5 ``layer_types`` / ``rope_parameters``, or the older
+    ``global_attn_every_n_layers`` / ``global_rope_theta`` / ``local_rope_theta``) → ModelConfig keywords.
+
+    Raises CheckpointError for what this family does not implement: biases in linear layers
+    (``attention_bias``, ``mlp_bias``, ``classifier_bias``), untied decoder weights, a RoPE type other than
+    ``default``."""
+    for k in ("attention_bias", "mlp_bias", "classifier_bias"):
+        if d.get(k):
+            raise CheckpointError(f"config.json has {k}=true; bertforge's ModernBERT has no biases there "
+                                  f"(as every released ModernBERT checkpoint)")
+    if d.get("tie_word_embeddings") is False:
+        raise CheckpointError("config.json has tie_word_embeddings=false; bertforge's ModernBERT decoder is "
+                              "tied to the token embeddings")
+    kw: dict = {k: d[k] for k in _MODERNBERT_SAME if d.get(k) is not None}
+    kw.update({ours: d[theirs] for ours, theirs in _MODERNBERT_KEYS.items() if d.get(theirs) is not None})
+    if d.get("classifier_dropout") is not None:
+        kw["classifier_dropout"] = d["classifier_dropout"]
+    if d.get("layer_types"):
+        kw["layer_types"] = list(d["layer_types"])
+    rope = d.get("rope_parameters") or {}
+    for kind, key in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+        p = rope.get(kind) or {}
+        if p.get("rope_type", "default") != "default":
+            raise CheckpointError(f"config.json has rope_type={p['rope_type']!r} for {kind}; bertforge's "
+                                  f"ModernBERT implements the default RoPE only")
+        theta = p.get("rope_theta", d.get(key))
+        if theta is not None:
+            kw[key] = float(theta)
+    kw.update(type_vocab_size=0, add_pooling_layer=False)
+    return kw
+
+
+def modernbert_config_to_hf(config: ModelConfig) -> dict:
+    """ModelConfig → the keys of ``ModernBertConfig`` (both RoPE spellings, so transformers 4.x and 5 read it).
+    Special-token ids are left to the tokenizer files (None here: a small vocabulary has no id 50281)."""
+    d = {k: getattr(config, k) for k in _MODERNBERT_SAME}
+    d.update({theirs: getattr(config, ours) for ours, theirs in _MODERNBERT_KEYS.items()})
+    layer_types = [config.layer_type(i) for i in range(config.num_hidden_layers)]
+    d.update(layer_types=layer_types, embedding_dropout=config.hidden_dropout_prob,
+             classifier_dropout=config.classifier_dropout or 0.0, attention_bias=False, mlp_bias=False,
+             classifier_bias=False, decoder_bias=True, tie_word_embeddings=True, sparse_prediction=False,
+             global_rope_theta=config.global_rope_theta, local_rope_theta=config.local_rope_theta,
+             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": config.global_rope_theta},
+                              "sliding_attention": {"rope_type": "default",
+                                                    "rope_theta": config.local_rope_theta}},
+             bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None)
+    return d
+
+
 def albert_num_groups(config: ModelConfig) -> int:
     """ALBERT stores one weight group when every layer is shared, else one group per layer."""
     return 1 if config.layer_sharing == "all" else config.num_hidden_layers
@@ -100,7 +181,9 @@ def config_from_hf(d: dict) -> ModelConfig:
         raise CheckpointError(
             f"config.json has model_type={fam!r}; bertforge loads {', '.join(FAMILIES)} checkpoints")
     kw: dict = {}
-    if fam == "distilbert":
+    if fam == "modernbert":
+        kw.update(modernbert_config_from_hf(d))
+    elif fam == "distilbert":
         kw.update(hidden_size=d.get("dim", 768), num_hidden_layers=d.get("n_layers", 6),
                   num_attention_heads=d.get("n_heads", 12), intermediate_size=d.get("hidden_dim", 3072),
                   hidden_act=d.get("activation", "gelu"), hidden_dropout_prob=d.get("dropout", 0.1),
@@ -147,7 +230,9 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
     fam = config.model_type
     arch = FAMILY_CLASS[fam] + HEADS[head].hf_suffix
     d: dict = {"architectures": [arch], "model_type": fam}
-    if fam == "distilbert":
+    if fam == "modernbert":
+        d.update(modernbert_config_to_hf(config))
+    elif fam == "distilbert":
         d.update(dim=config.hidden_size, n_layers=config.num_hidden_layers,
                  n_heads=config.num_attention_heads, hidden_dim=config.intermediate_size,
                  activation=config.hidden_act, dropout=config.hidden_dropout_prob,

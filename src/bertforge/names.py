@@ -15,7 +15,7 @@ TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", 
               "goemotions")
 
 #: keys of :data:`bertforge.objectives.pretrain.OBJECTIVES` (``pretrain --objective``)
-OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert")
+OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert", "modernbert")
 
 #: keys of :data:`bertforge.objectives.pretrain.SIZES` (``pretrain --size``)
 SIZE_NAMES = ("tiny", "small", "base")

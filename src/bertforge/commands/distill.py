@@ -36,7 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--teacher", action="append",
                    help="teacher checkpoint dir or 'minilm'; repeat for several teachers (averaged soft targets); "
                         "default: the ones --recipe RUN/recipe.yaml records")
-    p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), layers:0,2,4 (copied from the "
+    p.add_argument("--student", help="shape (4L-312H-12A-1200I, 6L-768H), FAMILY:SHAPE for another family "
+                                     "(modernbert:4L-384H-6A-576I), layers:0,2,4 (copied from the "
                                      "teacher) or a checkpoint dir (an earlier stage)")
     p.add_argument("--method", choices=Choices(DISTILL_METHODS + DISTILL_TABLE_METHODS,
                                                "bertforge.distill.distiller:METHODS"),
@@ -327,8 +328,13 @@ def read_options(args, recipe) -> Options:
         if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
             raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
                               f"pruned model), a shape like 4L-312H-12A-1200I, or layers:0,2,4")
+        from ..config import FAMILIES
         from ..distill.student import parse_shape
-        parse_shape(student_spec)  # a malformed shape is reported before any model is loaded
+        family, sep, shape = student_spec.partition(":")
+        if sep and family.strip().lower() not in FAMILIES:
+            raise ConfigError(f"--student {student_spec}: {family!r} is no model family; write FAMILY:SHAPE with "
+                              f"one of {', '.join(FAMILIES)} (e.g. modernbert:4L-384H-6A-576I)")
+        parse_shape(shape if sep else student_spec)  # a malformed shape is reported before any model is loaded
     return Options(section=ds, stage=stage, method=method, student=student_spec, temperature=temperature,
                    alpha=alpha, augment=aug_cfg, copies=n_aug, augment_mlm=args.augment_mlm or aug_cfg.get("mlm"))
 

@@ -1,4 +1,4 @@
-"""Pretrain an encoder from raw text: --objective bert|roberta|albert|electra|spanbert.
+"""Pretrain an encoder from raw text: --objective bert|roberta|albert|electra|spanbert|modernbert.
 
 Trains (or reuses) a tokenizer, tokenizes and caches the corpus, builds FULL-SENTENCES / DOC-SENTENCES
 / NSP / SOP sequences, masks them (static ×K or dynamic; token, whole-word or span) and trains on the

@@ -155,6 +155,8 @@ class ExportView(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         enc = self.enc
+        if enc.rotary is not None:
+            return self._forward_modernbert(input_ids, attention_mask)
         x = enc.embeddings(input_ids, token_type_ids)
         mask_i = attention_mask.to(torch.int32)
         mask_f = attention_mask.to(x.dtype)
@@ -176,6 +178,31 @@ class ExportView(nn.Module):
         if self.model.head is None:
             return x
         out = self.model.head(EncoderOutput(last_hidden_state=x, pooler_output=pooled),
+                              {"attention_mask": attention_mask, "input_ids": input_ids})
+        return out["logits"]
+
+
+    def _forward_modernbert(self, input_ids, attention_mask):
+        """ModernBERT (:mod:`bertforge.models.modernbert`) in standard ops: padded, the padding and window
+        masks always in the graph (−10⁴ additive, as :func:`_plain_attention`), RoPE tables computed from the
+        sequence length, the attention product written out (MatMul/Softmax)."""
+        enc = self.enc
+        x = enc.embeddings(input_ids)
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+        pad = ((1.0 - attention_mask.to(x.dtype)) * MASK_FILTER)[:, None, None, :]  # (B, 1, 1, T)
+        outside = ((pos[:, None] - pos[None, :]).abs() > enc.config.local_attention // 2).to(x.dtype)
+        inputs = {"full_attention": (pad, enc.rotary(pos[None], "full_attention", x.dtype)),
+                  "sliding_attention": (pad + outside * MASK_FILTER,
+                                        enc.rotary(pos[None], "sliding_attention", x.dtype))}
+        for lyr in enc.layers:
+            bias, rope = inputs[lyr.attention_type]
+            a = lyr.attention(lyr.attention_norm(x), bias, explicit=True, rope=rope)[0]
+            x = x + a
+            x = x + lyr.ffn(lyr.ffn_norm(x))
+        x = enc.final_norm(x)
+        if self.model.head is None:
+            return x
+        out = self.model.head(EncoderOutput(last_hidden_state=x),
                               {"attention_mask": attention_mask, "input_ids": input_ids})
         return out["logits"]
 
@@ -212,13 +239,16 @@ def export_onnx(model, path, fused: bool = True, cls_only: Optional[bool] = None
     """
     path = Path(path)
     model = model.eval().float()
+    if model.config.model_type == "modernbert":
+        fused, cls_only = False, False  # standard ops; every position (RoPE, local windows)
     view = ExportView(model, fused=fused, cls_only=cls_only).eval()
     names = input_names(model)
     dummy = dummy_inputs(model)
     args = tuple(dummy[n] for n in names)
     out_name = output_name(model)
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes[out_name] = {0: "batch"} if (view.cls_only and model.head is not None) else {0: "batch", 1: "sequence"}
+    per_sequence = model.head is not None and (view.cls_only or model.head_name == "sequence_classification")
+    axes[out_name] = {0: "batch"} if per_sequence else {0: "batch", 1: "sequence"}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -371,6 +401,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     7-bit INT8 weights (see :func:`needs_reduce_range`).
     """
     out_dir = Path(out_dir)
+    if model.config.model_type == "modernbert":
+        fused = False  # no contrib Attention op takes rotary, windowed attention: standard ops (ExportView)
     with atomic_dir(out_dir) as tmp:
         raw = tmp / "raw.onnx"
         export_onnx(model, raw, fused=fused)

@@ -63,8 +63,13 @@ def head_counts(model) -> list:
     return [lyr.attention.num_heads for lyr in model.encoder.layers]
 
 
+def _ffn_output(ffn) -> nn.Linear:
+    """The FFN's output projection (I → H): ``output`` (BERT), ``wo`` (ModernBERT's GeGLU)."""
+    return ffn.wo if hasattr(ffn, "wo") else ffn.output
+
+
 def ffn_sizes(model) -> list:
-    return [lyr.ffn.intermediate.out_features for lyr in model.encoder.layers]
+    return [_ffn_output(lyr.ffn).in_features for lyr in model.encoder.layers]
 
 
 # ------------------------------------------------------------------------------------------ importance
@@ -75,7 +80,7 @@ def _ffn_gates(model, gates: list):
     for lyr, g in zip(model.encoder.layers, gates):
         def hook(mod, inputs, g=g):
             return (inputs[0] * g[:, None, :].to(inputs[0].dtype),)
-        handles.append(lyr.ffn.output.register_forward_pre_hook(hook))
+        handles.append(_ffn_output(lyr.ffn).register_forward_pre_hook(hook))
     try:
         yield
     finally:
@@ -331,8 +336,10 @@ def prune_heads(model, heads_to_prune: dict) -> dict:
         cols = [h * d + j for h in keep for j in range(d)]
         rows_t = torch.tensor(rows, dtype=torch.long, device=att.qkv.weight.device)
         cols_t = torch.tensor(cols, dtype=torch.long, device=att.out.weight.device)
-        att.qkv = _new_linear(att.qkv.weight.detach()[rows_t], att.qkv.bias.detach()[rows_t])
-        att.out = _new_linear(att.out.weight.detach()[:, cols_t], att.out.bias.detach())
+        qkv_bias = att.qkv.bias.detach()[rows_t] if att.qkv.bias is not None else None  # ModernBERT: none
+        att.qkv = _new_linear(att.qkv.weight.detach()[rows_t], qkv_bias)
+        att.out = _new_linear(att.out.weight.detach()[:, cols_t],
+                              att.out.bias.detach() if att.out.bias is not None else None)
         att.num_heads = len(keep)
         counts[layer] = len(keep)
         # original indices of the heads that remain, to translate current → original
@@ -359,11 +366,15 @@ def prune_ffn(model, neurons_to_prune: dict) -> None:
         if not idx:
             continue
         ffn = model.encoder.layers[int(layer)].ffn
-        n = ffn.intermediate.out_features
+        n = _ffn_output(ffn).in_features
         if max(idx) >= n or min(idx) < 0:
             raise ConfigError(f"layer {layer} has {n} FFN units; cannot prune unit {max(idx)}")
         keep = torch.tensor([j for j in range(n) if j not in idx], dtype=torch.long,
-                            device=ffn.intermediate.weight.device)
+                            device=_ffn_output(ffn).weight.device)
+        if hasattr(ffn, "wo"):  # GeGLU: unit j is row j of W_a and row I + j of W_g in wi, column j of wo
+            ffn.wi = _new_linear(ffn.wi.weight.detach()[torch.cat((keep, keep + n))], None)
+            ffn.wo = _new_linear(ffn.wo.weight.detach()[:, keep], None)
+            continue
         ffn.intermediate = _new_linear(ffn.intermediate.weight.detach()[keep],
                                        ffn.intermediate.bias.detach()[keep])
         ffn.output = _new_linear(ffn.output.weight.detach()[:, keep], ffn.output.bias.detach())

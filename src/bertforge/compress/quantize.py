@@ -144,7 +144,8 @@ def load_quantized(path):
                 qw = torch._make_per_tensor_quantized_tensor(wi, float(scale[0]), int(zp[0]))
             m.set_weight_bias(qw, state.pop(f"{name}.bias", None))
     own = {**dict(qmodel.named_parameters()), **dict(qmodel.named_buffers())}
-    own = {k: v for k, v in own.items() if torch.is_tensor(v) and not v.is_quantized}
+    saved_keys = set(qmodel.state_dict())  # not the non-persistent buffers (ModernBERT's RoPE tables)
+    own = {k: v for k, v in own.items() if torch.is_tensor(v) and not v.is_quantized and k in saved_keys}
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected or any(own[k].shape != v.shape for k, v in state.items()):

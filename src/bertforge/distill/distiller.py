@@ -168,6 +168,33 @@ def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = No
     return out
 
 
+def attention_kind(config, layer: int) -> tuple:
+    """``("global", None)`` or ``("local", half window)`` for block ``layer`` (1-based, as layer maps) of a
+    model of ``config``: ModernBERT's local layers attend within ``local_attention // 2`` positions."""
+    if config.model_type == "modernbert" and config.layer_type(layer - 1) == "sliding_attention":
+        return "local", config.local_attention // 2
+    return "global", None
+
+
+def check_attention_pairs(term, student_config, teacher_config) -> None:
+    """Attention-map losses (attention probabilities or scores) compare two maps over the same keys: a
+    local-window layer's map is zero (scores: masked) outside its window, a global layer's is not, so such
+    a pair only teaches the student to spread attention it cannot have. Pairs must be of the same kind
+    (global ↔ global, local ↔ local with the same window); value relations and hidden states have no
+    window and pair freely (docs/modernbert.md).
+
+    Raises:
+        ConfigError: a pair of layers of different attention kinds, naming both and the fix."""
+    for s, t in term.pairs:
+        ks, kt = attention_kind(student_config, s), attention_kind(teacher_config, t)
+        if ks != kt:
+            def say(k):
+                return "global" if k[0] == "global" else f"local (±{k[1]} positions)"
+            raise ConfigError(f"{term.loss} pairs student layer {s}, {say(ks)}, with teacher layer {t}, "
+                              f"{say(kt)}: attention maps of different windows are not comparable; map "
+                              f"student global layers only (--layer-map, e.g. 1:{t}) or use hidden/value losses")
+
+
 class Distiller(nn.Module):
     """Student + frozen teachers + projections → ``ModelOutput(loss, logits, terms)``.
 
@@ -209,6 +236,8 @@ class Distiller(nn.Module):
             if spec.feature == "logits" and (student.head is None or self.teacher.head is None):
                 raise ConfigError(f"loss {term.loss} needs task heads (logits) on teacher and student; use "
                                   f"--stage task or representation losses")
+            if spec.feature in ("attentions", "attention_scores"):
+                check_attention_pairs(term, student.config, self.teacher.config)
             if spec.projects and hs != ht and term.name not in self.proj:
                 # one W per term, shared by all its layer pairs: TinyBERT eq. 8 has a single W_h for every
                 # hidden layer (eq. 9 its own W_e: embedding_mse is a term of its own)

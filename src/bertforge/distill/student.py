@@ -6,6 +6,11 @@
 * ``layers:0,2,4`` — the student has those teacher blocks (0-based block indices), the teacher's
   embeddings, pooler and (when the heads agree) task head: DistilBERT's initialisation "taking one
   layer out of two" (Sanh et al. 2019, §3) and BERT-PKD's (Sun et al. 2019, §4.1).
+* ``modernbert:4L-256H-4A-384I`` — a shape of another family (cross-family distillation): a fresh
+  ModernBERT-layout student (RoPE, GeGLU, alternating local/global attention; Warner et al. 2024) on the
+  teacher's vocabulary and tokenizer, :func:`cross_family_config`; when its hidden size is the teacher's
+  embedding size, it starts from the teacher's token embeddings (the rest is fresh). Which losses apply across families:
+  docs/modernbert.md ("Distillation").
 * an existing checkpoint directory — the student of an earlier stage (chaining general → task).
 
 How the student was made is recorded in ``config.bertforge["student"]`` (saved in ``config.json``).
@@ -82,6 +87,31 @@ def student_config(teacher_config: ModelConfig, shape: dict, **overrides) -> Mod
     return teacher_config.replace(**kw)
 
 
+def cross_family_config(teacher_config: ModelConfig, family: str, shape: dict, **overrides) -> ModelConfig:
+    """A student config of ``family`` with ``shape`` on the teacher's vocabulary, padding id, positions and
+    task labels; the family's own defaults for the rest (ModernBERT: no segments, no pooler, LayerNorm ε
+    1e-5, no dropout, global attention every 3 layers from layer 0, a 128-token local window).
+
+    Raises:
+        ConfigError: an unknown family."""
+    from ..config import FAMILIES
+    if family not in FAMILIES:
+        raise ConfigError(f"student family {family!r} is not one of {', '.join(FAMILIES)}; write e.g. "
+                          f"--student modernbert:4L-256H-4A-384I")
+    tc = teacher_config
+    kw = dict(model_type=family, vocab_size=tc.vocab_size, pad_token_id=tc.pad_token_id,
+              max_position_embeddings=tc.max_position_embeddings, num_labels=tc.num_labels,
+              id2label=tc.id2label, problem_type=tc.problem_type, initializer_range=tc.initializer_range)
+    if family == "modernbert":
+        kw.update(type_vocab_size=0, add_pooling_layer=False, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    if family == "roberta":
+        kw["max_position_embeddings"] = tc.max_position_embeddings + tc.pad_token_id + 1
+    kw.update(shape)
+    kw.update(overrides)
+    return ModelConfig(**kw)
+
+
 def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **overrides) -> TaskModel:
     """A student made of the teacher's blocks ``layers`` + embeddings + pooler (+ head when ``head`` is
     the teacher's and shapes agree). Weights are copied (not shared)."""
@@ -125,6 +155,17 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         student = load_pretrained(spec, head=head, notes=notes, **head_config)
         prev = dict(student.config.bertforge.get("student") or {})
         record = {**prev, "from_dir": spec}
+    elif ":" in spec and not spec.lower().startswith("layers:"):  # FAMILY:SHAPE, another family's student
+        family, shape_spec = spec.split(":", 1)
+        shape = parse_shape(shape_spec)
+        cfg = cross_family_config(teacher.config, family.strip().lower(), shape, **head_config)
+        student = TaskModel(cfg, head=head)
+        record.update(shape=shape, family=cfg.model_type)
+        tw, sw = teacher.encoder.embeddings.word_embeddings.weight, student.encoder.embeddings.word_embeddings.weight
+        if tw.shape == sw.shape:  # same vocabulary and width: start from the teacher's token embeddings
+            with torch.no_grad():
+                sw.copy_(tw)
+            record["token_embeddings"] = "teacher"
     elif spec.lower().startswith("layers:"):
         layers = parse_layers(spec, teacher.config.num_hidden_layers)
         student = copy_layers(teacher, layers, head=head, **head_config)

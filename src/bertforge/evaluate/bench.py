@@ -127,7 +127,8 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     """FLOPs of one sequence through the encoder (+ pooler/classifier), a multiply-add = 2 FLOPs.
 
     Per layer with T tokens, hidden H, attention width A = heads·d_k and FFN width I:
-    2·T·H·3A (Q,K,V) + 2·2·T²·A (QKᵀ and attention·V) + 2·T·A·H (output) + 2·2·T·H·I (FFN).
+    2·T·H·3A (Q,K,V) + 2·2·T²·A (QKᵀ and attention·V) + 2·T·A·H (output) + 2·2·T·H·I (FFN); ModernBERT:
+    3·2·T·H·I (GeGLU) and T·min(T, window + 1) products on its local layers.
     ``cfg`` is a HF ``config.json`` dict; ``layer_num_heads`` / ``layer_intermediate_sizes`` (pruned
     models) are honoured. Embedding lookups, LayerNorm, softmax and activations are not counted.
     """
@@ -142,9 +143,13 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     li = cfg.get("layer_intermediate_sizes") or [inter] * n
     t = seq_len
     total = 0.0
-    for a_heads, i_w in zip(lh, li):
+    modern = cfg.get("model_type") == "modernbert"  # GeGLU: H → 2I, I → H; local layers see ≤ window + 1 keys
+    kinds = cfg.get("layer_types") or ["full_attention"] * n
+    window = int(cfg.get("local_attention", 128)) // 2 * 2 + 1
+    for a_heads, i_w, kind in zip(lh, li, kinds):
         a = a_heads * d
-        total += 2 * t * h * 3 * a + 4 * t * t * a + 2 * t * a * h + 4 * t * h * i_w
+        keys = min(t, window) if kind == "sliding_attention" else t
+        total += 2 * t * h * 3 * a + 4 * t * keys * a + 2 * t * a * h + (6 if modern else 4) * t * h * i_w
     e = cfg.get("embedding_size") or h
     if e != h:
         total += 2 * t * e * h

@@ -437,7 +437,7 @@ class CpuEncoder(Encoder):
                 output_attention_scores: bool = False, output_values: bool = False,
                 head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
                 output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
-        if compiling():
+        if compiling() or self.rotary is not None:  # ModernBERT unpads in its own plain path (models/modernbert.py)
             return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                    output_hidden_states, output_attentions, output_attention_scores,
                                    output_values, head_gates, cls_only, output_rows)

@@ -53,6 +53,15 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tens
     return scores
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (RoFormer, Su et al. 2021, eq. 34) in the half-split layout of GPT-NeoX and
+    Hugging Face: ``x·cos + rotate_half(x)·sin`` with ``rotate_half([x₁, x₂]) = [−x₂, x₁]``. ``x`` (…, d_k),
+    e.g. (B, heads, T, d_k); ``cos``/``sin`` broadcastable to it, e.g. (B, 1, T, d_k)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
 def linear(in_features: int, out_features: int, **kw) -> nn.Linear:
     """``nn.Linear(in_features, out_features, **kw)`` without PyTorch's "Initializing zero-element tensors"
     warning: a layer that lost every head or FFN unit to pruning (Michel et al. 2019) has (H, 0) weights,
@@ -75,18 +84,18 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, dropout: float = 0.0,
-                 cross: bool = False):
+                 cross: bool = False, bias: bool = True):
         super().__init__()
         self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
         self.dropout = nn.Dropout(dropout)  # on the attention probabilities
         self.cross = cross
         inner = num_heads * head_dim
         if cross:  # queries from the decoder, keys/values from the encoder memory
-            self.q = linear(hidden_size, inner)
-            self.kv = linear(hidden_size, 2 * inner)
+            self.q = linear(hidden_size, inner, bias=bias)
+            self.kv = linear(hidden_size, 2 * inner, bias=bias)
         else:
-            self.qkv = linear(hidden_size, 3 * inner)
-        self.out = linear(inner, hidden_size)
+            self.qkv = linear(hidden_size, 3 * inner, bias=bias)
+        self.out = linear(inner, hidden_size, bias=bias)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, heads·d_k) → (B, heads, T, d_k)."""
@@ -95,9 +104,11 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, bias: Optional[torch.Tensor] = None,
                 key_value_states: Optional[torch.Tensor] = None, explicit: bool = False,
-                head_gates: Optional[torch.Tensor] = None, is_causal: bool = False):
+                head_gates: Optional[torch.Tensor] = None, is_causal: bool = False, rope: Optional[tuple] = None):
         b, t, _ = hidden_states.shape
         if self.num_heads == 0:
+            if self.out.bias is None:
+                return hidden_states.new_zeros(b, t, self.hidden_size), None, None, None
             return self.out.bias.expand(b, t, self.hidden_size).to(hidden_states.dtype), None, None, None
         inner = self.num_heads * self.head_dim
         if self.cross:
@@ -106,6 +117,9 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.qkv(hidden_states).split(inner, dim=-1)
         q, k, v = self._split(q), self._split(k), self._split(v)
+        if rope is not None:  # rotary positions (Su et al. 2021): (cos, sin), each (B or 1, T, d_k)
+            cos, sin = rope[0].unsqueeze(1), rope[1].unsqueeze(1)  # broadcast over the heads
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
 
         probs = scores = None
         if explicit or head_gates is not None:
@@ -129,4 +143,4 @@ class MultiHeadAttention(nn.Module):
         return self.out(context), probs, scores, v
 
 
-__all__ = ["MultiHeadAttention", "attention_scores", "causal_mask_bias", "linear", "padding_mask_bias"]
+__all__ = ["MultiHeadAttention", "attention_scores", "causal_mask_bias", "linear", "padding_mask_bias", "rotate"]

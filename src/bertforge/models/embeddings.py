@@ -101,7 +101,8 @@ def init_weights(module: nn.Module, std: float) -> None:
                     m.weight[m.padding_idx].zero_()
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:  # ModernBERT's norms have none
+                nn.init.zeros_(m.bias)
 
 
 __all__ = ["Embeddings", "sinusoidal_positions", "init_weights"]

@@ -4,6 +4,9 @@ Each block is ``x = LN(x + MHA(x))`` then ``x = LN(x + W₂·act(W₁x))``. Ever
 albert, electra, distilbert) is this module with a different :class:`~bertforge.config.ModelConfig`;
 their differences live in the embeddings and in the weight names (``bertforge.hf``).
 
+ModernBERT (``model_type="modernbert"``, Warner et al. 2024) is the same Encoder with its own embeddings,
+pre-LN layers (RoPE, GeGLU, local/global attention) and a final norm: :mod:`.modernbert`.
+
 Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing`` = ``none`` |
 ``attention`` (one attention block reused at every depth) | ``ffn`` | ``all`` (one whole block).
 """
@@ -19,6 +22,7 @@ from ..config import ModelConfig
 from .activations import get_activation
 from .attention import MultiHeadAttention, linear, padding_mask_bias
 from .embeddings import Embeddings, init_weights
+from . import modernbert
 
 
 @dataclass
@@ -89,11 +93,16 @@ class Encoder(nn.Module):
     hold no defined value.
     """
 
+    #: ModernBERT: run a padded batch on its real tokens only (:class:`.modernbert.Unpadded`; speed only)
+    unpad = True
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        self.embeddings = Embeddings(config)
-        layers = [EncoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        modern = config.model_type == "modernbert"
+        self.embeddings = modernbert.ModernBertEmbeddings(config) if modern else Embeddings(config)
+        layer_class = modernbert.ModernBertLayer if modern else EncoderLayer
+        layers = [layer_class(config, i) for i in range(config.num_hidden_layers)]
         s = config.layer_sharing
         for lyr in layers[1:]:
             if s in ("attention", "all"):
@@ -102,7 +111,11 @@ class Encoder(nn.Module):
                 lyr.ffn, lyr.ffn_norm = layers[0].ffn, layers[0].ffn_norm
         self.layers = nn.ModuleList(layers)
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
+        self.rotary = modernbert.Rotary(config) if modern else None
+        self.final_norm = modernbert.layer_norm(config) if modern else None
         init_weights(self, config.initializer_range)
+        if modern:
+            modernbert.init_modernbert(self, config)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
@@ -114,6 +127,12 @@ class Encoder(nn.Module):
         if inputs_embeds is None:
             self._check_inputs(input_ids, attention_mask, token_type_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        if self.rotary is not None:  # ModernBERT: RoPE, local/global pre-LN layers, final norm, unpadding
+            last, hidden, attns, scores, values = modernbert.encode(
+                self, x, attention_mask, position_ids, output_hidden_states, output_attentions,
+                output_attention_scores, output_values, head_gates, cls_only, output_rows)
+            return EncoderOutput(last_hidden_state=last, hidden_states=hidden, attentions=attns,
+                                 attention_scores=scores, values=values)
         bias = padding_mask_bias(attention_mask, x.dtype)
         explicit = output_attentions or output_attention_scores
         per_layer = explicit or output_hidden_states or output_values or head_gates is not None

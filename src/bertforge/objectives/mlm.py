@@ -9,7 +9,8 @@ vocabulary projection — the largest matmul of a small BERT — shrinks ≈ 6.7
 cramming's BERT implementations). ``logits`` are then (N, V) in the order of ``labels != -100``.
 Without labels the head returns full (B, T, V) logits, as ``…ForMaskedLM``.
 
-Weight names per family (so saved dirs load in ``transformers``): bert ``cls.predictions.*``, roberta
+Weight names per family (so saved dirs load in ``transformers``): modernbert ``head.*`` + ``decoder.bias``
+(its transform has no dense bias), bert ``cls.predictions.*``, roberta
 ``lm_head.*``, albert ``predictions.*``, electra generator ``generator_predictions.*`` +
 ``generator_lm_head``, distilbert ``vocab_transform``/``vocab_layer_norm``/``vocab_projector``.
 """
@@ -38,12 +39,18 @@ class MLMPrediction(nn.Module):
         super().__init__()
         e = config.embedding_size or config.hidden_size
         fam = config.model_type
-        self.dense = nn.Linear(config.hidden_size, e)
-        self.act = get_activation("gelu" if fam in ("roberta", "electra") else config.hidden_act)
-        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps)
+        modern = fam == "modernbert"  # ModernBertPredictionHead: no dense bias, its own activation and norm bias
+        self.dense = nn.Linear(config.hidden_size, e, bias=not modern)
+        self.act = get_activation(config.classifier_activation if modern else
+                                  "gelu" if fam in ("roberta", "electra") else config.hidden_act)
+        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps, bias=config.norm_bias or not modern)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
-        nn.init.zeros_(self.dense.bias)
+        if modern:  # transformers' init of the head's dense ("out": σ/√(2L), truncated at ±2σ)
+            std = config.initializer_range / (2.0 * max(1, config.num_hidden_layers)) ** 0.5
+            nn.init.trunc_normal_(self.dense.weight, 0.0, std, -2 * std, 2 * std)
+        else:
+            nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
+            nn.init.zeros_(self.dense.bias)
         self._embedding: tuple = ()
 
     def tie(self, word_embeddings: nn.Embedding) -> None:
@@ -70,6 +77,12 @@ class MLMPrediction(nn.Module):
 def mlm_hf_keys(config: ModelConfig, prefix: str = "mlm.") -> dict:
     """Our MLM-head parameter names → HF names for ``config.model_type``."""
     fam = config.model_type
+    if fam == "modernbert":  # ModernBertForMaskedLM: head.dense (no bias), head.norm, decoder (tied) + its bias
+        keys = {f"{prefix}dense.weight": "head.dense.weight", f"{prefix}norm.weight": "head.norm.weight",
+                f"{prefix}bias": "decoder.bias"}
+        if config.norm_bias:
+            keys[f"{prefix}norm.bias"] = "head.norm.bias"
+        return keys
     roots = {"bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
                       "cls.predictions.bias"),
              "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),

@@ -11,6 +11,7 @@ roberta       roberta   mlm (ForMaskedLM)      FULL-SENT.  dynamic     Liu et al
 albert        albert    mlm_sop (ForPreTrain)  sop pairs   dyn. n-gram Lan et al. 2019 §3.1–4.1
 electra       electra   G: mlm, D: rtd         FULL-SENT.  dynamic     Clark et al. 2020 §2–3
 spanbert      bert      mlm_sbo (ForMaskedLM)  DOC-SENT.   span        Joshi et al. 2020 §3
+modernbert    modern…   mlm (ForMaskedLM)      FULL-SENT.  dyn. 30%    Warner et al. 2024 §2.2
 ============  ========  =====================  ==========  ==========  ===================================
 
 The optimizer constants of each paper (``Objective.train``) lie over the size's ``train`` defaults; a recipe,
@@ -25,7 +26,7 @@ import torch
 from ..config import ModelConfig, Recipe, deep_merge
 from ..errors import ConfigError, require_number
 from ..task_model import TaskModel
-from . import electra, mlm, nsp, sop, spanbert
+from . import electra, mlm, modernbert, nsp, sop, spanbert
 from .spec import Objective
 
 #: objective name → :class:`~bertforge.objectives.spec.Objective`: the one place an objective is registered.
@@ -36,6 +37,7 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in [
     sop.OBJECTIVE,  # albert
     electra.OBJECTIVE,  # electra
     spanbert.OBJECTIVE,  # spanbert
+    modernbert.OBJECTIVE,  # modernbert
 ]}
 
 #: default recipe per shape (mirrored in recipes/pretrain/<size>.yaml; a test keeps them equal)
@@ -134,6 +136,9 @@ def model_config(opts: dict, recipe: Recipe, vocab_size: int, pad_id: int) -> Mo
         kw.update(layer_sharing="all", hidden_act="gelu_new")
     if fam == "roberta":
         kw.update(layer_norm_eps=1e-5)  # fairseq's and transformers' RoBERTa (BERT and the others: 1e-12)
+    if fam == "modernbert":  # no segments, no positions table; transformers' ModernBertConfig defaults
+        kw.update(type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0, max_position_embeddings=max(seq, 512))
     kw.update(m)
     try:
         return ModelConfig(**kw)

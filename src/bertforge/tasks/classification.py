@@ -27,6 +27,7 @@ from ..errors import DataError
 from ..evaluate.metrics import compute
 from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
+from ..models.modernbert import PredictionHead, init_modernbert
 from ..models.pooling import pool
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches
@@ -96,11 +97,13 @@ class SequenceClassificationHead(nn.Module):
 
     Per family, as the original implementations: bert/albert ``dropout → Linear`` on the tanh pooler;
     roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
-    ``Linear → ReLU → dropout → Linear`` on h_[CLS]. With ``config.pooling`` (mean / max / cls) the head reads
-    :func:`~bertforge.models.pooling.pool` of the last layer instead of [CLS] (bert/albert: ``dropout → Linear``
-    on it, the pooler unused; others: their dense layers on it) — the pooling a sentence-embedding checkpoint
-    such as MiniLM was trained with; ``transformers`` has no such head (it reads [CLS]). Input (B, T, H) →
-    logits (B, num_labels).
+    ``Linear → ReLU → dropout → Linear`` on h_[CLS]; modernbert ``LN(act(W·pool(h))) → dropout → Linear`` with
+    ``pool`` = h_[CLS] or the mean over tokens (``classifier_pooling``; Warner et al. 2024, transformers'
+    ``ModernBertForSequenceClassification``). With ``config.pooling`` (mean / max / cls) a bert/albert/roberta/
+    electra/distilbert head reads :func:`~bertforge.models.pooling.pool` of the last layer instead of [CLS]
+    (bert/albert: ``dropout → Linear`` on it, the pooler unused; others: their dense layers on it) — the pooling
+    a sentence-embedding checkpoint such as MiniLM was trained with; ``transformers`` has no such head (it reads
+    [CLS]). Input (B, T, H) → logits (B, num_labels).
     """
 
     hf_suffix = "ForSequenceClassification"
@@ -123,11 +126,13 @@ class SequenceClassificationHead(nn.Module):
         self.register_buffer("pos_weight", None, persistent=False)
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(p)
-        self.pooling = config.pooling  # None: the family's own [CLS] reading (below)
+        self.transform = PredictionHead(config) if fam == "modernbert" else None
+        # None: the family's own [CLS] reading (below); modernbert always pools (classifier_pooling)
+        self.pooling = (config.pooling or config.classifier_pooling) if fam == "modernbert" else config.pooling
         self.use_pooler = fam in self.POOLER_FAMILIES and self.pooling is None
         if self.pooling is not None:
             self.cls_only = self.pooling == "cls"  # mean / max read every position
-        self.dense = None if fam in self.POOLER_FAMILIES else nn.Linear(h, h)
+        self.dense = None if (fam in self.POOLER_FAMILIES or self.transform is not None) else nn.Linear(h, h)
         self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
                     "distilbert": F.relu}.get(fam)
         self.classifier = nn.Linear(h, config.num_labels)
@@ -136,10 +141,18 @@ class SequenceClassificationHead(nn.Module):
         if self.dense is not None:
             nn.init.normal_(self.dense.weight, 0.0, config.initializer_range)
             nn.init.zeros_(self.dense.bias)
+        if self.transform is not None:
+            init_modernbert(self.transform, config)
 
     def forward(self, enc: EncoderOutput, batch: dict) -> dict:
         if self.use_pooler:
             x = self.dropout(enc.pooler_output)
+        elif self.transform is not None:
+            h = enc.last_hidden_state
+            am = batch.get("attention_mask")
+            if am is None:
+                am = torch.ones(h.shape[:2], dtype=torch.long, device=h.device)
+            x = self.dropout(self.transform(pool(h, am, self.pooling)))
         else:
             h = enc.last_hidden_state
             if self.pooling is None:
@@ -176,6 +189,9 @@ class SequenceClassificationHead(nn.Module):
         fam = config.model_type
         if fam in ("bert", "albert"):
             return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        if fam == "modernbert":
+            return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias",
+                    **PredictionHead.hf_keys(config)}
         if fam == "distilbert":
             return {"dense.weight": "pre_classifier.weight", "dense.bias": "pre_classifier.bias",
                     "classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}

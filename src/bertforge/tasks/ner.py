@@ -29,6 +29,7 @@ from ..data.conll import (encode_token_windows, label_list, pack_sentences, read
 from ..errors import DataError
 from ..io import read_config
 from ..models.encoder import EncoderOutput
+from ..models.modernbert import PredictionHead, init_modernbert
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
 
@@ -49,7 +50,8 @@ def _dropout_p(config: ModelConfig) -> float:
 
 
 class TokenClassificationHead(nn.Module):
-    """``dropout → Linear(H, C)`` on every final hidden state (Devlin et al. 2018 §5.3).
+    """``dropout → Linear(H, C)`` on every final hidden state (Devlin et al. 2018 §5.3); ModernBERT first
+    applies its head transform ``LN(act(W·h))`` (:class:`~bertforge.models.modernbert.PredictionHead`).
 
     Input (B, T, H) → ``logits`` (B, T, C). With ``labels`` (B, T) (−100 = ignored: continuation
     subwords, special tokens, padding) the loss is the token-level cross-entropy averaged over the
@@ -62,13 +64,19 @@ class TokenClassificationHead(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.num_labels = config.num_labels
+        self.transform = PredictionHead(config) if config.model_type == "modernbert" else None
         self.dropout = nn.Dropout(_dropout_p(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         nn.init.normal_(self.classifier.weight, 0.0, config.initializer_range)
         nn.init.zeros_(self.classifier.bias)
+        if self.transform is not None:
+            init_modernbert(self.transform, config)
 
     def forward(self, enc: EncoderOutput, batch: dict) -> dict:
-        logits = self.classifier(self.dropout(enc.last_hidden_state))
+        h = enc.last_hidden_state
+        if self.transform is not None:
+            h = self.transform(h)
+        logits = self.classifier(self.dropout(h))
         am = batch.get("attention_mask")
         if am is not None:
             logits = logits.masked_fill(am[..., None] == 0, 0.0)
@@ -81,7 +89,10 @@ class TokenClassificationHead(nn.Module):
 
     @staticmethod
     def hf_keys(config: ModelConfig) -> dict:
-        return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        keys = {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
+        if config.model_type == "modernbert":
+            keys.update(PredictionHead.hf_keys(config))
+        return keys
 
 
 def entity_scores(gold_tags: list, pred_tags: list) -> dict:

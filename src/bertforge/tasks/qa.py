@@ -30,6 +30,7 @@ from ..config import ModelConfig
 from ..data.squad import decode_answers, encode_qa_windows, read_squad
 from ..errors import ConfigError, DataError
 from ..models.encoder import EncoderOutput
+from ..models.modernbert import PredictionHead, init_modernbert
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
 
@@ -65,12 +66,20 @@ class QuestionAnsweringHead(nn.Module):
             raise ConfigError(f"the question_answering head has 2 outputs (start, end) but the config has "
                               f"num_labels={config.num_labels}; set model.num_labels=2")
         self.num_labels = 2
+        # ModernBERT: its head transform LN(act(W·h)), then dropout, before the span scores
+        self.transform = PredictionHead(config) if config.model_type == "modernbert" else None
+        self.dropout = nn.Dropout(config.classifier_dropout or 0.0) if self.transform is not None else None
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         nn.init.normal_(self.qa_outputs.weight, 0.0, config.initializer_range)
         nn.init.zeros_(self.qa_outputs.bias)
+        if self.transform is not None:
+            init_modernbert(self.transform, config)
 
     def forward(self, enc: EncoderOutput, batch: dict) -> dict:
-        logits = self.qa_outputs(enc.last_hidden_state).transpose(1, 2)  # (B, 2, T)
+        h = enc.last_hidden_state
+        if self.transform is not None:
+            h = self.dropout(self.transform(h))
+        logits = self.qa_outputs(h).transpose(1, 2)  # (B, 2, T)
         am = batch.get("attention_mask")
         if am is not None:
             logits = logits.masked_fill(am[:, None, :] == 0, QA_PAD_LOGIT)
@@ -88,6 +97,9 @@ class QuestionAnsweringHead(nn.Module):
 
     @staticmethod
     def hf_keys(config: ModelConfig) -> dict:
+        if config.model_type == "modernbert":  # ModernBertForQuestionAnswering: head.* + classifier (H → 2)
+            return {"qa_outputs.weight": "classifier.weight", "qa_outputs.bias": "classifier.bias",
+                    **PredictionHead.hf_keys(config)}
         return {"qa_outputs.weight": "qa_outputs.weight", "qa_outputs.bias": "qa_outputs.bias"}
 
 
