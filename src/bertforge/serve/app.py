@@ -135,14 +135,15 @@ def _flag(body: dict, key: str, default: bool) -> bool:
 class ServerState:
     """What the routes share: models, their workers, limits, metrics, the in-flight count."""
 
-    def __init__(self, models: dict, limits: dict):
+    def __init__(self, models: dict, limits: dict, executors: Optional[dict] = None):
         self.models = models
         self.limits = limits
         self.metrics = ServerMetrics()
         for name in models:
             self.metrics.register_model(name)
         self.workers = {name: ModelWorker(m, limits["max_batch_tokens"], limits["max_batch_requests"],
-                                          limits["max_wait_ms"], self.metrics, self.arriving)
+                                          limits["max_wait_ms"], self.metrics, self.arriving,
+                                          (executors or {}).get(name))
                         for name, m in models.items()}
         self.in_flight = 0
         self.ready = False
@@ -573,9 +574,24 @@ def build_app(models: dict, **limits):
         raise ConfigError(f"--max-wait-ms {lim['max_wait_ms']}: pass a number of milliseconds ≥ 0")
     if not models:
         raise ConfigError("no model given; pass --model DIR (or NAME=DIR, several times)")
-    loaded = {name: m if isinstance(m, ServedModel) else load_model(name, m, backend, threads)
-              for name, m in models.items()}
-    st = ServerState(loaded, lim)
+    # each model is loaded, warmed and run on one thread of its own: that thread is the only one that ever
+    # runs its intra-op (OpenMP) parallel regions, so the process holds one thread team per model, as the
+    # bare model in a script does; a second team on the same cores (e.g. the load's on the main thread)
+    # makes libgomp's idle threads sleep after ~100 spins, and every parallel region of every forward pass
+    # then pays a futex wake-up
+    loaded, executors = {}, {}
+    try:
+        for name, m in models.items():
+            if isinstance(m, ServedModel):
+                loaded[name] = m
+                continue
+            ex = executors[name] = ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{name}")
+            loaded[name] = ex.submit(load_model, name, m, backend, threads).result()
+    except BaseException:
+        for ex in executors.values():
+            ex.shutdown(wait=False)
+        raise
+    st = ServerState(loaded, lim, executors)
 
     async def health(request: Request) -> Response:
         if not st.ready:

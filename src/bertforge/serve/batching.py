@@ -50,10 +50,11 @@ class ModelWorker:
     ``metrics``: a :class:`~bertforge.serve.metrics.ServerMetrics` (batch sizes, queue depth, tokens).
     ``arriving``: a callable telling whether a request the server accepted has not queued its items yet
     (default: always True, i.e. batches wait ``max_wait_ms`` to fill); :attr:`inside` counts the requests
-    whose items this worker holds."""
+    whose items this worker holds. ``executor``: the one-thread executor inference runs on (default: a new
+    one)."""
 
     def __init__(self, model, max_batch_tokens: int = 16384, max_batch_requests: int = 32,
-                 max_wait_ms: float = 0.0, metrics=None, arriving=None):
+                 max_wait_ms: float = 0.0, metrics=None, arriving=None, executor=None):
         self.model = model
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_requests = max_batch_requests
@@ -63,7 +64,8 @@ class ModelWorker:
         self.inside = 0
         self._depth = metrics.queue_depth.labels(model.name) if metrics is not None else None
         self.pending: collections.deque = collections.deque()
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{model.name}")
+        # the model's inference thread (given: the thread that loaded and warmed it, see serve.app.build_app)
+        self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{model.name}")
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
         self._closing = False
