@@ -345,7 +345,7 @@ def main() -> int:
             key = {"bertforge": "fp32", "bertforge-int8": "int8"}.get(peer.name)
             for c in args.concurrency:
                 for b in args.batch:
-                    R = args.rounds if (c == 1 and key in bare) or c == 32 else 1  # noqa: N806
+                    R = args.rounds if b == 1 and ((c == 1 and key in bare) or c == 32) else 1  # noqa: N806
                     per, secs = max(1, args.requests // R), args.seconds / R
                     samples, wall, rounds = [], 0.0, []
                     for k in range(R):  # rounds: the spread of a shared host; c=1 interleaved with the bare model
