@@ -192,9 +192,15 @@ _BIG = ThreadPoolExecutor(1, thread_name_prefix="bertforge-tokenize")
 def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs) -> list:
     from .malloc import trim
     try:
-        return model.encode(texts, truncate, pairs)
-    finally:
-        trim()  # a huge input's token buffers are freed: give their pages back (a flat RSS)
+        out, err = model.encode(texts, truncate, pairs), None
+    except InputError as e:
+        out, err = None, str(e)
+    # only here, after the except block, are the exception's frames — and the huge input's token buffers
+    # they hold — gone: now their freed pages can go back to the system (a flat RSS)
+    trim()
+    if err is not None:
+        raise InputError(err)
+    return out
 
 
 async def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None) -> list:
