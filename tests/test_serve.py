@@ -185,6 +185,19 @@ def test_embed_equals_offline_embeddings_for_fp32_onnx_int8_and_minilm(main_serv
     assert st == 200 and len(one) == 1 and np.allclose(one[0], raw[0], atol=1e-4)
 
 
+def test_embed_minilm_equals_sentence_transformers_encode(main_server, minilm_dir):
+    """The MiniLM checkpoint served over HTTP gives sentence-transformers' own ``encode`` vectors (its
+    modules: BERT → mean pooling → normalize; its truncation at max_seq_length 256 for a long text)."""
+    st_mod = pytest.importorskip("sentence_transformers")
+    texts = TEXTS[:5] + [" ".join(TEXTS) * 3]  # the last one is over 256 tokens: cut as ST cuts it
+    st, got = post(main_server.port, "/embed", {"inputs": texts, "model": "minilm", "truncate": True})
+    assert st == 200, got
+    ref = st_mod.SentenceTransformer(str(minilm_dir), device="cpu", local_files_only=True).encode(
+        texts, normalize_embeddings=True, convert_to_numpy=True)
+    cos = (_unit(got) * _unit(ref)).sum(1)
+    assert cos.min() >= 0.9999, cos
+
+
 def test_openai_embeddings_float_and_base64(main_server, dirs):
     p = main_server.port
     st, ref = post(p, "/embed", {"inputs": TEXTS[:3], "model": "emb"})

@@ -41,7 +41,17 @@ def add_arguments(p) -> None:
                    help="seconds the requests in flight get to finish after SIGTERM / SIGINT")
 
 
+#: libgomp's spin before an idle intra-op thread sleeps (iterations, ~100 000 per ms). Its default, 300 000
+#: (~3 ms), keeps threads spinning after each forward pass on the cores the event loop and the clients need;
+#: on a shared 2-core host it made one-text requests 6–10× slower than 100–1 000 spins (c=1 p50 350–620 ms
+#: vs 34–89 ms, load ~20). Read when torch loads, so set before it does; an explicit GOMP_SPINCOUNT or
+#: OMP_WAIT_POLICY in the environment wins.
+GOMP_SPINCOUNT = "1000"
+
+
 def run(args) -> int:
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     from ..errors import require_at_least
     from ..serve.models import parse_model_args
     from ..serve.server import serve

@@ -26,6 +26,7 @@ import json
 import math
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Optional
 
@@ -134,17 +135,24 @@ def _flag(body: dict, key: str, default: bool) -> bool:
 class ServerState:
     """What the routes share: models, their workers, limits, metrics, the in-flight count."""
 
-    def __init__(self, models: dict, limits: dict):
+    def __init__(self, models: dict, limits: dict, executors: Optional[dict] = None):
         self.models = models
         self.limits = limits
         self.metrics = ServerMetrics()
         for name in models:
             self.metrics.register_model(name)
         self.workers = {name: ModelWorker(m, limits["max_batch_tokens"], limits["max_batch_requests"],
-                                          limits["max_wait_ms"], self.metrics) for name, m in models.items()}
+                                          limits["max_wait_ms"], self.metrics, self.arriving,
+                                          (executors or {}).get(name))
+                        for name, m in models.items()}
         self.in_flight = 0
         self.ready = False
         self.started = time.time()
+
+    def arriving(self) -> bool:
+        """Whether a request in flight has not queued its items yet (it is being read or tokenized): only
+        then can a batch gain by waiting (see :mod:`bertforge.serve.batching`)."""
+        return self.in_flight > sum(w.inside for w in self.workers.values())
 
     def model_for(self, body: dict, route: str) -> ServedModel:
         """The model a request names (``"model"``) or, without a name, the first that answers ``route``."""
@@ -177,12 +185,29 @@ class ServerState:
 
 #: above this many characters in one request, tokenization leaves the event loop (a thread of its own)
 INLINE_CHARS = 20_000
+#: that thread: one, for every app of the process (one malloc arena; big inputs wait for each other)
+_BIG = ThreadPoolExecutor(1, thread_name_prefix="bertforge-tokenize")
+
+
+def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs) -> list:
+    from .malloc import trim
+    try:
+        out, err = model.encode(texts, truncate, pairs), None
+    except InputError as e:
+        out, err = None, str(e)
+    # only here, after the except block, are the exception's frames — and the huge input's token buffers
+    # they hold — gone: now their freed pages can go back to the system (a flat RSS)
+    trim()
+    if err is not None:
+        raise InputError(err)
+    return out
 
 
 async def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None) -> list:
     try:
         if sum(map(len, texts)) + sum(len(p) for p in pairs or () if p) > INLINE_CHARS:
-            return await asyncio.to_thread(model.encode, texts, truncate, pairs)
+            return await asyncio.get_running_loop().run_in_executor(_BIG, _encode_big, model, texts, truncate,
+                                                                    pairs)
         return model.encode(texts, truncate, pairs)
     except InputError as e:
         raise _invalid(str(e)) from None
@@ -412,25 +437,53 @@ GET_ROUTES = ("/health", "/info", "/metrics")
 
 
 # ---------------------------------------------------------------------------------------------- plumbing
-async def _read_body(request: Request, limit: int) -> bytes:
-    cl = request.headers.get("content-length")
-    if cl is not None and cl.isdigit() and int(cl) > limit:
-        raise HTTPError(413, f"the body has {int(cl)} bytes, more than the {limit} allowed (--payload-limit)",
-                        "payload_too_large")
+class _ClientGone(Exception):
+    """The client closed the connection before its request body arrived."""
+
+
+async def _receive_body(scope, receive, limit: int) -> bytes:
+    """The request body, read straight from the ASGI ``receive`` channel. Raises 413 (over ``limit``
+    bytes, by ``content-length`` before reading or by the bytes read), :class:`_ClientGone`."""
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            if v.isdigit() and int(v) > limit:
+                raise HTTPError(413, f"the body has {int(v)} bytes, more than the {limit} allowed "
+                                     f"(--payload-limit)", "payload_too_large")
+            break
     chunks, n = [], 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n > limit:
-            raise HTTPError(413, f"the body has more than the {limit} bytes allowed (--payload-limit)",
-                            "payload_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise _ClientGone()
+        chunk = msg.get("body", b"")
+        if chunk:
+            n += len(chunk)
+            if n > limit:
+                raise HTTPError(413, f"the body has more than the {limit} bytes allowed (--payload-limit)",
+                                "payload_too_large")
+            chunks.append(chunk)
+        if not msg.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+_JSON_HEADERS = (b"content-type", b"application/json")
+
+
+async def _send_json(send, status: int, obj) -> None:
+    body = (obj if isinstance(obj, RawJSON) else json.dumps(obj, separators=(",", ":"), allow_nan=False)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [_JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _post_endpoint(st: ServerState, fn):
-    async def endpoint(request: Request) -> Response:
+    """The ASGI app of one POST route: body → JSON → ``fn(st, body)`` → JSON answer, or the error answer.
+    Raw ASGI (no Request / Response objects): this is the per-request hot path."""
+    limit = st.limits["payload_limit"]
+
+    async def answer(scope, receive) -> tuple:
         try:
-            raw = await _read_body(request, st.limits["payload_limit"])
+            raw = await _receive_body(scope, receive, limit)
             try:
                 body = json.loads(raw)
             except UnicodeDecodeError:
@@ -439,17 +492,27 @@ def _post_endpoint(st: ServerState, fn):
                 raise _invalid(f"the body is not valid JSON ({str(e)[:80]}); send a JSON object") from None
             if not isinstance(body, dict):
                 raise _invalid(f"the body is a JSON {type(body).__name__}; send a JSON object")
-            return _json(await fn(st, body))
+            return 200, await fn(st, body)
         except HTTPError as e:
-            return _error(e.status, e.message, e.kind)
+            return e.status, {"error": e.message, "error_type": e.kind}
         except UnicodeError:
-            return _error(422, "the input is not valid UTF-8; send valid text", "validation")
+            return 422, {"error": "the input is not valid UTF-8; send valid text", "error_type": "validation"}
         except BertforgeError as e:  # a library check on the input (e.g. a QA question too long)
-            return _error(422, " ".join(str(e).split()), "validation")
+            return 422, {"error": " ".join(str(e).split()), "error_type": "validation"}
+
+    async def endpoint(scope, receive, send) -> None:
+        try:
+            status, obj = await answer(scope, receive)
+        except _ClientGone:
+            return
         except Exception as e:  # a real failure: logged, answered 500
             import logging
-            logging.getLogger("bertforge.serve").exception("%s failed", request.url.path)
-            return _error(500, f"{type(e).__name__}: {str(e)[:200]}", "backend")
+            logging.getLogger("bertforge.serve").exception("%s failed", scope["path"])
+            status, obj = 500, {"error": f"{type(e).__name__}: {str(e)[:200]}", "error_type": "backend"}
+        try:
+            await _send_json(send, status, obj)
+        except ValueError as e:  # NaN / inf in an answer (allow_nan=False): a backend failure
+            await _send_json(send, 500, {"error": f"ValueError: {str(e)[:200]}", "error_type": "backend"})
     return endpoint
 
 
@@ -458,6 +521,7 @@ class _Gate:
 
     def __init__(self, app, st: ServerState):
         self.app, self.st = app, st
+        self.post = {p: _post_endpoint(st, fn) for p, fn in POST_ROUTES.items()}
         key = st.limits.get("api_key")
         self.key = f"Bearer {key}".encode() if key else None
 
@@ -490,6 +554,7 @@ class _Gate:
                 st.in_flight += 1
                 counted = True
                 st.metrics.in_flight.set(st.in_flight)
+                return await self.post[path](scope, receive, send_wrapped)
             await self.app(scope, receive, send_wrapped)
         finally:
             if counted:
@@ -532,9 +597,24 @@ def build_app(models: dict, **limits):
         raise ConfigError(f"--max-wait-ms {lim['max_wait_ms']}: pass a number of milliseconds ≥ 0")
     if not models:
         raise ConfigError("no model given; pass --model DIR (or NAME=DIR, several times)")
-    loaded = {name: m if isinstance(m, ServedModel) else load_model(name, m, backend, threads)
-              for name, m in models.items()}
-    st = ServerState(loaded, lim)
+    # each model is loaded, warmed and run on one thread of its own: that thread is the only one that ever
+    # runs its intra-op (OpenMP) parallel regions, so the process holds one thread team per model, as the
+    # bare model in a script does; a second team on the same cores (e.g. the load's on the main thread)
+    # makes libgomp's idle threads sleep after ~100 spins, and every parallel region of every forward pass
+    # then pays a futex wake-up
+    loaded, executors = {}, {}
+    try:
+        for name, m in models.items():
+            if isinstance(m, ServedModel):
+                loaded[name] = m
+                continue
+            ex = executors[name] = ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{name}")
+            loaded[name] = ex.submit(load_model, name, m, backend, threads).result()
+    except BaseException:
+        for ex in executors.values():
+            ex.shutdown(wait=False)
+        raise
+    st = ServerState(loaded, lim, executors)
 
     async def health(request: Request) -> Response:
         if not st.ready:
@@ -563,6 +643,7 @@ def build_app(models: dict, **limits):
             for w in st.workers.values():
                 await w.stop()
 
+    # POST routes are answered by _Gate's raw ASGI endpoints; Starlette's copies give 405 to other methods
     routes = [Route(p, _post_endpoint(st, fn), methods=["POST"]) for p, fn in POST_ROUTES.items()]
     routes += [Route("/health", health, methods=["GET"]), Route("/info", info, methods=["GET"]),
                Route("/metrics", metrics, methods=["GET"])]

@@ -9,8 +9,11 @@ A batch is formed when the worker is free: it always holds the oldest waiting it
 plus the waiting items of the same output kind whose lengths are closest to it, as long as
 ``items × longest ≤ max_batch_tokens`` and ``items ≤ max_batch_requests``. Sequences are padded to the
 batch's own longest, never to a fixed length. With ``max_wait_ms`` > 0 the scheduler waits up to that long
-after the oldest item arrived for the batch to fill (fewer than ``max_batch_requests`` waiting); with 0
-(the default) a free worker takes what is waiting at once — while it computes, the next batch fills.
+after the oldest item arrived for the batch to fill (fewer than ``max_batch_requests`` waiting), but only
+while some request the server accepted has not queued its items yet (``arriving``): with nothing else on the
+way a wait cannot fill the batch, so a lone request is dispatched at once and ``max_wait_ms`` adds no latency
+to it. With 0 (the default) a free worker takes what is waiting at once — while it computes, the next batch
+fills.
 A request's items may land in different batches; the request gathers its futures in its own order.
 """
 from __future__ import annotations
@@ -44,17 +47,25 @@ class Item:
 class ModelWorker:
     """The queue, scheduler and inference thread of one :class:`~bertforge.serve.models.ServedModel`.
 
-    ``metrics``: a :class:`~bertforge.serve.metrics.ServerMetrics` (batch sizes, queue depth, tokens)."""
+    ``metrics``: a :class:`~bertforge.serve.metrics.ServerMetrics` (batch sizes, queue depth, tokens).
+    ``arriving``: a callable telling whether a request the server accepted has not queued its items yet
+    (default: always True, i.e. batches wait ``max_wait_ms`` to fill); :attr:`inside` counts the requests
+    whose items this worker holds. ``executor``: the one-thread executor inference runs on (default: a new
+    one)."""
 
     def __init__(self, model, max_batch_tokens: int = 16384, max_batch_requests: int = 32,
-                 max_wait_ms: float = 0.0, metrics=None):
+                 max_wait_ms: float = 0.0, metrics=None, arriving=None, executor=None):
         self.model = model
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_requests = max_batch_requests
         self.max_wait = max_wait_ms / 1000.0
         self.metrics = metrics
+        self.arriving = arriving if arriving is not None else (lambda: True)
+        self.inside = 0
+        self._depth = metrics.queue_depth.labels(model.name) if metrics is not None else None
         self.pending: collections.deque = collections.deque()
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{model.name}")
+        # the model's inference thread (given: the thread that loaded and warmed it, see serve.app.build_app)
+        self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"bertforge-{model.name}")
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
         self._closing = False
@@ -82,16 +93,21 @@ class ModelWorker:
         loop = asyncio.get_running_loop()
         items = [Item(s.ids, s.type_ids, kind, loop.create_future()) for s in seqs]
         self.pending.extend(items)
-        if self.metrics is not None:
-            self.metrics.queue_depth.labels(self.model.name).set(len(self.pending))
+        if self._depth is not None:
+            self._depth.set(len(self.pending))
+        self.inside += 1
         self._wake.set()
         try:
+            if len(items) == 1:
+                return [await items[0].future]
             return list(await asyncio.gather(*(it.future for it in items)))
         except BaseException:
             for it in items:  # a cancelled request (client gone): its items are skipped
                 if not it.future.done():
                     it.future.cancel()
             raise
+        finally:
+            self.inside -= 1
 
     # ------------------------------------------------------------------------------ scheduler
     async def _run(self) -> None:
@@ -103,7 +119,7 @@ class ModelWorker:
                 self._wake.clear()
                 await self._wake.wait()
             if self.max_wait > 0:
-                while len(self.pending) < self.max_batch_requests and not self._closing:
+                while len(self.pending) < self.max_batch_requests and not self._closing and self.arriving():
                     left = self.pending[0].t0 + self.max_wait - time.perf_counter()
                     if left <= 0:
                         break
@@ -112,11 +128,11 @@ class ModelWorker:
                         await asyncio.wait_for(self._wake.wait(), left)
                     except asyncio.TimeoutError:
                         break
-            else:
+            elif self.arriving():
                 await asyncio.sleep(0)  # requests parsed in this turn of the loop join the batch
             batch = self._take()
-            if self.metrics is not None:
-                self.metrics.queue_depth.labels(self.model.name).set(len(self.pending))
+            if self._depth is not None:
+                self._depth.set(len(self.pending))
             if not batch:
                 continue
             try:
@@ -136,6 +152,8 @@ class ModelWorker:
             self.pending.popleft()
         if not self.pending:
             return []
+        if len(self.pending) == 1:  # the common case of a quiet server: nothing to choose
+            return [self.pending.popleft()]
         oldest = self.pending[0]
         cands = [it for it in self.pending if it.kind == oldest.kind and not it.future.done()]
         cands = cands[:max(4 * self.max_batch_requests, 64)]

@@ -46,6 +46,10 @@ class ServerMetrics:
                          registry=r)
         self._recent: dict = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
+        # the labelled children, looked up once (labels() takes a lock and builds a tuple on every call);
+        # routes and statuses are bounded sets (the app maps unknown paths to "other"), so this stays small
+        self._req: dict = {}
+        self._batch: dict = {}
 
     def register_model(self, name: str) -> None:
         for m in (self.queue_depth, self.tps):
@@ -54,18 +58,29 @@ class ServerMetrics:
             m.labels(name)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
-        s = str(status)
-        self.requests.labels(route, s).inc()
-        self.latency.labels(route, s).observe(seconds)
+        c = self._req.get((route, status))
+        if c is None:
+            s = str(status)
+            c = self._req[(route, status)] = (self.requests.labels(route, s), self.latency.labels(route, s))
+        c[0].inc()
+        c[1].observe(seconds)
 
     def observe_batch(self, model: str, n: int, tokens: int, padded: int, seconds: float) -> None:
         """One forward pass of ``n`` sequences (thread-safe: called from the model's worker thread)."""
-        self.batch_size.labels(model).observe(n)
-        self.tokens.labels(model).inc(tokens)
-        self.padded.labels(model).inc(padded)
-        self.seconds.labels(model).inc(seconds)
+        c = self._batch.get(model)
+        if c is None:
+            c = self._batch[model] = tuple(m.labels(model) for m in (self.batch_size, self.tokens, self.padded,
+                                                                       self.seconds))
+        c[0].observe(n)
+        c[1].inc(tokens)
+        c[2].inc(padded)
+        c[3].inc(seconds)
+        now = time.monotonic()
         with self._lock:
-            self._recent[model].append((time.monotonic(), tokens))
+            q = self._recent[model]
+            q.append((now, tokens))
+            while q[0][0] < now - RATE_WINDOW_S:  # bounded between scrapes too
+                q.popleft()
 
     def render(self) -> tuple:
         now = time.monotonic()

@@ -72,6 +72,18 @@ def _server_class():
     return Server
 
 
+def fast_io() -> dict:
+    """uvicorn's fastest event loop and HTTP parser where installed: ``loop="uvloop"`` (libuv) and
+    ``http="httptools"`` (llhttp, C); else its pure-Python defaults (asyncio, h11)."""
+    import importlib.util
+    out = {}
+    if importlib.util.find_spec("uvloop") is not None and sys.platform != "win32":
+        out["loop"] = "uvloop"
+    if importlib.util.find_spec("httptools") is not None:
+        out["http"] = "httptools"
+    return out
+
+
 def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float = 30.0,
           log_level: str = "warning", **limits) -> int:
     """Serve ``models`` (``{name: dir}``) on ``host:port`` until SIGTERM / SIGINT; returns 0 after the drain.
@@ -82,6 +94,8 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
     from .app import build_app
     if not grace >= 0:
         raise ConfigError(f"--grace {grace}: pass a number of seconds ≥ 0")
+    from .malloc import tame_malloc
+    tame_malloc()  # before the models load: large buffers are mapped and returned (a flat RSS)
     sock = bind_socket(host, port)
     try:
         app = build_app(models, **limits)
@@ -90,7 +104,7 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
         raise
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", interface="asgi3",
-                            timeout_graceful_shutdown=grace, timeout_keep_alive=30)
+                            timeout_graceful_shutdown=grace, timeout_keep_alive=30, **fast_io())
     server = _server_class()(config)
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"bertforge serve: http://{shown}:{bound} ({', '.join(models)}); Ctrl-C or SIGTERM "
@@ -101,4 +115,4 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
     return 0
 
 
-__all__ = ["serve", "bind_socket"]
+__all__ = ["serve", "bind_socket", "fast_io"]
