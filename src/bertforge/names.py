@@ -11,7 +11,7 @@ import sys
 
 #: keys of :data:`bertforge.tasks.TASKS` (``custom`` is built by :func:`bertforge.tasks.get_task`)
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli",
-              "conll2003", "ner", "squad", "squad_v2")
+              "conll2003", "ner", "squad", "squad_v2", "retrieval")
 
 #: keys of :data:`bertforge.objectives.pretrain.OBJECTIVES` (``pretrain --objective``)
 OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert")
@@ -20,7 +20,7 @@ OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert")
 SIZE_NAMES = ("tiny", "small", "base")
 
 #: keys of :data:`bertforge.distill.distiller.METHODS` (``distill --method``)
-DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm")
+DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm", "embedding_mse", "margin_mse")
 
 #: the stages every method of :data:`bertforge.distill.distiller.METHODS` defines (``distill --stage``)
 DISTILL_STAGES = ("task", "general")

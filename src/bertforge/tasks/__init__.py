@@ -8,6 +8,7 @@ module                      kinds (adapter)                     tasks
 :mod:`.classification`      classification, regression          the nine GLUE tasks; ``custom`` (CSV/TSV/JSONL)
 :mod:`.ner`                 token_classification                ``conll2003``, ``ner``
 :mod:`.qa`                  qa                                  ``squad``, ``squad_v2``
+:mod:`.retrieval`           retrieval                           ``retrieval`` (query, positive[, negatives])
 ==========================  ==================================  ===============================================
 
 :data:`TASKS` and :data:`ADAPTERS` below are the only places a task or a kind is registered (their heads
@@ -20,14 +21,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import ConfigError, DataError
-from . import classification, ner, qa
+from . import classification, ner, qa, retrieval
 from .base import Task, TaskAdapter
 from .classification import KIND_METRICS, SequenceAdapter
 from .ner import TokenClassificationAdapter
 from .qa import QAAdapter
+from .retrieval import RetrievalAdapter
 
 #: task name → :class:`~bertforge.tasks.base.Task`
-TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS]}
+TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS,
+                                                 *retrieval.TASKS]}
 
 #: task kind → its :class:`~bertforge.tasks.base.TaskAdapter`
 ADAPTERS: dict[str, type] = {
@@ -35,6 +38,7 @@ ADAPTERS: dict[str, type] = {
     "regression": SequenceAdapter,
     "token_classification": TokenClassificationAdapter,
     "qa": QAAdapter,
+    "retrieval": RetrievalAdapter,
 }
 
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "mnli",
