@@ -42,7 +42,10 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    """A model as a sentence encoder: ``embed(texts) -> (N, H) float32`` (mean-pooled last hidden states),
+    """A model as a sentence encoder: ``embed(texts) -> (N, H) float32`` (last hidden states pooled as the
+    dir declares: :func:`bertforge.models.pooling.read_pooling` — mean, CLS or max, L2-normalised or not;
+    mean and not normalised for a dir that declares nothing), optionally cut to its first ``dim`` coordinates
+    (Matryoshka truncation, Kusupati et al. 2022, §3),
     ``forward(input_ids, attention_mask, token_type_ids)`` for timing, ``logits`` for task metrics,
     ``num_parameters``, ``size_mb``, ``backend``, ``name``. The model is run by a
     :class:`bertforge.runtime.base.Runner` (PyTorch, ONNX Runtime …; see :func:`load_embedder`).
@@ -56,13 +59,29 @@ class Embedder:
     #: token positions the model can embed (None: unknown); texts are truncated to it
     max_positions: Optional[int] = None
 
-    def __init__(self, runner, name: Optional[str] = None):
+    def __init__(self, runner, name: Optional[str] = None, dim: Optional[int] = None, pooling=None):
+        from ..models.pooling import read_pooling
         self.runner = runner
         self.name = name or (runner.path.stem if runner.path.is_file() else runner.path.name)
         self.tok, self.path, self.backend = runner.tokenizer, runner.path, runner.backend
         self.max_positions = runner.max_length
         self.num_parameters = (onnx_num_parameters(runner.onnx_path) if runner.backend == "onnxruntime"
                                else runner.num_parameters)
+        #: :class:`bertforge.models.pooling.Pooling` (mode, normalize, max_seq_length) read from the dir
+        self.pooling = pooling if pooling is not None else read_pooling(runner.path)
+        width = self.width
+        if dim is not None and (dim < 1 or (width is not None and dim > width)):
+            raise ConfigError(f"--dim {dim} is not in 1..{width}: model {self.name!r} gives {width}-dimensional "
+                              f"vectors; pass a smaller --dim")
+        #: coordinates kept (Matryoshka truncation); None: all
+        self.dim = dim
+
+    @property
+    def width(self) -> Optional[int]:
+        """The width of the pooled vectors (``hidden_size`` of the config), None when unknown."""
+        cfg = getattr(self.runner, "config", None) or {}
+        h = cfg.get("hidden_size") or cfg.get("dim") or cfg.get("d_model")
+        return int(h) if isinstance(h, int) else None
 
     def truncation(self, max_seq_len: int) -> int:
         """``max_seq_len`` capped at the model's positions (a truncation length, like a tokenizer's)."""
@@ -83,14 +102,26 @@ class Embedder:
                 ids[r, :n], am[r, :n], tt[r, :n] = encs[i].ids, 1, encs[i].type_ids
             yield idx, ids, am, tt
 
-    def embed(self, texts: list, max_seq_len: int = 256, batch_size: int = 16) -> np.ndarray:
-        """Mean-pooled last-layer embeddings, (N, H) float32, in the order of ``texts``."""
-        out: list = [None] * len(texts)
+    def embed(self, texts: list, max_seq_len: int = 256, batch_size: int = 16,
+              normalize: Optional[bool] = None) -> np.ndarray:
+        """Sentence embeddings, (N, dim or H) float32, in the order of ``texts``: the last hidden states pooled
+        by :attr:`pooling` (:func:`bertforge.models.pooling.pool_numpy`), cut to :attr:`dim` coordinates, then
+        L2-normalised when the dir says so (``normalize`` overrides it). Texts are cut at ``max_seq_len``
+        tokens (capped at the model's positions); batches are formed by length."""
+        from ..models.pooling import pool_numpy
+        norm = self.pooling.normalize if normalize is None else normalize
+        width = self.dim or self.width or 0
+        out = np.zeros((len(texts), width), dtype=np.float32) if width else None
         for idx, ids, am, tt in self._batches(texts, max_seq_len, batch_size):
-            pooled = mean_pool(self.hidden(ids, am, tt), am)
-            for i, row in zip(idx, pooled):
-                out[i] = row
-        return np.stack(out)
+            pooled = pool_numpy(self.hidden(ids, am, tt), am, self.pooling.mode)
+            if self.dim:
+                pooled = pooled[:, :self.dim]
+            if norm:
+                pooled = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            if out is None or out.shape[1] != pooled.shape[1]:
+                out = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[np.asarray(idx)] = pooled
+        return out if out is not None else np.zeros((0, width), dtype=np.float32)
 
     @property
     def can_embed(self) -> bool:
@@ -135,12 +166,14 @@ def onnx_num_parameters(path) -> int:
 
 
 def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
-                  threads: Optional[int] = None) -> Embedder:
+                  threads: Optional[int] = None, dim: Optional[int] = None) -> Embedder:
     """An :class:`Embedder` over :func:`bertforge.runtime.load_runner` of ``path``: a checkpoint dir (PyTorch),
     an ``.onnx`` file or a dir holding one (ONNX Runtime), or ``minilm`` (the embedded teacher).
-    ``tokenizer_dir``: where a graph's tokenizer is read when its folder has none.
+    ``tokenizer_dir``: where a graph's tokenizer is read when its folder has none. ``dim``: keep the first
+    ``dim`` coordinates of each vector (a Matryoshka model's truncation).
     Raises:
         CheckpointError: nothing loadable at ``path``.
+        ConfigError: ``dim`` larger than the model's width.
     """
     p = resolve_model_dir(str(path))
     if not p.exists():
@@ -148,7 +181,7 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
     if name is None and str(p) != str(path) and not Path(path).exists():
         name = str(path)  # an alias such as 'minilm': the row is named after it, not its folder
     name = name or (p.stem if p.is_file() else p.name)
-    return Embedder(load_runner(p, threads=threads, tokenizer_dir=tokenizer_dir), name)
+    return Embedder(load_runner(p, threads=threads, tokenizer_dir=tokenizer_dir), name, dim=dim)
 
 
 # ------------------------------------------------------------------------------------------ metrics

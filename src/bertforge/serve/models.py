@@ -11,7 +11,6 @@ special tokens by the tokenizer's own post-processor (what truncation inside ``t
 """
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +53,8 @@ class ServedModel:
         runner: the :class:`~bertforge.runtime.base.Runner`.
         kind: :attr:`Runner.kind` (``base``, ``classification``, ``regression``, ``token_classification``,
             ``question_answering`` …).
-        pooling: ``mean`` (default; Sentence-BERT's MEAN, :func:`bertforge.evaluate.embedded.mean_pool`) or
-            ``cls``, as the dir's ``1_Pooling/config.json`` says.
+        pooling: ``mean`` (default; Sentence-BERT's MEAN), ``cls`` or ``max``, as the dir's
+            ``1_Pooling/config.json`` says (:func:`bertforge.models.pooling.read_pooling`).
         max_length: the longest input in tokens, special tokens included: the model's positions, or the
             ``max_seq_length`` of ``sentence_bert_config.json`` when smaller.
         labels: label names in id order (task heads), else None.
@@ -157,25 +156,14 @@ class ServedModel:
     # ---------------------------------------------------------------------------------- outputs
     def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(B, T, H) hidden states, (B, T) mask → (B, H) sentence embeddings by :attr:`pooling`."""
-        if self.pooling == "cls":
-            return hidden[:, 0].astype(np.float32)
-        from ..evaluate.embedded import mean_pool
-        return mean_pool(hidden, mask)
-
-
-def _st_file(path: Path, name: str) -> dict:
-    try:
-        return json.loads((path / name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+        from ..models.pooling import pool_numpy
+        return pool_numpy(hidden, mask, self.pooling)
 
 
 def pooling_of(path: Path) -> str:
-    """The pooling a sentence-transformers dir declares (``1_Pooling/config.json``); ``mean`` otherwise."""
-    cfg = _st_file(path, "1_Pooling/config.json")
-    if cfg.get("pooling_mode_cls_token") and not cfg.get("pooling_mode_mean_tokens"):
-        return "cls"
-    return "mean"
+    """The pooling mode a dir declares (:func:`bertforge.models.pooling.read_pooling`); ``mean`` otherwise."""
+    from ..models.pooling import read_pooling
+    return read_pooling(path).mode
 
 
 def parse_model_args(values: list) -> list:
@@ -223,10 +211,11 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     except CheckpointError as e:
         raise CheckpointError(f"--model {name}: {e}") from None
     root = p if p.is_dir() else p.parent
-    st = _st_file(root, "sentence_bert_config.json")
+    from ..models.pooling import read_pooling
+    pooling = read_pooling(root)
     max_len = runner.max_length or 512
-    if isinstance(st.get("max_seq_length"), int) and st["max_seq_length"] > 0:
-        max_len = min(max_len, st["max_seq_length"])
+    if pooling.max_seq_length:
+        max_len = min(max_len, pooling.max_seq_length)
     kind = runner.kind
     labels = None
     if kind in ("classification", "regression", "token_classification"):
@@ -234,7 +223,7 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
         labels = [str(id2[k]) for k in sorted(id2, key=int)] if id2 else \
             [f"LABEL_{i}" for i in range(runner.num_labels or 1)]
     task = (runner.config.get("bertforge") or {}).get("task")
-    m = ServedModel(name, runner, kind, pooling_of(root), max_len, labels, task)
+    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, task)
     if tok.get_vocab_size() == 0:
         raise CheckpointError(f"--model {name}: {p} has an empty tokenizer")
     if warm:
