@@ -499,7 +499,7 @@ class RetrievalAdapter(TaskAdapter):
         """Retrieval metrics of ``model`` on ``dataset`` (a :class:`RetrievalSet`, or :class:`Pairs`: their
         positives are the corpus): exact search over the corpus, :func:`bertforge.evaluate.retrieval.
         retrieval_metrics`; with Matryoshka dims also ``ndcg@10@<dim>`` for each smaller dim."""
-        from ..evaluate.retrieval import exact_search, retrieval_metrics
+        from ..evaluate.retrieval import exact_search, retrieval_metrics, run_from_topk
         rs = dataset if isinstance(dataset, RetrievalSet) else pairs_to_retrieval_set(dataset.examples)
         if isinstance(model, torch.nn.Module):
             model.eval()
@@ -510,13 +510,12 @@ class RetrievalAdapter(TaskAdapter):
         dims = [None] + [m for m in (self.settings.matryoshka_dims or []) if m < q.shape[1]]
         for dim in dims:
             qs, ds = (q, d) if dim is None else (q[:, :dim], d[:, :dim])
-            if self.settings.similarity == "cos" or dim is not None:
-                qs = qs / np.clip(np.linalg.norm(qs, axis=1, keepdims=True), 1e-12, None)
-                ds = ds / np.clip(np.linalg.norm(ds, axis=1, keepdims=True), 1e-12, None)
-            ranked = exact_search(qs, ds, k=100)
-            m = retrieval_metrics(ranked, qids, dids, rs.qrels)
+            score = self.settings.similarity if dim is None else "cos"
+            run = run_from_topk(qids, dids, *exact_search(qs, ds, top_k=100, score=score))
+            m = retrieval_metrics(run, rs.qrels)
             if dim is None:
-                out.update(m)
+                out.update({k: v for k, v in m.items() if k in ("ndcg@10", "mrr@10", "recall@1", "recall@10",
+                                                                 "recall@100")})
             else:
                 out[f"ndcg@10@{dim}"] = m["ndcg@10"]
         return out
@@ -531,7 +530,7 @@ class RetrievalAdapter(TaskAdapter):
         """Make ``out_dir`` (a saved checkpoint) an embedding dir: the pooling in the sentence-transformers
         layout (:func:`bertforge.models.pooling.write_pooling`) and, with ``truncate_dim``, the dimension
         served (``config_sentence_transformers.json``)."""
-        from ..models.pooling import write_truncate_dim, write_pooling
+        from ..models.pooling import write_pooling, write_truncate_dim
         s = self.settings
         write_pooling(out_dir, s.pooling, s.normalize, hidden_size=model.config.hidden_size,
                       max_seq_length=self.max_seq_len)
@@ -543,7 +542,7 @@ def read_retrieval_set(path, max_queries: Optional[int] = None) -> RetrievalSet:
     """A BEIR dir (:func:`bertforge.data.beir.read_beir`) as a :class:`RetrievalSet` (the first
     ``max_queries`` queries that have judgements)."""
     from ..data.beir import read_beir
-    b = read_beir(path)
+    b = read_beir(path, "test")
     queries, corpus, qrels = b.queries, b.corpus, b.qrels
     qids = [q for q in queries if q in qrels]
     if max_queries:
