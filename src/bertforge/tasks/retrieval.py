@@ -330,7 +330,8 @@ def mine_hard_negatives(query_emb: np.ndarray, doc_emb: np.ndarray, positives: S
 # --------------------------------------------------------------------------------------------- adapter
 class ColumnCollator:
     """Examples of C token-id lists each → ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, C, T),
-    T = the longest text in the batch; ``teacher_margin`` (B,) when every example has one."""
+    T = the longest text in the batch; ``teacher_margin`` (B,) when every example has one; ``pair_input_ids``,
+    ``pair_attention_mask``, ``pair_token_type_ids`` (B, 2, T₂) when the examples carry cross-encoder pairs."""
 
     def __init__(self, pad_id: int = 0):
         self.pad_id = pad_id
@@ -345,6 +346,18 @@ class ColumnCollator:
                 ids[b, j, :len(x)] = torch.tensor(x, dtype=torch.long)
                 am[b, j, :len(x)] = 1
         batch = {"input_ids": ids, "attention_mask": am, "token_type_ids": torch.zeros_like(ids)}
+        if all("pair_input_ids" in it for it in items):  # (query, passage) pairs of a cross-encoder teacher
+            c2 = len(items[0]["pair_input_ids"])
+            t2 = max(len(x) for it in items for x in it["pair_input_ids"])
+            pids = torch.full((len(items), c2, t2), self.pad_id, dtype=torch.long)
+            pam = torch.zeros((len(items), c2, t2), dtype=torch.long)
+            ptt = torch.zeros((len(items), c2, t2), dtype=torch.long)
+            for b, it in enumerate(items):
+                for j, (x, tt) in enumerate(zip(it["pair_input_ids"], it["pair_token_type_ids"])):
+                    pids[b, j, :len(x)] = torch.tensor(x, dtype=torch.long)
+                    pam[b, j, :len(x)] = 1
+                    ptt[b, j, :len(x)] = torch.tensor(tt, dtype=torch.long)
+            batch.update(pair_input_ids=pids, pair_attention_mask=pam, pair_token_type_ids=ptt)
         if all("teacher_margin" in it for it in items):
             batch["teacher_margin"] = torch.tensor([it["teacher_margin"] for it in items], dtype=torch.float32)
         return batch
@@ -455,7 +468,11 @@ class RetrievalAdapter(TaskAdapter):
         p = Path(path)
         if p.is_dir():
             return read_retrieval_set(p, max_samples)
-        ex = read_pairs(p, max_samples)
+        return self.load_examples(read_pairs(p, max_samples))
+
+    def load_examples(self, ex: list):
+        """:class:`PairExample` rows → encoded :class:`Pairs` (one token-id list per column; ``teacher_margin``
+        where the row has teacher scores)."""
         cols = [self._encode(texts) for texts in zip(*[(e.query, e.positive, *e.negatives) for e in ex])]
         items = [{"input_ids": [c[i] for c in cols]} for i in range(len(ex))]
         for it, e in zip(items, ex):
