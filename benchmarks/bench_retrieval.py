@@ -93,6 +93,15 @@ def st_finetune(model_dir, pairs: list, out: Path, batch: int, steps: int, lr: f
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):  # the training loop's wall time, as bertforge's examples_per_s counts it
+        def on_train_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_train_end(self, *a, **k):
+            self.t1 = time.perf_counter()
+
     torch.manual_seed(seed)
     model = SentenceTransformer(str(model_dir), device="cpu")
     model.max_seq_length = max_seq_len
@@ -103,12 +112,11 @@ def st_finetune(model_dir, pairs: list, out: Path, batch: int, steps: int, lr: f
         seed=seed, save_strategy="no", logging_steps=10, report_to=[], use_cpu=True,
         dataloader_drop_last=True, disable_tqdm=True)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=ds,
-                                         loss=MultipleNegativesRankingLoss(model, scale=20.0))
-    t0 = time.perf_counter()
+                                         loss=MultipleNegativesRankingLoss(model, scale=20.0), callbacks=[clock := Clock()])
     trainer.train()
-    dt = time.perf_counter() - t0
     model.save(str(out))
-    return steps * batch / dt
+    (out / "examples_per_s.json").write_text(json.dumps(steps * batch / (clock.t1 - clock.t0)))
+    return steps * batch / (clock.t1 - clock.t0)
 
 
 def main(argv=None) -> int:
@@ -124,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput-texts", type=int, default=256)
     ap.add_argument("--work", help="work dir (default: a temporary one)")
     ap.add_argument("--peers", help="a folder of extra packages (accelerate) put on sys.path")
+    ap.add_argument("--train-max-seq-len", type=int, default=128,
+                    help="tokens per text in training (distillation and both fine-tunings); evaluation uses --max-seq-len")
+    ap.add_argument("--reuse", action="store_true", help="keep the trained models already in --work (rerun the report)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/retrieval.txt"))
     args = ap.parse_args(argv)
     if args.peers:
@@ -161,24 +172,27 @@ def main(argv=None) -> int:
     # ---- student: embedding_mse distillation on the train articles' texts
     t0 = time.perf_counter()
     student = work / "student-3l"
-    r = cli(["distill", "--teacher", teacher, "--student", args.student, "--method", "embedding_mse",
-             "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", args.max_seq_len,
+    done = lambda p: args.reuse and (p / "model.safetensors").is_file()  # noqa: E731
+    r = json.loads((student / "result.json").read_text()) if done(student) else cli(["distill", "--teacher", teacher, "--student", args.student, "--method", "embedding_mse",
+             "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", args.train_max_seq_len,
              "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", 1e-4, "--overwrite", *common])
-    say(f"distill embedding_mse ({args.student}, {args.distill_epochs} epochs, batch 32, lr 1e-4): "
-        f"{r['step']} steps in {time.perf_counter() - t0:.0f} s")
+    (student / "result.json").write_text(json.dumps(r))
+    say(f"distill embedding_mse ({args.student}, {args.distill_epochs} epochs, batch 32, lr 1e-4, texts cut at "
+        f"{args.train_max_seq_len} tokens): {r['step']} steps")
 
     # ---- contrastive fine-tuning: bertforge then sentence-transformers, same settings
     ft = work / "ft-bertforge"
-    cli(["finetune", "--model", teacher, "--task", "retrieval", "--train", train, "--out", ft,
-         "--max-seq-len", args.max_seq_len, "--max-steps", args.ft_steps, "--batch-size", args.ft_batch,
+    done(ft) or cli(["finetune", "--model", teacher, "--task", "retrieval", "--train", train, "--out", ft,
+         "--max-seq-len", args.train_max_seq_len, "--max-steps", args.ft_steps, "--batch-size", args.ft_batch,
          "--lr", args.ft_lr, "--overwrite", "train.warmup_ratio=0.1", "train.schedule=linear",
          "train.weight_decay=0.01", "train.max_grad_norm=1.0", f"train.save_every={args.ft_steps}", *common])
     bf_eps = bertforge_examples_per_s(ft)
     st_dir = work / "ft-st"
-    st_eps = st_finetune(teacher, pairs, st_dir, args.ft_batch, args.ft_steps, args.ft_lr, 0.1,
-                         args.max_seq_len, 42)
+    st_eps = json.loads((st_dir / "examples_per_s.json").read_text()) if done(st_dir) else \
+        st_finetune(teacher, pairs, st_dir, args.ft_batch, args.ft_steps, args.ft_lr, 0.1, args.train_max_seq_len, 42)
     say(f"fine-tuning: MNRL scale 20, {args.ft_steps} steps × batch {args.ft_batch} ({args.ft_steps * args.ft_batch}"
-        f" of {len(pairs)} train pairs), lr {args.ft_lr}, linear, warm-up 10%, weight decay 0.01, clip 1.0")
+        f" of {len(pairs)} train pairs), lr {args.ft_lr}, linear, warm-up 10%, weight decay 0.01, clip 1.0, "
+        f"texts cut at {args.train_max_seq_len} tokens; evaluation at {args.max_seq_len}")
 
     # ---- quality: one path for every model
     models = {"teacher": teacher, "student-3L": student, "ft-bertforge": ft, "ft-st": st_dir}
