@@ -134,6 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", help="a folder of extra packages (accelerate) put on sys.path")
     ap.add_argument("--train-max-seq-len", type=int, default=128,
                     help="tokens per text in training (distillation and both fine-tunings); evaluation uses --max-seq-len")
+    ap.add_argument("--distill-samples", type=int, help="distil on the texts of the first N train pairs only")
+    ap.add_argument("--eval-queries", type=int, help="evaluate on N eval questions (every eval paragraph stays)")
     ap.add_argument("--reuse", action="store_true", help="keep the trained models already in --work (rerun the report)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/retrieval.txt"))
     args = ap.parse_args(argv)
@@ -162,6 +164,14 @@ def main(argv=None) -> int:
     counts = squad_to_beir(SQUAD, beir_dir, eval_fraction=0.2, seed=0)
     say(f"data: {SQUAD.name} → {json.dumps(counts)}")
     beir = read_beir(beir_dir, "test")
+    # the corpus: the eval articles' paragraphs only (no text any model trained on is searched)
+    eval_docs = {d for q in beir.qrels for d in beir.qrels[q]}
+    beir.corpus = {d: t for d, t in beir.corpus.items() if d in eval_docs}
+    if args.eval_queries and args.eval_queries < len(beir.queries):  # an even spread over the eval articles
+        import random
+        keep = sorted(random.Random(0).sample(sorted(beir.queries), args.eval_queries))
+        beir.queries = {q: beir.queries[q] for q in keep}
+        beir.qrels = {q: beir.qrels[q] for q in keep}
     train = beir_dir / "train.jsonl"
     pairs = [json.loads(x) for x in train.read_text().splitlines()]
     eval_texts = set(beir.corpus[d] for q in beir.qrels for d in beir.qrels[q])
@@ -175,9 +185,11 @@ def main(argv=None) -> int:
     done = lambda p: args.reuse and (p / "model.safetensors").is_file()  # noqa: E731
     r = json.loads((student / "result.json").read_text()) if done(student) else cli(["distill", "--teacher", teacher, "--student", args.student, "--method", "embedding_mse",
              "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", args.train_max_seq_len,
-             "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", 1e-4, "--overwrite", *common])
+             "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", 1e-4, "--overwrite", *common,
+             *(["--max-train-samples", args.distill_samples] if args.distill_samples else [])])
     (student / "result.json").write_text(json.dumps(r))
-    say(f"distill embedding_mse ({args.student}, {args.distill_epochs} epochs, batch 32, lr 1e-4, texts cut at "
+    say(f"distill embedding_mse ({args.student}, texts of the first {args.distill_samples or len(pairs)} train pairs, "
+        f"{args.distill_epochs} epochs, batch 32, lr 1e-4, texts cut at "
         f"{args.train_max_seq_len} tokens): {r['step']} steps")
 
     # ---- contrastive fine-tuning: bertforge then sentence-transformers, same settings
@@ -201,7 +213,8 @@ def main(argv=None) -> int:
     tp = throughputs({"teacher": teacher, "student-3L": student}, texts, args.threads, args.max_seq_len, args.rounds)
 
     t_ndcg = q["teacher"]["ndcg@10"]
-    say(f"\neval: {len(beir.queries)} questions, {len(beir.corpus)} paragraphs (eval articles only)")
+    say(f"\neval: {len(beir.queries)} questions (of {len(read_beir(beir_dir, 'test').queries)}), {len(beir.corpus)} "
+        f"paragraphs (the eval articles' own: no training text is searched)")
     say(f"{'model':14s} {'NDCG@10':>8s} {'MRR@10':>7s} {'R@10':>6s} {'R@100':>6s} {'% teacher':>9s}  texts/s (median, rounds)")
     for n, m in q.items():
         tps = f"{statistics.median(tp[n]):7.1f}  [{', '.join(f'{x:.1f}' for x in tp[n])}]" if n in tp else ""

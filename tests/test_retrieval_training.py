@@ -40,9 +40,13 @@ def _jsonl(path, rows):
 
 @pytest.fixture(scope="module")
 def search_ws(tmp_path_factory):
+    """A tiny model, 192 training pairs and an evaluation set of 64 other pairs as a BEIR dir."""
+    from bertforge.data.beir import write_beir
+    from bertforge.tasks.retrieval import PairExample, pairs_to_retrieval_set
     d = tmp_path_factory.mktemp("search")
-    return d, make_tiny_checkpoint(d / "tiny"), _jsonl(d / "train.jsonl", _pairs(192, 1)), \
-        _jsonl(d / "dev.jsonl", _pairs(64, 2))
+    rs = pairs_to_retrieval_set([PairExample(r["query"], r["positive"]) for r in _pairs(64, 2)])
+    dev = write_beir(d / "dev-beir", rs.corpus, rs.queries, {"test": rs.qrels})
+    return d, make_tiny_checkpoint(d / "tiny"), _jsonl(d / "train.jsonl", _pairs(192, 1)), dev
 
 
 def _ndcg(model_dir, dev, settings=None):

@@ -139,6 +139,7 @@ class EmbeddingHead(nn.Module):
 
     hf_suffix = "Model"
     cls_only = False
+    has_labels = False  # no label space in config.json
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -276,13 +277,31 @@ def pairs_to_retrieval_set(pairs: list, source: str = "") -> RetrievalSet:
 def embed_texts(model, tok, texts: Sequence[str], max_seq_len: int, pooling: str = "mean",
                 normalize: bool = False, batch_size: int = 64) -> np.ndarray:
     """Embed ``texts`` with a PyTorch :class:`~bertforge.task_model.TaskModel` (no gradients, in the mode the
-    caller set): tokenized (truncated to ``max_seq_len``), batched by length, last hidden states pooled
+    caller set) or a runner of :mod:`bertforge.runtime` (a callable returning ``last_hidden_state``):
+    tokenized (truncated to ``max_seq_len``), batched by length, last hidden states pooled
     (:func:`bertforge.models.pooling.pool`). Returns (N, H) float32."""
     encs = encode_texts(tok, list(texts), None, max_seq_len)
     pid = pad_id(tok)
+    order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+    if not isinstance(model, torch.nn.Module):
+        from ..models.pooling import pool_numpy
+        rows = []
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            t = max(len(encs[i].ids) for i in idx)
+            ids = np.full((len(idx), t), pid, dtype=np.int64)
+            am = np.zeros((len(idx), t), dtype=np.int64)
+            for r, i in enumerate(idx):
+                ids[r, :len(encs[i].ids)], am[r, :len(encs[i].ids)] = encs[i].ids, 1
+            h = np.asarray(model(ids, am, np.zeros_like(ids), outputs=["last_hidden_state"])
+                           ["last_hidden_state"], dtype=np.float32)
+            rows.append((idx, pool_numpy(h, am, pooling, normalize)))
+        out = np.zeros((len(encs), rows[0][1].shape[1] if rows else 0), dtype=np.float32)
+        for idx, v in rows:
+            out[idx] = v
+        return out
     dev = next(model.parameters()).device
     out = np.zeros((len(encs), model.config.hidden_size), dtype=np.float32)
-    order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
     with torch.no_grad():
         for s in range(0, len(order), batch_size):
             idx = order[s:s + batch_size]
@@ -405,6 +424,8 @@ class RetrievalAdapter(TaskAdapter):
     head = "embedding"
     read_unit = "pairs"
     item_unit = "pairs"
+    #: ``evaluate --task retrieval`` takes any encoder dir (its pooling as the dir declares it)
+    reads_any_encoder = True
 
     def __init__(self, task: Task, tokenizer, max_seq_len: int):
         super().__init__(task, tokenizer, max_seq_len)
@@ -509,7 +530,13 @@ class RetrievalAdapter(TaskAdapter):
             it["input_ids"] = list(it["input_ids"]) + [doc_ids[j] for j in negs]
 
     def embed(self, model, texts, batch_size: int = 64) -> np.ndarray:
+        """(N, H) embeddings of ``texts``: a PyTorch model with this adapter's pooling, or a runner of
+        :mod:`bertforge.runtime` through :class:`bertforge.evaluate.embedded.Embedder` (the dir's pooling)."""
         s = self.settings
+        if not isinstance(model, torch.nn.Module):
+            from ..models.pooling import read_pooling
+            p = read_pooling(model.path)
+            return embed_texts(model, self.tok, texts, self.max_seq_len, p.mode, p.normalize, batch_size)
         return embed_texts(model, self.tok, texts, self.max_seq_len, s.pooling, s.normalize, batch_size)
 
     def evaluate(self, model, dataset, batch_size: int = 64) -> dict:
