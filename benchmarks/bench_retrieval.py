@@ -97,10 +97,10 @@ def st_finetune(model_dir, pairs: list, out: Path, batch: int, steps: int, lr: f
 
     class Clock(TrainerCallback):  # the training loop's wall time, as bertforge's examples_per_s counts it
         def on_train_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_train_end(self, *a, **k):
-            self.t1 = time.perf_counter()
+            self.t1, self.c1 = time.perf_counter(), time.process_time()
 
     torch.manual_seed(seed)
     model = SentenceTransformer(str(model_dir), device="cpu")
@@ -116,6 +116,7 @@ def st_finetune(model_dir, pairs: list, out: Path, batch: int, steps: int, lr: f
     trainer.train()
     model.save(str(out))
     (out / "examples_per_s.json").write_text(json.dumps(steps * batch / (clock.t1 - clock.t0)))
+    (out / "cpu_s.json").write_text(json.dumps(clock.c1 - clock.c0))
     return steps * batch / (clock.t1 - clock.t0)
 
 
@@ -229,8 +230,13 @@ def main(argv=None) -> int:
         f"(goal ≥ 1.9×): {'MET' if keep >= 0.95 and speed >= 1.9 else 'NOT MET'}")
     say(f"fine-tuning raises eval NDCG@10 by {100 * gain:+.2f} points (goal > 0): {'MET' if gain > 0 else 'NOT MET'}")
     say(f"bertforge vs sentence-transformers NDCG@10: {gap:.2f} points apart (goal ≤ 1): {'MET' if gap <= 1 else 'NOT MET'}")
-    say(f"training examples/s: bertforge {bf_eps:.1f}, sentence-transformers {st_eps:.1f} → {bf_eps / st_eps:.2f}× "
+    say(f"training examples/s: bertforge {bf_eps:.2f}, sentence-transformers {st_eps:.2f} → {bf_eps / st_eps:.2f}× "
         f"(goal ≥ 1.3×): {'MET' if bf_eps / st_eps >= 1.3 else 'NOT MET'}")
+    bf_cpu = [json.loads(x) for x in (ft / "metrics.jsonl").read_text().splitlines() if "cpu_s" in x][-1]["cpu_s"]
+    if (st_dir / "cpu_s.json").is_file():  # CPU seconds of the loop (both processes run --threads threads)
+        st_cpu = json.loads((st_dir / "cpu_s.json").read_text())
+        say(f"training CPU seconds per example: bertforge {bf_cpu / (args.ft_steps * args.ft_batch):.3f}, "
+            f"sentence-transformers {st_cpu / (args.ft_steps * args.ft_batch):.3f} → {st_cpu / bf_cpu:.2f}×")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
