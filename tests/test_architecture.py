@@ -108,4 +108,4 @@ def test_heads_are_registered_in_one_table_whatever_was_imported_before():
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == str(sorted(["base", "sequence_classification", "token_classification",
                                            "question_answering", "mlm", "mlm_nsp", "mlm_sop", "mlm_sbo",
-                                           "electra_discriminator"]))
+                                           "electra_discriminator", "embedding"]))

@@ -28,6 +28,7 @@ from .objectives.spanbert import SpanBertHead
 from .tasks.classification import SequenceClassificationHead
 from .tasks.ner import TokenClassificationHead
 from .tasks.qa import QuestionAnsweringHead
+from .tasks.retrieval import EmbeddingHead
 
 
 class NoHead(nn.Module):
@@ -59,6 +60,7 @@ HEADS: dict[str, type] = {
     "mlm_sop": AlbertPreTrainingHead,  # objectives/sop.py
     "mlm_sbo": SpanBertHead,  # objectives/spanbert.py
     "electra_discriminator": ReplacedTokenDetectionHead,  # objectives/rtd.py
+    "embedding": EmbeddingHead,  # tasks/retrieval.py (no weights: saved as the plain encoder, …Model)
 }
 
 #: the plain masked-LM head (``…ForMaskedLM``): what a teacher with any masked-LM head is loaded with to teach

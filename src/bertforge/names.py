@@ -12,7 +12,7 @@ import sys
 #: keys of :data:`bertforge.tasks.TASKS` (``custom`` is built by :func:`bertforge.tasks.get_task`)
 TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli",
               "conll2003", "ner", "squad", "squad_v2",
-              "goemotions")
+              "goemotions", "retrieval")
 
 #: keys of :data:`bertforge.objectives.pretrain.OBJECTIVES` (``pretrain --objective``)
 OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert", "modernbert")
@@ -21,7 +21,7 @@ OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert", "modernbe
 SIZE_NAMES = ("tiny", "small", "base")
 
 #: keys of :data:`bertforge.distill.distiller.METHODS` (``distill --method``)
-DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm")
+DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm", "embedding_mse", "margin_mse")
 
 #: ``distill --method`` choices that train no network and so have no loss set in ``METHODS``:
 #: ``static`` (:mod:`bertforge.distill.static`, one embedding table)

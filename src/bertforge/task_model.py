@@ -24,6 +24,8 @@ class TaskModel(nn.Module):
 
     ``forward(input_ids, attention_mask, token_type_ids, labels=…, output_hidden_states=…,
     output_attentions=…)`` → :class:`ModelOutput`. Extra batch keys are passed to the head.
+    ``input_ids`` may be (B, C, T): C texts per example (a retrieval batch: query, positive, negatives), encoded
+    as B·C rows of one pass; the head is told ``columns`` = C (outputs are per row, (B·C, …)).
     """
 
     def __init__(self, config: ModelConfig, head: str = "base", encoder: Optional[Encoder] = None):
@@ -49,6 +51,11 @@ class TaskModel(nn.Module):
                 output_attentions: bool = False, output_attention_scores: bool = False,
                 output_values: bool = False, head_gates: Optional[torch.Tensor] = None,
                 **batch) -> ModelOutput:
+        if input_ids.dim() == 3:  # (B, C, T): C texts per example, one encoder pass over the B·C rows
+            batch["columns"] = input_ids.shape[1]
+            input_ids = input_ids.flatten(0, 1)
+            attention_mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
+            token_type_ids = token_type_ids.flatten(0, 1) if token_type_ids is not None else None
         wants_layers = output_hidden_states or output_attentions or output_attention_scores
         cls_only = bool(self.head is not None and self.head.cls_only and not wants_layers)
         rows = None  # a head that reads only the labelled positions: the last block runs on those alone

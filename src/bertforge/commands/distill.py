@@ -25,6 +25,9 @@ from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache
                       print_json, resolve_model_dir)
 from ._rundir import RunDir
 
+#: the methods of :data:`bertforge.distill.distiller.EMBEDDING_METHODS` (sentence embeddings; docs/search.md)
+EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
+
 
 def apply_kernels(model, kernels):
     """:func:`bertforge.kernels.apply_kernels`, imported on first use (the parser loads without torch)."""
@@ -208,6 +211,8 @@ class Data:
     token_task: bool = False   # per-token logits (NER, QA)
     augment_record: Optional[dict] = None  # the augmentation applied, for recipe.yaml
     counts: Optional[dict] = None  # records read → training items (TaskAdapter.counts), for the plan line
+    pooling: object = None     # embedding methods: the teacher's pooling (models.pooling.Pooling), the student's too
+    cross_encoder: bool = False  # margin_mse: the teacher scores (query, passage) pairs
 
 
 @dataclass
@@ -295,6 +300,9 @@ def read_options(args, recipe) -> Options:
         raise ConfigError("--corpus (raw text) belongs to --stage general and the task stage reads --train "
                           "FILE; drop --corpus or pass --stage general")
     method = args.method or ds.get("method") or ("tinybert" if stage == "general" else "kd")
+    if method == "margin_mse" and stage == "general":
+        raise ConfigError("--method margin_mse distils score margins of (query, positive, negative) triples: pass "
+                          "--task retrieval --train FILE, not --corpus")
     student_spec = args.student or ds.get("student")
     if not student_spec:
         raise ConfigError("no student given; pass --student 4L-312H-12A-1200I, layers:0,2,4 or a checkpoint dir")
@@ -401,6 +409,11 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
     task = get_task(d.task, **spec)
     adapter = adapter_for(task, tok, d.max_seq_len)
+    if task.kind == "retrieval":
+        return _retrieval_data(opts, recipe, teacher_dirs, tok, task, adapter)
+    if opts.method in EMBEDDING_METHODS:
+        raise ConfigError(f"--method {opts.method} distils sentence embeddings: pass --task retrieval with "
+                          f"(query, positive[, negative]) rows, or --stage general --corpus FILE (embedding_mse)")
     token_task = task.kind in ("token_classification", "qa")  # per-token logits (docs/ner_qa.md)
     if hasattr(adapter, "use_model_labels"):  # tag set as the teacher learnt it
         adapter.use_model_labels(teacher_dirs[0])
@@ -433,6 +446,65 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     return Data(teachers=teachers, tokenizer=tok, head=head, head_config=head_cfg, items=items,
                 base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec=spec,
                 token_task=token_task, augment_record=aug_record, counts=counts)
+
+
+def _retrieval_data(opts: Options, recipe, teacher_dirs, tok, task, adapter) -> Data:
+    """Search distillation data (docs/search.md) from a (query, positive[, negative]) file: for
+    ``embedding_mse`` every distinct text of it (queries, positives, negatives) is one example (Reimers &
+    Gurevych 2020 distil on sentences); for ``margin_mse`` every (query, positive, negative) triple is one,
+    with the teacher's score margin from a cross-encoder teacher (a saved one-logit sequence classifier,
+    scoring each pair), a bi-encoder teacher (its own pooled embeddings) or ``scores`` in the file
+    (Hofstätter et al. 2020). Teachers are the encoders with the pooling their dirs declare.
+
+    Raises:
+        ConfigError: another method than embedding_mse / margin_mse; margin_mse rows without a negative;
+            a cross-encoder teacher for embedding_mse.
+    """
+    from ..data.collate import PadCollator
+    from ..hf import load_pretrained, read_config, saved_head_name
+    from ..models.pooling import read_pooling
+    from ..tasks.retrieval import PairExample, read_pairs
+    from ..tokenizer import encode_texts, pad_id
+    d = recipe.data
+    if opts.method not in EMBEDDING_METHODS:
+        raise ConfigError(f"--task retrieval distils an embedding model: pass --method embedding_mse or "
+                          f"margin_mse (not {opts.method})")
+    cfg0 = read_config(teacher_dirs[0])
+    cross = saved_head_name(cfg0) == "sequence_classification" and len(cfg0.get("id2label") or {0: 0}) == 1
+    if cross and opts.method == "embedding_mse":
+        raise ConfigError(f"--method embedding_mse copies a bi-encoder's embeddings and teacher {teacher_dirs[0]} "
+                          f"is a cross-encoder (one-logit classifier); use --method margin_mse with it")
+    pooling = read_pooling(teacher_dirs[0])
+    adapter.configure({}, int(cfg0.get("hidden_size") or cfg0.get("dim")), pooling)
+    pairs = read_pairs(d.train, d.max_train_samples)
+    if opts.method == "embedding_mse":
+        texts = list(dict.fromkeys(t for e in pairs for t in (e.query, e.positive, *e.negatives)))
+        items = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
+        base_collate, unit = PadCollator(pad_id(tok)), "texts"
+    else:
+        if not pairs[0].negatives:
+            raise ConfigError(f"--method margin_mse needs (query, positive, negative) rows and {d.train} has no "
+                              f"negative; add a \"negative\" to every row (e.g. mined: finetune --hard-negatives)")
+        triples = [PairExample(e.query, e.positive, (n,), e.id, None if e.scores is None else
+                               (e.scores[0], e.scores[1 + k])) for e in pairs for k, n in enumerate(e.negatives)]
+        enc = adapter.load_examples(triples)
+        items = list(enc)
+        if cross:  # the cross-encoder reads [CLS] query [SEP] passage [SEP] for the positive and the negative
+            for it, e in zip(items, triples):
+                both = encode_texts(tok, [e.query, e.query], [e.positive, e.negatives[0]], d.max_seq_len)
+                it["pair_input_ids"] = [x.ids for x in both]
+                it["pair_token_type_ids"] = [x.type_ids for x in both]
+        base_collate, unit = adapter.collator(), "triples"
+    if cross:
+        teachers = [apply_kernels(load_pretrained(t, head="sequence_classification", strict_head=True),
+                                  recipe.impl.kernels) for t in teacher_dirs]
+    else:
+        teachers = [apply_kernels(load_pretrained(t, head="base"), recipe.impl.kernels) for t in teacher_dirs]
+    eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
+    return Data(teachers=teachers, tokenizer=tok, head="base", head_config={}, items=items,
+                base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec={},
+                counts={"read": len(pairs), "read_unit": "pairs", "items": len(items), "item_unit": unit,
+                        "max_seq_len": d.max_seq_len}, pooling=pooling, cross_encoder=cross)
 
 
 def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tuple:
@@ -474,11 +546,15 @@ def _corpus_data(args, recipe, teacher_dirs, tok, inputs) -> Data:
     teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if saved_head_name(read_config(t)) in MLM_HEADS
                                               else None), recipe.impl.kernels) for t in teacher_dirs]
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
+    pooling = None
+    if getattr(args, "method", None) == "embedding_mse":  # the student embeds as the teacher: no MLM head
+        from ..models.pooling import read_pooling
+        head, pooling = "base", read_pooling(teacher_dirs[0])
     items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
     return Data(teachers=teachers, tokenizer=tok, head=head, head_config={}, items=items,
                 base_collate=PadCollator(pad_id(tok)),
                 counts={"read": len(items), "read_unit": "sequences", "items": len(items), "item_unit": "sequences",
-                        "max_seq_len": d.max_seq_len})
+                        "max_seq_len": d.max_seq_len}, pooling=pooling)
 
 
 # ------------------------------------------------------------------------------------------- student
@@ -621,6 +697,11 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
     earlier stage's W loaded where the shapes match) and its teacher cache (or None)."""
     from ..distill.distiller import Distiller
     distiller = Distiller(student, data.teachers, losses.terms)
+    if data.pooling is not None:  # sentence embeddings: pooled as the teacher pools; margins by its similarity
+        distiller.pooling, distiller.cross_encoder = data.pooling.mode, data.cross_encoder
+        distiller.margin_sim = "cos" if (data.pooling.normalize and not data.cross_encoder) else "dot"
+        if data.adapter is not None:
+            data.adapter.settings.similarity = distiller.margin_sim if opts.method == "margin_mse" else "cos"
     if Path(opts.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
         from ..distill.distiller import PROJECTIONS_FILE
         fresh = sorted(set(distiller.proj) - set(distiller.load_projections(opts.student)))
@@ -639,6 +720,16 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
     return distiller, cache
 
 
+def _embedding_files(data: Data, student, dst) -> None:
+    """An embedding student's dir is an embedding dir: the teacher's pooling, in the sentence-transformers
+    layout (:func:`bertforge.models.pooling.write_pooling`)."""
+    if data.pooling is None:
+        return
+    from ..models.pooling import write_pooling
+    write_pooling(dst, data.pooling.mode, data.pooling.normalize, hidden_size=student.config.hidden_size,
+                  max_seq_length=data.pooling.max_seq_length)
+
+
 def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_dirs, sources: dict,
           resume: bool) -> dict:
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
@@ -651,7 +742,7 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
                               step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
                       save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
-                                              m.save_projections(dst)),
+                                              m.save_projections(dst), _embedding_files(data, m.student, dst)),
                       sources=sources)
     if data.counts:
         print_training_plan("distill", data.counts, trainer)

@@ -62,10 +62,11 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
                           f"or fine-tune on {task_name}")
     tok = load_tokenizer(model_dir)
     adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
-    if adapter.head != "base":
+    any_encoder = getattr(adapter, "reads_any_encoder", False)  # e.g. retrieval: embeddings of any encoder
+    if adapter.head != "base" and not any_encoder:
         require_saved_head(cfg, adapter.head, str(model_dir), task.name, "pass the task it was fine-tuned on")
     runner = load_runner(model_dir)  # the saved head, which is the adapter's (checked above)
-    n_out = runner.num_labels if adapter.head != "base" else None
+    n_out = runner.num_labels if adapter.head != "base" and not any_encoder else None
     if n_out and task.num_labels and n_out != task.num_labels:
         raise ConfigError(f"{model_dir} predicts {n_out} labels but task {task.name} has "
                           f"{task.num_labels}; pass the task it was fine-tuned on")

@@ -29,6 +29,18 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--max-seq-len", type=int)
     p.add_argument("--max-train-samples", type=int, metavar="N", help=MAX_TRAIN_SAMPLES_HELP)
+    g = p.add_argument_group("--task retrieval (recipe section retrieval.*; docs/search.md)")
+    g.add_argument("--matryoshka-dims", metavar="D,D,…",
+                   help="Matryoshka representation learning: the loss summed over these nested embedding dims "
+                        "(e.g. 384,256,128,64; each ≤ the model's width)")
+    g.add_argument("--truncate-dim", type=int, metavar="D",
+                   help="the embedding dim the saved dir serves (sentence-transformers' truncate_dim)")
+    g.add_argument("--hard-negatives", type=int, metavar="N",
+                   help="mine N hard negatives per query with the model itself before training")
+    g.add_argument("--symmetric", action="store_true",
+                   help="symmetric in-batch-negatives loss (query→passage and passage→query)")
+    g.add_argument("--pooling", choices=("mean", "cls", "max"),
+                   help="pooling of the embedding (default: the model dir's, else mean)")
     add_train_args(p)
     add_recipe_args(p)
 
@@ -70,9 +82,33 @@ def setup(args, recipe, sources=None):
     tok = load_tokenizer(model_dir)
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
+    _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg)
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return model_dir, task, tok, adapter, train_ds, eval_ds
+
+
+#: finetune flag → key of the recipe's ``retrieval`` section (--task retrieval)
+RETRIEVAL_FLAGS = {"matryoshka_dims": "matryoshka_dims", "truncate_dim": "truncate_dim",
+                   "hard_negatives": "hard_negatives", "symmetric": "symmetric", "pooling": "pooling"}
+
+
+def _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg) -> None:
+    """The retrieval flags over the recipe's ``retrieval`` section, checked against the model
+    (:meth:`bertforge.tasks.retrieval.RetrievalAdapter.configure`) and recorded in ``recipe.yaml``. ConfigError
+    for retrieval flags given with another task."""
+    given = {key: getattr(args, flag, None) for flag, key in RETRIEVAL_FLAGS.items()
+             if getattr(args, flag, None) not in (None, False)}
+    if not hasattr(adapter, "configure"):
+        if given:
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise ConfigError(f"{flag} applies to --task retrieval only; drop it")
+        return
+    from ..models.pooling import read_pooling
+    section = {**(recipe.extra.get("retrieval") or {}), **given}
+    width = hf_cfg.get("hidden_size") or hf_cfg.get("dim")
+    adapter.configure(section, int(width), read_pooling(model_dir))
+    recipe.extra["retrieval"] = section
 
 
 def _resumed_meta(out) -> dict:
@@ -108,7 +144,7 @@ def run(args) -> int:
     from ._report import CollapseWarning, print_training_plan
     from ._resume_policy import check_batch_fits
     from ._sources import Sources
-    recipe = build_recipe(args)
+    recipe = build_recipe(args, extra_sections=("retrieval",))
     inputs = Sources(recipe, args.recipe)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe, inputs)
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
@@ -127,6 +163,7 @@ def run(args) -> int:
                                 **recipe.model)
         model.config.bertforge = {**model.config.bertforge, "task": task.name, "task_spec": task_spec(recipe.data),
                                   "max_seq_len": recipe.data.max_seq_len}
+        adapter.prepare_model(model, train_ds)  # e.g. retrieval: pooling and loss settings, mined hard negatives
         if recipe.train.metric_for_best is None and eval_ds is not None:
             recipe.train.metric_for_best = task.metrics[0]
         multi = hasattr(adapter, "configure_loss")  # a multi-label task (tasks/multilabel.py)
@@ -136,7 +173,8 @@ def run(args) -> int:
         eval_fn = CollapseWarning("finetune", task, lambda m: adapter.evaluate(m, eval_ds),
                                   step=lambda: trainer.step) if eval_ds is not None else None
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
-                          save_fn=lambda m, dst: m.save_pretrained(dst, tokenizer_dir=model_dir), sources=sources)
+                          save_fn=lambda m, dst: (m.save_pretrained(dst, tokenizer_dir=model_dir),
+                                                  adapter.finish_dir(m, dst)), sources=sources)
         print_training_plan("finetune", adapter.counts(train_ds), trainer)
         result = trainer.fit(resume=args.resume)
         if multi:

@@ -6,7 +6,7 @@ per feature, padded to ``max_len``; a ``filled`` byte per example records what i
 (and resumed runs) read them back and only the student runs. ``meta.json`` holds a fingerprint of the
 teacher, data and features: a cache made for other inputs is discarded and rebuilt.
 
-Storage: logits float32 (n, C); hidden (n, T, H), attention maps (n, heads, T, T), values
+Storage: logits float32 (n, C); pooled embeddings float32 (n, H); score margins float32 (n, 1); hidden (n, T, H), attention maps (n, heads, T, T), values
 (n, heads, T, d_k) float16. Valid only for deterministic inputs (no dynamic masking).
 """
 from __future__ import annotations
@@ -22,7 +22,10 @@ from ..io import atomic_write_text
 
 #: feature kind → index of the sequence axes (after the example axis) that are padded to max_len
 _SEQ_AXES = {"logits": (), "hidden": (0,), "attention_scores": (1, 2), "attentions": (1, 2),
-             "values": (1,)}
+             "values": (1,), "embedding": (), "margin": ()}
+
+#: feature kinds stored as float32 (the others float16)
+_FLOAT32 = ("logits", "embedding", "margin")
 
 
 def is_cache_dir(d) -> bool:
@@ -73,7 +76,7 @@ class TeacherCache:
         mode = "w+" if fresh else "r+"
         self.arrays = {}
         for name, shape in self.shapes.items():
-            dtype = np.float32 if name.startswith("logits") else np.float16
+            dtype = np.float32 if name.split(".")[0] in _FLOAT32 else np.float16
             self.arrays[name] = np.lib.format.open_memmap(self.root / f"{name}.npy", mode=mode,
                                                           dtype=dtype, shape=(n, *shape))
         self.filled = np.lib.format.open_memmap(self.root / "filled.npy", mode=mode, dtype=np.uint8,
@@ -129,6 +132,10 @@ def feature_shape(kind: str, config, layer: Optional[int], max_len: int, num_lab
         return (num_labels,)
     if kind == "hidden":
         return (max_len, config.hidden_size)
+    if kind == "embedding":  # a pooled sentence embedding (H,)
+        return (config.hidden_size,)
+    if kind == "margin":  # a teacher's score margin s(q, p⁺) − s(q, p⁻)
+        return (1,)
     heads = config.heads_of(layer - 1)
     if kind in ("attention_scores", "attentions"):
         return (heads, max_len, max_len)

@@ -85,7 +85,18 @@ METHODS: dict = {
         "general": [{"loss": "attention_kl", "weight": 1.0, "layers": "last"},
                     {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
     },
+    "embedding_mse": {  # Reimers & Gurevych 2020 eq. 1: student's pooled embedding → teacher's (W when widths differ)
+        "task": [{"loss": "pooled_mse", "weight": 1.0}],  # --task retrieval: every text of the pairs file
+        "general": [{"loss": "pooled_mse", "weight": 1.0}],  # --corpus: sequences of raw text
+    },
+    "margin_mse": {  # Hofstätter et al. 2020 eq. 1: the teacher's score margins of (query, positive, negative)
+        "task": [{"loss": "margin_mse", "weight": 1.0}],
+        "general": [{"loss": "margin_mse", "weight": 1.0}],  # refused by the command: needs triples
+    },
 }
+
+#: methods whose losses read sentence embeddings (the student is an embedding model; docs/search.md)
+EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
 
 #: the file beside a distilled student holding its learned projections W (see :meth:`Distiller.save_projections`)
 PROJECTIONS_FILE = "distill_projections.safetensors"
@@ -222,6 +233,10 @@ class Distiller(nn.Module):
                 p.requires_grad_(False)
         self.terms = terms
         self.cache = cache
+        # sentence embeddings (pooled_mse, margin_mse): the pooling both sides use (the teacher dir's,
+        # :func:`bertforge.models.pooling.read_pooling`), the similarity of margins (the teacher's: cosine
+        # when its embeddings are normalised), and whether the teacher is a cross-encoder scoring pairs
+        self.pooling, self.normalize, self.margin_sim, self.cross_encoder = "mean", False, "dot", False
         self.proj = nn.ModuleDict()
         hs = student.config.hidden_size
         ht = self.teacher.config.hidden_size
@@ -307,6 +322,9 @@ class Distiller(nn.Module):
             kind = term.spec.feature
             if kind == "student_mlm":  # the student's own loss: no teacher feature
                 continue
+            if kind in ("embedding", "margin"):
+                need[f"{kind}.0"] = (kind, 0)
+                continue
             if kind in ("logits", "mlm_logits"):
                 ks = range(len(self._teachers)) if kind == "logits" else [0]
                 for k in ks:
@@ -335,11 +353,44 @@ class Distiller(nn.Module):
                 "output_attention_scores": "attention_scores" in kinds,
                 "output_values": "values" in kinds}
 
+    def _pooled(self, out, attention_mask: torch.Tensor, normalize: bool = False) -> torch.Tensor:
+        """The pooled embeddings (N, H) of a model output whose input was (B, T) or (B, C, T)."""
+        from ..models.pooling import pool
+        mask = attention_mask.flatten(0, 1) if attention_mask.dim() == 3 else attention_mask
+        return pool(out.last_hidden_state, mask, self.pooling, normalize)
+
+    def _margins(self, emb: torch.Tensor, cols: int, sim: str) -> torch.Tensor:
+        """(B·C, H) embeddings of (query, positive, negative) rows → (B,) ``s(q, p⁺) − s(q, p⁻)``."""
+        e = emb.float().reshape(-1, cols, emb.shape[-1])
+        if sim == "cos":
+            e = torch.nn.functional.normalize(e, dim=-1)
+        return (e[:, 0] * e[:, 1]).sum(-1) - (e[:, 0] * e[:, 2]).sum(-1)
+
     @torch.no_grad()
-    def teacher_features(self, input_ids, attention_mask=None, token_type_ids=None) -> dict:
-        """Run the teachers (eval, no grad) and collect the needed features (see :meth:`_features`)."""
+    def _teacher_margin(self, input_ids, attention_mask, token_type_ids, pair_input_ids=None,
+                        pair_attention_mask=None, pair_token_type_ids=None) -> torch.Tensor:
+        """The teacher's score margin per triple, (B, 1): a cross-encoder scores the (query, passage) pairs
+        (its one logit), a bi-encoder compares its pooled embeddings (its own similarity)."""
+        if self.cross_encoder:
+            z = self.teacher(pair_input_ids, pair_attention_mask, pair_token_type_ids).logits.float()
+            z = z.reshape(pair_input_ids.shape[0], 2)
+            return (z[:, 0] - z[:, 1])[:, None]
+        out = self.teacher(input_ids, attention_mask, token_type_ids)
+        return self._margins(self._pooled(out, attention_mask), input_ids.shape[1], self.margin_sim)[:, None]
+
+    @torch.no_grad()
+    def teacher_features(self, input_ids, attention_mask=None, token_type_ids=None, **pairs) -> dict:
+        """Run the teachers (eval, no grad) and collect the needed features (see :meth:`_features`);
+        ``pairs``: the cross-encoder inputs of ``margin`` (``pair_input_ids`` … (B, 2, T))."""
         kinds = {k for k, _ in self._needs.values()}
         feats = {}
+        if kinds & {"embedding", "margin"}:
+            if "margin" in kinds:
+                feats["margin.0"] = self._teacher_margin(input_ids, attention_mask, token_type_ids, **pairs)
+            if "embedding" in kinds:
+                out = self.teacher(input_ids, attention_mask, token_type_ids)
+                feats["embedding.0"] = self._pooled(out, attention_mask).float()
+            return feats
         for k, teacher in enumerate(self._teachers):
             if k > 0 and not any(n.startswith("logits.") for n in self._needs):
                 break
@@ -371,7 +422,7 @@ class Distiller(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
-                **_):
+                teacher_margin: Optional[torch.Tensor] = None, **extra):
         kinds = {k for k, _ in self._needs.values()}
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -379,8 +430,11 @@ class Distiller(nn.Module):
         feats = None
         if self.cache is not None and example_index is not None and self.cache.has(example_index):
             feats = self.cache.read(example_index, input_ids.shape[1], input_ids.device)
+        if feats is None and teacher_margin is not None and set(self._needs) == {"margin.0"}:
+            feats = {"margin.0": teacher_margin.float().reshape(-1, 1)}  # scores given with the data
         if feats is None:
-            feats = self.teacher_features(input_ids, attention_mask, token_type_ids)
+            pairs = {k: v for k, v in extra.items() if k.startswith("pair_")}
+            feats = self.teacher_features(input_ids, attention_mask, token_type_ids, **pairs)
             if self.cache is not None and example_index is not None:
                 self.cache.write(example_index, feats, attention_mask.sum(1))
         # student side
@@ -392,6 +446,12 @@ class Distiller(nn.Module):
             kind = spec.feature
             if kind == "student_mlm":
                 value = spec.fn(out_S.logits, mlm_labels=mlm_labels)
+            elif kind == "embedding":
+                value = spec.fn(self._pooled(out_S, attention_mask), feats["embedding.0"],
+                                proj=self.proj[term.name] if term.name in self.proj else None)
+            elif kind == "margin":
+                e = self._pooled(out_S, attention_mask).reshape(input_ids.shape[0], input_ids.shape[1], -1)
+                value = spec.fn(e[:, 0], e[:, 1], e[:, 2], feats["margin.0"], sim=self.margin_sim)
             elif kind in ("logits", "mlm_logits"):
                 zt = self._combined_logits(feats, term.temperature, kind)
                 value = spec.fn(out_S.logits, zt, temperature=term.temperature, labels=labels,

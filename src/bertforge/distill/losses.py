@@ -20,6 +20,8 @@ name                   source
 ``value_relation_kl``  MiniLM eq. 6 (relation heads as MiniLMv2, Wang et al. 2021 §3.1)
 ``mlm_soft``           DistilBERT L_ce: T²·KL of MLM distributions at masked (or all) positions
 ``mlm``                DistilBERT L_mlm: the student's own masked-LM cross-entropy (no teacher)
+``pooled_mse``         Reimers & Gurevych 2020 eq. 1: MSE(W e_S, e_T) on pooled sentence embeddings
+``margin_mse``         Hofstätter et al. 2020 eq. 1: MSE of the score margins s(q, p⁺) − s(q, p⁻)
 =====================  ==========================================================================
 
 ``attention_mse``/``attention_kl`` need equal head counts; when they differ, both sides are averaged over
@@ -41,7 +43,8 @@ from ..errors import ConfigError
 @dataclass(frozen=True)
 class LossSpec:
     """``feature``: what the loss reads (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions``
-    | ``values`` | ``mlm_logits`` | ``student_mlm``: the student's MLM logits only); ``layerwise``: True when it is applied to layer pairs of a map;
+    | ``values`` | ``mlm_logits`` | ``student_mlm``: the student's MLM logits only | ``embedding``: pooled
+    sentence embeddings | ``margin``: score margins of (query, positive, negative) triples); ``layerwise``: True when it is applied to layer pairs of a map;
     ``projects``: True when a learned W (student H → teacher H) is inserted when the widths differ."""
 
     name: str
@@ -226,6 +229,28 @@ def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Opt
     return hidden_mse_loss(hidden_S, hidden_T, mask, proj)
 
 
+def pooled_mse_loss(emb_S: torch.Tensor, emb_T: torch.Tensor, proj=None, **_) -> torch.Tensor:
+    """Embedding distillation (Reimers & Gurevych 2020, "Making Monolingual Sentence Embeddings Multilingual
+    using Knowledge Distillation", eq. 1): ``MSE(W e_S, e_T)`` between the student's and the teacher's pooled
+    sentence embeddings (B, H_S) and (B, H_T), averaged over batch and features; ``proj`` is the learned
+    W (H_S → H_T) when the widths differ (None: identity)."""
+    s = emb_S.float()
+    if proj is not None:
+        s = proj(s)
+    return F.mse_loss(s, emb_T.float())
+
+
+def margin_mse_loss(q_S: torch.Tensor, pos_S: torch.Tensor, neg_S: torch.Tensor, margin_T: torch.Tensor,
+                    sim: str = "dot", **_) -> torch.Tensor:
+    """Margin-MSE ranking distillation (Hofstätter et al. 2020, "Improving Efficient Neural Ranking Models
+    with Cross-Architecture Knowledge Distillation", eq. 1): the student's embeddings of query, positive and
+    negative (B, H) score ``s(q, p⁺) − s(q, p⁻)`` (dot product, or cosine with ``sim="cos"``), regressed on
+    the teacher's margin ``margin_T`` (B,) — from a cross-encoder, a bi-encoder or scores in the data.
+    Delegates to :func:`bertforge.tasks.retrieval.margin_mse_loss`."""
+    from ..tasks.retrieval import margin_mse_loss as margin
+    return margin(q_S, pos_S, neg_S, margin_T.reshape(-1), sim)
+
+
 def pkd_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
              proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """BERT-PKD patient loss (Sun et al. 2019, eq. 3) for one layer pair: ``‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖₂²``
@@ -328,4 +353,6 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in [
     LossSpec("attention_mse", attention_mse_loss, "attention_scores", layerwise=True),
     LossSpec("attention_kl", attention_kl_loss, "attentions", layerwise=True),
     LossSpec("value_relation_kl", value_relation_kl_loss, "values", layerwise=True),
+    LossSpec("pooled_mse", pooled_mse_loss, "embedding", layerwise=False, projects=True),
+    LossSpec("margin_mse", margin_mse_loss, "margin", layerwise=False),
 ]}

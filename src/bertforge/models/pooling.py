@@ -164,4 +164,27 @@ def carry_pooling(src_dir, dst_dir) -> bool:
     return True
 
 
-__all__ = ["POOLING_MODES", "Pooling", "carry_pooling", "pool", "pool_numpy", "read_pooling", "write_pooling"]
+#: sentence-transformers' model settings file (``truncate_dim``: the dimension a Matryoshka model serves)
+_ST_MODEL_CONFIG = "config_sentence_transformers.json"
+
+
+def write_truncate_dim(model_dir, dim: int) -> None:
+    """Record in ``model_dir`` that its vectors are served cut to their first ``dim`` coordinates (a
+    Matryoshka model, Kusupati et al. 2022): ``truncate_dim`` in ``config_sentence_transformers.json``, which
+    ``SentenceTransformer(model_dir)`` applies; other keys of that file are kept. Written atomically."""
+    from ..io import atomic_write_text
+    d = Path(model_dir)
+    cfg = _json(d / _ST_MODEL_CONFIG)
+    cfg["truncate_dim"] = int(dim)
+    atomic_write_text(d / _ST_MODEL_CONFIG, json.dumps(cfg, indent=2))
+
+
+def read_truncate_dim(model_dir) -> Optional[int]:
+    """The ``truncate_dim`` a dir records (:func:`write_truncate_dim`), or None."""
+    d = Path(model_dir)
+    v = _json((d.parent if d.is_file() else d) / _ST_MODEL_CONFIG).get("truncate_dim")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+__all__ = ["POOLING_MODES", "Pooling", "pool", "carry_pooling", "pool_numpy", "read_pooling", "write_pooling",
+           "write_truncate_dim", "read_truncate_dim"]

@@ -9,6 +9,7 @@ module                      kinds (adapter)                     tasks
 :mod:`.multilabel`          multi_label_classification          ``goemotions``; ``custom`` with ``multi_label``
 :mod:`.ner`                 token_classification                ``conll2003``, ``ner``
 :mod:`.qa`                  qa                                  ``squad``, ``squad_v2``
+:mod:`.retrieval`           retrieval                           ``retrieval`` (query, positive[, negatives])
 ==========================  ==================================  ===============================================
 
 :data:`TASKS` and :data:`ADAPTERS` below are the only places a task or a kind is registered (their heads
@@ -22,15 +23,17 @@ from dataclasses import replace
 from typing import Optional
 
 from ..errors import ConfigError, DataError
-from . import classification, multilabel, ner, qa
+from . import classification, multilabel, ner, qa, retrieval
 from .base import Task, TaskAdapter
 from .classification import KIND_METRICS, SequenceAdapter
 from .multilabel import MultiLabelAdapter
 from .ner import TokenClassificationAdapter
 from .qa import QAAdapter
+from .retrieval import RetrievalAdapter
 
 #: task name → :class:`~bertforge.tasks.base.Task`
-TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS, *multilabel.TASKS]}
+TASKS: dict[str, Task] = {t.name: t for t in [*classification.TASKS, *ner.TASKS, *qa.TASKS, *multilabel.TASKS,
+                                                 *retrieval.TASKS]}
 
 #: task kind → its :class:`~bertforge.tasks.base.TaskAdapter`
 ADAPTERS: dict[str, type] = {
@@ -39,6 +42,7 @@ ADAPTERS: dict[str, type] = {
     "multi_label_classification": MultiLabelAdapter,
     "token_classification": TokenClassificationAdapter,
     "qa": QAAdapter,
+    "retrieval": RetrievalAdapter,
 }
 
 ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli_matched": "mnli",

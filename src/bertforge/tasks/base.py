@@ -96,6 +96,14 @@ class TaskAdapter:
         return {"read": len(getattr(dataset, "examples", dataset)), "read_unit": self.read_unit,
                 "items": len(dataset), "item_unit": self.item_unit, "max_seq_len": self.max_seq_len}
 
+    def prepare_model(self, model, train_ds=None) -> None:
+        """Called once the model to train is built (before training): a task may set up its head or its
+        training data with it (retrieval: loss settings, hard negatives mined with the model). Default: nothing."""
+
+    def finish_dir(self, model, out_dir) -> None:
+        """Called after ``model`` was saved to ``out_dir`` (every checkpoint and the final dir): a task may add
+        files there (retrieval: the pooling files of an embedding dir). Default: nothing."""
+
     def collator(self):
         """A callable: list of encoded examples → batch dict of (B, …) tensors."""
         raise NotImplementedError

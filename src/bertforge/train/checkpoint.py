@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -189,8 +190,16 @@ def load_training_state(path: Path, load_model: Callable[[Path], None], optimize
 
 
 def copy_model_files(src: Path, dst: Path) -> None:
-    """Copy the HF-layout model files of checkpoint ``src`` to ``dst`` (each file replaced atomically)."""
+    """Copy the HF-layout model files of checkpoint ``src`` to ``dst`` (each file replaced atomically), and
+    the sentence-transformers module folders of an embedding dir (``1_Pooling/``, ``2_Normalize/``)."""
     for f in Path(src).iterdir():
+        if f.is_dir() and re.fullmatch(r"\d+_[A-Za-z]+", f.name):
+            tmp = Path(dst) / f".{f.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(f, tmp)
+            shutil.rmtree(Path(dst) / f.name, ignore_errors=True)
+            os.replace(tmp, Path(dst) / f.name)
+            continue
         if f.suffix in (".json", ".safetensors", ".txt", ".model") and \
                 f.name not in ("trainer_state.json", "trainer_model.safetensors"):
             tmp = Path(dst) / f".{f.name}.tmp"

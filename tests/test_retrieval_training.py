@@ -1,0 +1,145 @@
+"""Training and distilling embedding models for search, end to end on a tiny model (docs/search.md):
+
+* ``finetune --task retrieval`` (in-batch negatives, Matryoshka dims, hard negatives mined with the model,
+  a served truncated dim) raises NDCG@10 of a known-answer retrieval set above the untrained model's, and
+  writes an embedding dir that sentence-transformers loads with the same vectors;
+* ``distill --method margin_mse`` moves the student's score margins toward the teacher's;
+* ``embedding_mse`` through a learned projection when the widths differ equals the hand-computed MSE;
+* a Matryoshka dim larger than the model: one line, exit 2, nothing written.
+"""
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.cli import main
+from helpers import WORDS, cli_error_line, make_tiny_checkpoint
+
+
+def _pairs(n, seed, negatives=False):
+    """Known answers: the query is 3 words, its passage holds those 3 words among 6 others."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        key = rng.sample(WORDS, 3)
+        pos = key + [rng.choice(WORDS) for _ in range(6)]
+        rng.shuffle(pos)
+        rows.append({"query": " ".join(key), "positive": " ".join(pos)})
+    if negatives:
+        for i, r in enumerate(rows):
+            r["negative"] = rows[(i + 7) % n]["positive"]
+    return rows
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def search_ws(tmp_path_factory):
+    """A tiny model, 192 training pairs and an evaluation set of 64 other pairs as a BEIR dir."""
+    from bertforge.data.beir import write_beir
+    from bertforge.tasks.retrieval import PairExample, pairs_to_retrieval_set
+    d = tmp_path_factory.mktemp("search")
+    rs = pairs_to_retrieval_set([PairExample(r["query"], r["positive"]) for r in _pairs(64, 2)])
+    dev = write_beir(d / "dev-beir", rs.corpus, rs.queries, {"test": rs.qrels})
+    return d, make_tiny_checkpoint(d / "tiny"), _jsonl(d / "train.jsonl", _pairs(192, 1)), dev
+
+
+def _ndcg(model_dir, dev, settings=None):
+    from bertforge.hf import load_pretrained
+    from bertforge.tasks import adapter_for, get_task
+    from bertforge.tokenizer import load_tokenizer
+    ad = adapter_for(get_task("retrieval"), load_tokenizer(model_dir), 32)
+    if settings:
+        ad.settings = settings
+    return ad.evaluate(load_pretrained(model_dir, head="base"), ad.load(dev))["ndcg@10"]
+
+
+def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
+    d, tiny, train, dev = search_ws
+    before = _ndcg(tiny, dev)
+    out = d / "ft"
+    rc = main(["finetune", "--model", str(tiny), "--task", "retrieval", "--train", str(train), "--eval", str(dev),
+               "--out", str(out), "--epochs", "2", "--batch-size", "16", "--lr", "1e-3", "--max-seq-len", "32",
+               "--matryoshka-dims", "32,16", "--truncate-dim", "16", "--hard-negatives", "1", "--no-progress"])
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0
+    assert res["ndcg@10"] > before + 0.05, (before, res)
+    assert "ndcg@10@16" in res  # evaluated at the truncated Matryoshka dim too
+    # the dir is an embedding dir: pooling in the sentence-transformers layout, the served dim recorded
+    assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"] is True
+    assert json.loads((out / "config_sentence_transformers.json").read_text())["truncate_dim"] == 16
+    assert "hard_negatives: 1" in (out / "recipe.yaml").read_text()
+    # sentence-transformers loads it and gives bertforge's vectors, cut to the served 16 dims
+    st = pytest.importorskip("sentence_transformers")
+    from bertforge.evaluate.embedded import load_embedder
+    texts = ["good film", "the plot was very sad and long"]
+    ref = st.SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
+    ours = load_embedder(out, dim=16).embed(texts, 32)
+    assert ref.shape == (2, 16)
+    cos = (ref * ours).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(ours, axis=1)
+    assert cos.min() > 0.9999
+
+
+def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws, capsys):
+    d, tiny, _, dev = search_ws
+    triples = _pairs(128, 3, negatives=True)
+    train = _jsonl(d / "triples.jsonl", triples)
+    out = d / "mm"
+    rc = main(["distill", "--teacher", str(tiny), "--student", "layers:0", "--method", "margin_mse", "--task",
+               "retrieval", "--train", str(train), "--out", str(out), "--epochs", "3", "--batch-size", "16",
+               "--lr", "1e-3", "--max-seq-len", "32", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    assert (out / "modules.json").is_file()  # the student is an embedding dir
+
+    from bertforge.distill.student import build_student
+    from bertforge.hf import load_pretrained
+    from bertforge.tasks.retrieval import embed_texts
+    from bertforge.tokenizer import load_tokenizer
+    tok, teacher = load_tokenizer(tiny), load_pretrained(tiny, head="base")
+    torch.manual_seed(0)
+    start = build_student("layers:0", teacher, notes=False)
+
+    def margins(m):
+        e = [embed_texts(m, tok, [r[k] for r in triples], 32) for k in ("query", "positive", "negative")]
+        return (e[0] * e[1]).sum(1) - (e[0] * e[2]).sum(1)
+
+    t = margins(teacher)
+    err_before = float(((margins(start) - t) ** 2).mean())
+    err_after = float(((margins(load_pretrained(out, head="base")) - t) ** 2).mean())
+    assert err_after < 0.7 * err_before, (err_before, err_after)
+
+
+def test_embedding_mse_through_a_projection_equals_the_hand_computed_loss(search_ws):
+    from bertforge.distill.distiller import Distiller, build_terms, method_terms
+    from bertforge.distill.student import build_student
+    from bertforge.hf import load_pretrained
+    from bertforge.models.pooling import pool
+    _, tiny, _, _ = search_ws
+    teacher = load_pretrained(tiny, head="base")
+    torch.manual_seed(0)
+    student = build_student("1L-16H-2A-32I", teacher, notes=False)  # width 16 → teacher's 32
+    dist = Distiller(student, [teacher], build_terms(method_terms("embedding_mse", "task"), 1, 2)).eval()
+    assert tuple(dist.proj["pooled_mse"].weight.shape) == (32, 16)
+    ids = torch.tensor([[2, 10, 11, 12, 3], [2, 20, 3, 0, 0]])
+    am = (ids != 0).long()
+    out = dist(ids, am, torch.zeros_like(ids))
+    with torch.no_grad():
+        e_t = pool(teacher(ids, am).last_hidden_state, am, "mean")
+    e_s = pool(student(ids, am).last_hidden_state, am, "mean")
+    want = ((dist.proj["pooled_mse"](e_s) - e_t) ** 2).mean()
+    assert float(out.loss.detach()) == pytest.approx(float(want.detach()), rel=1e-5)
+    out.loss.backward()  # the projection learns
+    assert dist.proj["pooled_mse"].weight.grad.abs().sum() > 0
+
+
+def test_matryoshka_dim_larger_than_the_model_is_one_line_exit_2(search_ws, capsys):
+    d, tiny, train, _ = search_ws
+    line = cli_error_line(["finetune", "--model", tiny, "--task", "retrieval", "--train", train, "--out",
+                           d / "too-wide", "--matryoshka-dims", "64,16", "--max-steps", "1", "--max-seq-len", "32"], capsys, tiny)
+    assert "64 is larger than the model's embedding width 32" in line
+    assert not (d / "too-wide").exists()
