@@ -79,9 +79,22 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     from bertforge.evaluate.embedded import load_embedder
     texts = ["good film", "the plot was very sad and long"]
     ref = st.SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
-    ours = load_embedder(out, dim=16).embed(texts, 32)
-    assert ref.shape == (2, 16)
+    ours = load_embedder(out).embed(texts, 32)  # the dir's truncate_dim is the default dim
+    assert ref.shape == ours.shape == (2, 16)
     cos = (ref * ours).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(ours, axis=1)
+    assert cos.min() > 0.9999
+    # the server pools the same way and keeps the same 16 coordinates
+    from bertforge.serve.models import load_model
+    served = load_model("m", out, warm=False)
+    enc = served.encode(texts, truncate=True)
+    ids = np.zeros((2, max(len(e.ids) for e in enc)), dtype=np.int64)
+    am = np.zeros_like(ids)
+    for r, e in enumerate(enc):
+        ids[r, :len(e.ids)], am[r, :len(e.ids)] = e.ids, 1
+    pooled = served.pool(served.runner(ids, am, np.zeros_like(ids), outputs=("last_hidden_state",))
+                         ["last_hidden_state"], am)
+    assert pooled.shape == (2, 16)
+    cos = (ref * pooled).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(pooled, axis=1)
     assert cos.min() > 0.9999
 
 

@@ -71,6 +71,9 @@ class Embedder:
         #: :class:`bertforge.models.pooling.Pooling` (mode, normalize, max_seq_length) read from the dir
         self.pooling = pooling if pooling is not None else read_pooling(runner.path)
         width = self.width
+        if dim is None:  # a Matryoshka dir serves the dim it records (sentence-transformers' truncate_dim)
+            from ..models.pooling import read_truncate_dim
+            dim = read_truncate_dim(runner.path)
         if dim is not None and (dim < 1 or (width is not None and dim > width)):
             raise ConfigError(f"--dim {dim} is not in 1..{width}: model {self.name!r} gives {width}-dimensional "
                               f"vectors; pass a smaller --dim")

@@ -58,6 +58,8 @@ class ServedModel:
         max_length: the longest input in tokens, special tokens included: the model's positions, or the
             ``max_seq_length`` of ``sentence_bert_config.json`` when smaller.
         labels: label names in id order (task heads), else None.
+        dim: the coordinates ``/embed`` keeps: the dir's Matryoshka ``truncate_dim``
+            (:func:`bertforge.models.pooling.read_truncate_dim`), None for all.
         lock: held while the tokenizer runs (QA windows set its truncation).
     """
 
@@ -68,6 +70,8 @@ class ServedModel:
     max_length: int = 512
     labels: Optional[list] = None
     task: Optional[str] = None
+    #: coordinates an embedding keeps (a Matryoshka dir's ``truncate_dim``); None: all
+    dim: Optional[int] = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -157,7 +161,8 @@ class ServedModel:
     def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(B, T, H) hidden states, (B, T) mask → (B, H) sentence embeddings by :attr:`pooling`."""
         from ..models.pooling import pool_numpy
-        return pool_numpy(hidden, mask, self.pooling)
+        out = pool_numpy(hidden, mask, self.pooling)
+        return out[:, :self.dim] if self.dim else out
 
 
 def pooling_of(path: Path) -> str:
@@ -223,7 +228,8 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
         labels = [str(id2[k]) for k in sorted(id2, key=int)] if id2 else \
             [f"LABEL_{i}" for i in range(runner.num_labels or 1)]
     task = (runner.config.get("bertforge") or {}).get("task")
-    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, task)
+    from ..models.pooling import read_truncate_dim
+    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, task, dim=read_truncate_dim(root))
     if tok.get_vocab_size() == 0:
         raise CheckpointError(f"--model {name}: {p} has an empty tokenizer")
     if warm:
