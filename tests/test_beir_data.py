@@ -35,6 +35,7 @@ def _lines(p, rows):
     ("empty_query", r"queries.jsonl:2 query 'q2' has an empty text"),
     ("bad_json", r"corpus.jsonl:2 is not valid JSON"),
     ("bad_score", r"qrels/test.tsv:3 score 'x' is not an integer"),
+    ("fractional_score", r"qrels/test.tsv:3 score '1.5' is not an integer"),
     ("no_split", r"qrels/dev.tsv does not exist; pass --split test"),
 ])
 def test_bad_sets_are_refused_with_file_and_line(tmp_path, bad, match):
@@ -55,6 +56,8 @@ def test_bad_sets_are_refused_with_file_and_line(tmp_path, bad, match):
         _lines(d / "corpus.jsonl", [{"_id": "d1", "text": "a"}, '{"_id": "d2", "text": '])
     elif bad == "bad_score":
         (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\tx\n")
+    elif bad == "fractional_score":
+        (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1.5\n")
     else:
         split = "dev"
     with pytest.raises(DataError, match=match):

@@ -156,3 +156,12 @@ def test_matryoshka_dim_larger_than_the_model_is_one_line_exit_2(search_ws, caps
                            d / "too-wide", "--matryoshka-dims", "64,16", "--max-steps", "1", "--max-seq-len", "32"], capsys, tiny)
     assert "64 is larger than the model's embedding width 32" in line
     assert not (d / "too-wide").exists()
+
+
+def test_truncate_dim_zero_is_refused_not_ignored(search_ws, capsys):
+    d, tiny, train, _ = search_ws
+    line = cli_error_line(["finetune", "--model", tiny, "--task", "retrieval", "--train", train, "--out",
+                           d / "zero-dim", "--truncate-dim", "0", "--max-steps", "1", "--max-seq-len", "32"],
+                          capsys, tiny)
+    assert "retrieval.truncate_dim" in line and "positive" in line
+    assert not (d / "zero-dim").exists()

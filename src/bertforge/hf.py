@@ -309,7 +309,9 @@ def _head_from_arch(d: dict) -> Optional[str]:
             fams = getattr(cls, "families", None)  # heads that exist for some families only
             if fams and d.get("model_type") not in fams:
                 continue
-            if name != "base" and arch.endswith(cls.hf_suffix):
+            # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is
+            # told apart by the head name bertforge records, not by the class name)
+            if cls.hf_suffix != "Model" and arch.endswith(cls.hf_suffix):
                 return name
     return None
 

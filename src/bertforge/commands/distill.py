@@ -782,8 +782,8 @@ def run_static(args) -> int:
         raise ConfigError(f"--remove-top {remove_top}: pass a number of components ≥ 0 (0: none removed)")
     teacher = load_pretrained(teacher_dir, notes=False)
     if not 1 <= dim <= teacher.config.hidden_size:
-        raise ConfigError(f"--dim {dim} is larger than the teacher's {teacher.config.hidden_size} dimensions; "
-                          f"pass 1 … {teacher.config.hidden_size}")
+        raise ConfigError(f"--dim {dim} is not in 1 … {teacher.config.hidden_size} (the teacher's "
+                          f"{teacher.config.hidden_size} dimensions); pass a dimension in that range")
     tok = load_tokenizer(teacher_dir)
     run_dir = RunDir(args.out, inputs=(teacher_dir,), overwrite=args.overwrite)
     if args.seed is not None:

@@ -98,7 +98,7 @@ def _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg) -> None:
     (:meth:`bertforge.tasks.retrieval.RetrievalAdapter.configure`) and recorded in ``recipe.yaml``. ConfigError
     for retrieval flags given with another task."""
     given = {key: getattr(args, flag, None) for flag, key in RETRIEVAL_FLAGS.items()
-             if getattr(args, flag, None) not in (None, False)}
+             if getattr(args, flag, None) is not None and getattr(args, flag, None) is not False}  # 0 is a value
     if not hasattr(adapter, "configure"):
         if given:
             flag = "--" + next(iter(given)).replace("_", "-")

@@ -108,7 +108,7 @@ def read_qrels(path: Path) -> tuple:
             raise DataError(f"{path}:{i} has {len(parts)} fields; each line is query-id<TAB>corpus-id<TAB>score")
         q, d, s = (p.strip() for p in parts)
         try:
-            grade = int(float(s))
+            grade = int(s)
         except ValueError:
             if was_first:
                 continue  # the header: query-id corpus-id score

@@ -23,6 +23,7 @@ from ..errors import CheckpointError, ConfigError
 #: the routes each kind of model answers (``embed`` reads the encoder's hidden states)
 ROUTES_BY_KIND = {
     "base": ("embed", "rerank", "tokenize"),
+    "embedding": ("embed", "rerank", "tokenize"),  # finetune --task retrieval, distill --method embedding_mse
     "classification": ("predict", "rerank", "embed", "tokenize"),
     "regression": ("predict", "rerank", "embed", "tokenize"),
     "token_classification": ("ner", "embed", "tokenize"),
@@ -80,7 +81,10 @@ class ServedModel:
 
     @property
     def routes(self) -> tuple:
-        return ROUTES_BY_KIND.get(self.kind, ("embed", "tokenize"))
+        routes = ROUTES_BY_KIND.get(self.kind, ("embed", "tokenize"))
+        if self.kind in ("classification", "regression") and len(self.labels or ()) != 1:
+            routes = tuple(r for r in routes if r != "rerank")  # only a one-output cross-encoder scores pairs
+        return routes
 
     @property
     def can_embed(self) -> bool:

@@ -468,7 +468,7 @@ class RetrievalAdapter(TaskAdapter):
                                   f"({len(s.matryoshka_dims)}), got {len(list(w))}")
             s.matryoshka_weights = [float(x) for x in w] if w is not None else None
         td = section.get("truncate_dim")
-        self.truncate_dim = check_dims([td], width, "retrieval.truncate_dim")[0] if td else None
+        self.truncate_dim = check_dims([td], width, "retrieval.truncate_dim")[0] if td is not None else None
         for k in ("hard_negatives", "hard_negatives_skip"):
             v = section.get(k, 0) or 0
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
