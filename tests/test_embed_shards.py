@@ -118,3 +118,17 @@ def test_bad_input_is_refused_before_anything_is_written(corpus, tmp_path, cli_e
     line = cli_error(["embed", "--model", model, "--input", txt, f, "--out", tmp_path / "o"], model)
     assert expect in line
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("inside", ["a run dir", "an embedding"])
+def test_out_inside_another_output_is_refused(corpus, tmp_path, cli_error, inside):
+    _, model, txt, _ = corpus
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    if inside == "a run dir":
+        (parent / "recipe.yaml").write_text("task: sst2\n")
+    else:
+        (parent / "manifest.json").write_text("{}")
+    line = cli_error(["embed", "--model", model, "--input", txt, "--out", parent / "sub"], model)
+    assert "is inside" in line and "choose an --out outside it" in line
+    assert not (parent / "sub").exists()
