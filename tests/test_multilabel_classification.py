@@ -246,3 +246,20 @@ def test_thresholds_set_by_hand():
     for bad in (1.5, [0.1, 0.2], {"joy": 0.3}, "x"):
         with pytest.raises(ConfigError):
             resolve_thresholds(bad, labels)
+
+
+@pytest.mark.parametrize("method", ["distilbert", "pkd", "tinybert", "minilm"])
+def test_intermediate_layer_methods_take_a_multi_label_teacher(learnt, tmp_path, method):
+    """The feature-based methods run unchanged on a multi-label teacher and give a multi-label student dir
+    (problem_type, the label names, its own tuned thresholds)."""
+    from bertforge.cli import main
+    out = tmp_path / method
+    assert main(["distill", "--teacher", str(learnt / "run"), "--student", "layers:0", "--method", method,
+                 "--task", "custom", "--train", str(learnt / "train.tsv"), "--eval", str(learnt / "dev.tsv"),
+                 "--out", str(out), "--max-steps", "3", "--batch-size", "16", "--max-seq-len", "16",
+                 "--no-progress", *SPEC, f"data.labels_file={learnt / 'labels.txt'}", "impl.threads=1",
+                 *(["--layer-map", "1:2"] if method == "pkd" else [])]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["problem_type"] == "multi_label_classification"
+    assert [cfg["id2label"][str(i)] for i in range(len(GROUPS))] == list(GROUPS)
+    assert len(cfg["bertforge"]["thresholds"]["per_label"]) == len(GROUPS)
