@@ -135,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peers", help="a folder of extra packages (accelerate) put on sys.path")
     ap.add_argument("--train-max-seq-len", type=int, default=128,
                     help="tokens per text in training (distillation and both fine-tunings); evaluation uses --max-seq-len")
+    ap.add_argument("--distill-lr", type=float, default=1e-4)
+    ap.add_argument("--distill-max-seq-len", type=int, help="distillation: cut texts at N tokens (default: --train-max-seq-len)")
     ap.add_argument("--distill-samples", type=int, help="distil on the texts of the first N train pairs only")
     ap.add_argument("--eval-queries", type=int, help="evaluate on N eval questions (every eval paragraph stays)")
     ap.add_argument("--reuse", action="store_true", help="keep the trained models already in --work (rerun the report)")
@@ -183,15 +185,15 @@ def main(argv=None) -> int:
     # ---- student: embedding_mse distillation on the train articles' texts
     t0 = time.perf_counter()
     student = work / "student-3l"
+    dlen = args.distill_max_seq_len or args.train_max_seq_len
     done = lambda p: args.reuse and (p / "model.safetensors").is_file()  # noqa: E731
     r = json.loads((student / "result.json").read_text()) if done(student) else cli(["distill", "--teacher", teacher, "--student", args.student, "--method", "embedding_mse",
-             "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", args.train_max_seq_len,
-             "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", 1e-4, "--overwrite", *common,
+             "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", dlen,
+             "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", args.distill_lr, "--overwrite", *common,
              *(["--max-train-samples", args.distill_samples] if args.distill_samples else [])])
     (student / "result.json").write_text(json.dumps(r))
     say(f"distill embedding_mse ({args.student}, texts of the first {args.distill_samples or len(pairs)} train pairs, "
-        f"{args.distill_epochs} epochs, batch 32, lr 1e-4, texts cut at "
-        f"{args.train_max_seq_len} tokens): {r['step']} steps")
+        f"{args.distill_epochs} epochs, batch 32, lr {args.distill_lr:g}, texts cut at {dlen} tokens): {r['step']} steps")
 
     # ---- contrastive fine-tuning: bertforge then sentence-transformers, same settings
     ft = work / "ft-bertforge"

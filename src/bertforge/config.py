@@ -236,6 +236,9 @@ class TrainConfig:
     pos_weight: Optional[str] = None
     focal_gamma: float = 0.0
     deterministic: bool = False
+    # batches of texts of similar length (train/sampler.py, as transformers' group_by_length): less padding,
+    # other batch compositions; None = the data's choice (on for embedding_mse distillation's single texts)
+    group_by_length: Optional[bool] = None
 
 
 @dataclass

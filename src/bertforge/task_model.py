@@ -15,7 +15,7 @@ from torch import nn
 from .config import ModelConfig
 from .heads import head_class
 from .hf_format import save_pretrained
-from .models.encoder import Encoder
+from .models.encoder import Encoder, EncoderOutput
 from .models.output import ModelOutput
 
 
@@ -51,8 +51,11 @@ class TaskModel(nn.Module):
                 output_attentions: bool = False, output_attention_scores: bool = False,
                 output_values: bool = False, head_gates: Optional[torch.Tensor] = None,
                 **batch) -> ModelOutput:
-        if input_ids.dim() == 3:  # (B, C, T): C texts per example, one encoder pass over the B·C rows
+        if input_ids.dim() == 3:  # (B, C, T): C texts per example, encoded as B·C rows
             batch["columns"] = input_ids.shape[1]
+            if attention_mask is not None and not (output_hidden_states or output_attentions or output_values
+                                                   or output_attention_scores or head_gates is not None):
+                return self._forward_columns(input_ids, attention_mask, token_type_ids, batch)
             input_ids = input_ids.flatten(0, 1)
             attention_mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
             token_type_ids = token_type_ids.flatten(0, 1) if token_type_ids is not None else None
@@ -74,6 +77,30 @@ class TaskModel(nn.Module):
                            hidden_states=enc.hidden_states, attentions=enc.attentions,
                            attention_scores=enc.attention_scores, values=enc.values,
                            terms=out.get("terms"))
+
+    def _forward_columns(self, input_ids, attention_mask, token_type_ids, batch: dict) -> ModelOutput:
+        """(B, C, T) texts, one encoder pass per column, each cut to its own longest text (queries are
+        not padded to the passages' length, as sentence-transformers encodes each column apart); the rows
+        are then put back as (B·C, T, H) with zeros at the padding. Same outputs as one pass over the B·C rows
+        (padding changes no real position); only faster."""
+        t = input_ids.shape[2]
+        hidden, pooled = [], []
+        for j in range(input_ids.shape[1]):
+            n = max(1, int(attention_mask[:, j].sum(1).max()))
+            enc = self.encoder(input_ids[:, j, :n], attention_mask[:, j, :n],
+                               token_type_ids[:, j, :n] if token_type_ids is not None else None)
+            hidden.append(nn.functional.pad(enc.last_hidden_state, (0, 0, 0, t - n)))
+            pooled.append(enc.pooler_output)
+        hidden = torch.stack(hidden, 1)
+        pooled = torch.stack(pooled, 1) if pooled[0] is not None else None
+        hidden = hidden.flatten(0, 1)
+        pooled = pooled.flatten(0, 1) if pooled is not None else None
+        batch["attention_mask"] = attention_mask.flatten(0, 1)
+        batch["input_ids"] = input_ids.flatten(0, 1)
+        enc = EncoderOutput(last_hidden_state=hidden, pooler_output=pooled)
+        out = self.head(enc, batch) if self.head is not None else {}
+        return ModelOutput(loss=out.get("loss"), logits=out.get("logits"), last_hidden_state=hidden,
+                           pooler_output=pooled, terms=out.get("terms"))
 
     def save_pretrained(self, out_dir, tokenizer_dir=None, tokenizer=None, pooling=None) -> None:
         """Write a ``transformers`` checkpoint dir (``config.json``, ``model.safetensors``, and the tokenizer

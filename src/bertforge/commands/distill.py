@@ -249,7 +249,8 @@ def run(args) -> int:
     losses = choose_losses(args, opts, data.teachers[0], teacher_dirs, student)
     use_cache = wants_teacher_cache(args, opts, recipe, data, losses)
     collate = distill_collator(data, losses)
-    dataset = IndexedDataset(data.items)
+    # embedding_mse: every item is one independent text (a query or a passage): batches of similar length
+    dataset = IndexedDataset(data.items, group_by_length=opts.method == "embedding_mse")
     record_run(args, opts, recipe, data, losses, student, teacher_dirs)
 
     out = Path(args.out)

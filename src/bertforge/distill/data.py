@@ -92,8 +92,10 @@ def corpus_sequences(paths: list, tokenizer, max_seq_len: int, max_sequences: Op
 class IndexedDataset:
     """A list of encoded examples whose items also carry their position ``idx`` (for the cache)."""
 
-    def __init__(self, items: list):
+    def __init__(self, items: list, group_by_length: bool = False):
         self.items = items
+        #: the Trainer's default for ``train.group_by_length`` (independent texts: embedding_mse)
+        self.group_by_length = group_by_length
 
     def __len__(self) -> int:
         return len(self.items)

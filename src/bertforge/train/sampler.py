@@ -30,10 +30,23 @@ class EpochSampler(Sampler):
     already saw, and N processes see the same global order as one. :meth:`global_order` is what the
     Trainer slices into global micro-batches; :meth:`order` (every W-th index, padded by repetition so
     every rank has the same count, as ``DistributedSampler``) is this rank's share of it.
+
+    With ``lengths`` (one token count per item) and ``group`` (the global micro-batch B), the order is
+    grouped by length (``train.group_by_length``, as the ``transformers`` Trainer's option): the permutation
+    is cut into mega-batches of ``MEGA·B`` items, each sorted by length, cut into slices of B, and the slices
+    are shuffled. A micro-batch then holds texts of similar length and is padded little; which items an
+    epoch sees is unchanged, only how they are grouped.
     """
 
-    def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1):
+    #: mega-batch size in micro-batches (the ``transformers`` LengthGroupedSampler uses 50)
+    MEGA = 50
+
+    def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1,
+                 lengths: Optional[list] = None, group: int = 0):
         self.n, self.seed, self.shuffle, self.rank, self.world = n, seed, shuffle, rank, world
+        if lengths is not None and len(lengths) != n:
+            raise ValueError(f"lengths has {len(lengths)} entries for {n} items")
+        self.lengths, self.group = lengths, group
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -46,11 +59,23 @@ class EpochSampler(Sampler):
             g = torch.Generator()
             g.manual_seed(self.seed * 1000003 + self.epoch)
             idx = torch.randperm(self.n, generator=g).tolist()
+            if self.lengths is not None and self.group > 1:
+                idx = self._grouped(idx, g)
         else:
             idx = list(range(self.n))
         if length is not None and length > len(idx):
             idx = (idx * (length // max(1, len(idx)) + 1))[:length]
         return idx
+
+    def _grouped(self, idx: list, g: torch.Generator) -> list:
+        """``idx`` regrouped by length (see the class docstring); the incomplete last slice stays last."""
+        b, lengths = self.group, self.lengths
+        mega = self.MEGA * b
+        idx = [i for m in range(0, len(idx), mega) for i in sorted(idx[m:m + mega], key=lambda i: -lengths[i])]
+        full = len(idx) // b
+        slices = [idx[k * b:(k + 1) * b] for k in range(full)]
+        perm = torch.randperm(full, generator=g).tolist()
+        return [i for k in perm for i in slices[k]] + idx[full * b:]
 
     def order(self) -> list:
         idx = self.global_order()
@@ -63,6 +88,17 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         return math.ceil(self.n / self.world)
+
+
+def item_length(item: dict) -> int:
+    """Tokens of one dataset item, for :class:`EpochSampler`'s length grouping: ``len(input_ids)``, or the
+    longest of its texts when ``input_ids`` holds one list per text (a retrieval example)."""
+    ids = item["input_ids"]
+    if torch.is_tensor(ids):
+        return int(ids.shape[-1])
+    if ids and isinstance(ids[0], (list, tuple)):
+        return max(len(x) for x in ids)
+    return len(ids)
 
 
 def micro_batch_seed(seed: int, epoch: int, j: int) -> int:
@@ -150,4 +186,4 @@ def global_micro_batch(batch_size: int, world: int, n_examples: int, prebatched:
     return size
 
 
-__all__ = ["EpochSampler", "GlobalMicroBatches", "micro_batch_seed", "iterate", "global_micro_batch"]
+__all__ = ["EpochSampler", "GlobalMicroBatches", "item_length", "micro_batch_seed", "iterate", "global_micro_batch"]

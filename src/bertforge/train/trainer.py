@@ -39,7 +39,7 @@ from .optim import make_optimizer, make_scheduler, resume_notes, set_peak_lr
 from .precision import resolve_dtype, warn_if_emulated
 from .rng import set_seed
 from .running import RunningMeans, truncate_metrics
-from .sampler import EpochSampler, GlobalMicroBatches, global_micro_batch, iterate
+from .sampler import EpochSampler, GlobalMicroBatches, global_micro_batch, item_length, iterate
 
 
 class Trainer:
@@ -108,7 +108,13 @@ class Trainer:
         self.prebatched = bool(getattr(train_dataset, "prebatched", False))
         self.n_examples = len(train_dataset)
         self.global_micro = global_micro_batch(self.cfg.batch_size, world, self.n_examples, self.prebatched)
-        self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world)
+        group = self.cfg.group_by_length  # None: the dataset's choice (e.g. embedding_mse distillation's texts)
+        if group is None:
+            group = bool(getattr(train_dataset, "group_by_length", False))
+        lengths = [item_length(train_dataset[i]) for i in range(self.n_examples)] \
+            if group and not self.prebatched else None
+        self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world,
+                                    lengths=lengths, group=self.global_micro)
         self.steps_per_epoch = max(1, self.n_examples // (self.global_micro * self.cfg.grad_accum_steps))
         self.total_steps = int(self.cfg.max_steps) if self.cfg.max_steps else max(
             1, int(math.ceil(self.cfg.epochs * self.steps_per_epoch)))
