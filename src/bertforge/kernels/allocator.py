@@ -1,4 +1,5 @@
-"""Host memory allocator settings for CPU training: keep freed memory in the process.
+"""Host memory allocator settings (glibc ``malloc``): keep freed memory in a training process
+(:func:`keep_freed_memory`), or give it back in a long-running server (:func:`tame_malloc`, :func:`trim`).
 
 A training step allocates and frees the same large activation, gradient and logits tensors every step.
 With glibc's default ``malloc`` a block above the (dynamic) mmap threshold is ``mmap``-ed and handed back
@@ -15,23 +16,34 @@ MLM logits use :class:`bertforge.kernels.scratch.ReusedBuffer` for that. The cos
 peak heap size instead of shrinking between steps. This is the CPU counterpart of PyTorch's CUDA caching
 allocator, and an ``impl`` setting (``impl.keep_freed_memory``, default on): numbers are unchanged.
 
+A server wants the opposite. It sees rare huge requests (a 1 MB text, a 10,000-item batch) among many small
+ones, and with glibc's defaults resident memory only grows: the mmap threshold is *dynamic* (once a large
+mapped block is freed, glibc raises the threshold to its size, so the next large buffers come from the heap,
+where fragmentation pins them), and every thread that allocates may get an arena of its own, each with its
+own high-water mark. :func:`tame_malloc` fixes the threshold at 256 KiB (large buffers are mapped and
+unmapped) and caps the arenas (``M_ARENA_MAX``); :func:`trim` (``malloc_trim(0)``) hands the free pages of
+every arena back — ``bertforge serve`` calls it after a huge request and when a model's queue runs empty.
+
 Reference: glibc manual, "Malloc Tunable Parameters" (``mallopt``, ``M_MMAP_THRESHOLD``,
 ``M_TRIM_THRESHOLD``).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import ctypes.util
 import sys
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 MMAP_THRESHOLD_MAX = 32 << 20  # glibc's ceiling on 64-bit systems (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = (1 << 31) - 1  # never trim the heap top (a C int)
 
 _applied = False
 
 
+@functools.lru_cache(maxsize=None)
 def _glibc():
     """The process's C library if it is glibc (has ``gnu_get_libc_version`` and ``mallopt``), else None."""
     if not sys.platform.startswith("linux"):
@@ -41,6 +53,7 @@ def _glibc():
         libc.gnu_get_libc_version  # absent in musl and other C libraries  # noqa: B018
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.mallopt.restype = ctypes.c_int
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
         return libc
     except (OSError, AttributeError):
         return None
@@ -63,4 +76,25 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
-__all__ = ["keep_freed_memory"]
+def tame_malloc(mmap_threshold: int = 256 * 1024, arenas: int = 4) -> bool:
+    """A server's setting (see the module docstring): fix glibc's mmap threshold at ``mmap_threshold`` bytes
+    (the trim threshold at twice that) and cap its arenas at ``arenas``, for this process. Returns True when
+    applied (glibc), False elsewhere; raises nothing."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    ok = libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold)) == 1
+    ok &= libc.mallopt(M_TRIM_THRESHOLD, 2 * int(mmap_threshold)) == 1
+    ok &= libc.mallopt(M_ARENA_MAX, int(arenas)) == 1
+    return bool(ok)
+
+
+def trim() -> None:
+    """Give the free pages of every malloc arena back to the system (glibc ``malloc_trim(0)``; a no-op
+    without glibc)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+__all__ = ["keep_freed_memory", "tame_malloc", "trim"]

@@ -13,7 +13,8 @@ after the oldest item arrived for the batch to fill (fewer than ``max_batch_requ
 while some request the server accepted has not queued its items yet (``arriving``): with nothing else on the
 way a wait cannot fill the batch, so a lone request is dispatched at once and ``max_wait_ms`` adds no latency
 to it. With 0 (the default) a free worker takes what is waiting at once — while it computes, the next batch
-fills.
+fills. When the queue runs empty (at most once a second) the worker thread returns the heap pages freed by
+the last batches to the system (``malloc_trim``), so the resident memory of a long-running server stays flat.
 A request's items may land in different batches; the request gathers its futures in its own order.
 """
 from __future__ import annotations
@@ -27,9 +28,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..kernels.allocator import trim
+
 #: what an item asks of the forward pass: a pooled embedding (H,), sequence logits (C,), token logits
 #: (T, C) or QA start/end logits (2, T)
 KINDS = ("embed", "logits", "token_logits", "qa_logits")
+#: seconds between two ``malloc_trim`` calls of an idle worker (:func:`bertforge.kernels.allocator.trim`)
+TRIM_EVERY_S = 1.0
 
 
 @dataclass
@@ -69,6 +74,7 @@ class ModelWorker:
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
         self._closing = False
+        self._trimmed = time.perf_counter()
         from ..tokenizer import pad_id
         self.pad_id = pad_id(model.tokenizer)
 
@@ -145,6 +151,11 @@ class ModelWorker:
             for it, r in zip(batch, results):
                 if not it.future.done():
                     it.future.set_result(r)
+            if not self.pending and time.perf_counter() - self._trimmed > TRIM_EVERY_S:
+                # idle: hand the heap pages the last batches freed back to the system (a flat RSS; glibc
+                # keeps them otherwise, fragmented among live blocks — kernels/allocator.py)
+                self._trimmed = time.perf_counter()
+                await loop.run_in_executor(self.executor, trim)
 
     def _take(self) -> list:
         """Remove and return the next batch (see the module docstring)."""

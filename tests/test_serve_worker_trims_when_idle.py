@@ -1,0 +1,51 @@
+"""The serve worker gives freed heap pages back (malloc_trim) when its queue runs empty, at most once per
+TRIM_EVERY_S, and never between batches of a busy queue."""
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
+from tokenizers import Tokenizer, models
+
+from bertforge.serve import batching
+
+
+class _Runner:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, ids, am, tt, outputs=()):
+        self.calls += 1
+        return {"last_hidden_state": np.ones((*ids.shape, 4), dtype=np.float32)}
+
+
+def _worker(monkeypatch, every: float):
+    trims = []
+    monkeypatch.setattr(batching, "trim", lambda: trims.append(1))
+    monkeypatch.setattr(batching, "TRIM_EVERY_S", every)
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "a": 1}, unk_token="[PAD]"))
+    model = SimpleNamespace(name="m", tokenizer=tok, runner=_Runner(), pool=lambda h, am: h.mean(1))
+    return batching.ModelWorker(model, max_batch_requests=2), trims
+
+
+def _seqs(n):
+    return [SimpleNamespace(ids=[1] * (k + 1), type_ids=[0] * (k + 1)) for k in range(n)]
+
+
+def test_idle_worker_trims_and_a_busy_one_does_not(monkeypatch):
+    async def go(every):
+        w, trims = _worker(monkeypatch, every)
+        w.start()
+        for _ in range(3):  # three requests, one after the other: the queue runs empty after each
+            await w.run_items(_seqs(1), "embed")
+        n_idle = len(trims)
+        trims.clear()
+        out = await w.run_items(_seqs(8), "embed")  # 8 items, batches of 2: empty only after the 4th batch
+        await asyncio.sleep(0.01)
+        await w.stop()
+        return n_idle, len(trims), len(out), w.model.runner.calls
+
+    n_idle, n_busy, n_out, calls = asyncio.run(go(0.0))
+    assert n_idle == 3 and n_out == 8 and calls == 3 + 4
+    assert n_busy == 1  # once, when the queue ran empty — not after each of the 4 batches
+    n_idle, _, _, _ = asyncio.run(go(3600.0))
+    assert n_idle == 0  # within TRIM_EVERY_S of the last trim (the worker's start): none
