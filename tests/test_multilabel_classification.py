@@ -243,9 +243,51 @@ def test_thresholds_set_by_hand():
     assert list(active_thresholds(resolve_thresholds(0.3, labels), 3)) == [0.3, 0.3, 0.3]
     assert list(active_thresholds(resolve_thresholds("[0.1, 0.2, 0.3]", labels), 3)) == [0.1, 0.2, 0.3]
     assert list(active_thresholds(resolve_thresholds({"neg": 0.7}, labels), 3)) == [0.5, 0.7, 0.5]
-    for bad in (1.5, [0.1, 0.2], {"joy": 0.3}, "x"):
+    for bad in (1.5, [0.1, 0.2], {"joy": 0.3}, "x", "true", "[0.3"):
         with pytest.raises(ConfigError):
             resolve_thresholds(bad, labels)
+    with pytest.raises(ConfigError, match=r"threshold 1.5 is outside"):
+        resolve_thresholds("1.5", labels)
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        resolve_thresholds("[0.3", labels)
+    # one label changed by hand keeps the other labels' saved thresholds (--threshold over a tuned dir)
+    saved = {"use": "per_label", "global": 0.5, "per_label": [0.2, 0.3, 0.9]}
+    assert list(active_thresholds(resolve_thresholds({"neg": 0.7}, labels, base=saved), 3)) == [0.2, 0.7, 0.9]
+
+
+def test_bad_hand_thresholds_stop_finetune_before_training(learnt, tmp_path, capsys):
+    from bertforge.cli import main
+    tiny = learnt / "tiny"
+    for bad in ("1.2", "[0.3,0.4]", '{"joy":0.3}'):
+        out = tmp_path / f"run-{len(bad)}"
+        assert main(["finetune", "--model", str(tiny), "--task", "custom", "--train", str(learnt / "train.tsv"),
+                     "--eval", str(learnt / "dev.tsv"), "--out", str(out), "--max-steps", "2", "--batch-size", "8",
+                     "--max-seq-len", "16",
+                     "--no-progress", *SPEC, f"data.labels_file={learnt / 'labels.txt'}",
+                     f"data.thresholds={bad}", "impl.threads=1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("bertforge: error: threshold"), err
+        assert not out.exists()
+
+
+def test_finetune_reports_the_figures_of_the_thresholds_it_saves(learnt, tmp_path, capsys):
+    """Thresholds set by hand are the ones every evaluation of the run uses, so the reported macro-F1 is what
+    `evaluate` gives on the saved dir (not a figure at thresholds tuned on the eval data)."""
+    from bertforge.cli import main
+    out = tmp_path / "set"
+    assert main(["finetune", "--model", str(learnt / "tiny"), "--task", "custom", "--train", str(learnt / "train.tsv"),
+                 "--eval", str(learnt / "dev.tsv"), "--out", str(out), "--max-steps", "6", "--batch-size", "16",
+                 "--max-seq-len", "16",
+                 "--lr", "2e-3", "--no-progress", *SPEC, f"data.labels_file={learnt / 'labels.txt'}",
+                 'data.thresholds={"neg":0.9}', "impl.threads=1"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "config.json").read_text())["bertforge"]["thresholds"]
+    assert saved["per_label"] == [0.5, 0.9, 0.5] and saved["source"] == "set"
+    assert main(["evaluate", "--model", str(out), "--data", str(learnt / "dev.tsv")]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert reported["model_step"] == reported["eval_step"]  # the saved model is the one evaluated last
+    assert reported["macro_f1"] == pytest.approx(again["macro_f1"], abs=1e-6)
+    assert reported["best"] == pytest.approx(again["macro_f1"], abs=1e-6)
 
 
 @pytest.mark.parametrize("method", ["distilbert", "pkd", "tinybert", "minilm"])
@@ -263,3 +305,17 @@ def test_intermediate_layer_methods_take_a_multi_label_teacher(learnt, tmp_path,
     assert cfg["problem_type"] == "multi_label_classification"
     assert [cfg["id2label"][str(i)] for i in range(len(GROUPS))] == list(GROUPS)
     assert len(cfg["bertforge"]["thresholds"]["per_label"]) == len(GROUPS)
+
+
+def test_unlabelled_goemotions_file_reads_for_predict(tmp_path):
+    """predict reads text-only rows (labels not needed); evaluate/finetune still ask for the label column."""
+    from bertforge.data.readers import read_examples
+    from bertforge.errors import DataError
+    from bertforge.tasks import get_task
+    task = get_task("goemotions")
+    p = tmp_path / "texts.tsv"
+    p.write_text("so happy for you\nwhat a mess\n")
+    ex = read_examples(p, task, require_labels=False)
+    assert [(e.text_a, e.label) for e in ex] == [("so happy for you", None), ("what a mess", None)]
+    with pytest.raises(DataError, match=r"texts.tsv:1 has 1 columns"):
+        read_examples(p, task)

@@ -410,6 +410,8 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
     task = get_task(d.task, **spec)
     adapter = adapter_for(task, tok, d.max_seq_len)
+    from ..tasks.multilabel import apply_hand_thresholds
+    apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
     if task.kind == "retrieval":
         return _retrieval_data(opts, recipe, teacher_dirs, tok, task, adapter)
     if opts.method in EMBEDDING_METHODS:

@@ -82,7 +82,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
         check_labels_file(labels_file, saved or task.labels)
     if threshold is not None:
         from ..tasks.multilabel import resolve_thresholds
-        adapter.thresholds = resolve_thresholds(threshold, task.labels)
+        adapter.thresholds = resolve_thresholds(threshold, task.labels, base=adapter.thresholds)
     return model_dir, task, adapter, runner
 
 

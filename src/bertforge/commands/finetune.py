@@ -83,6 +83,8 @@ def setup(args, recipe, sources=None):
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
     _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg)
+    from ..tasks.multilabel import apply_hand_thresholds
+    apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return model_dir, task, tok, adapter, train_ds, eval_ds

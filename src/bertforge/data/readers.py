@@ -249,12 +249,13 @@ def _rows_to_examples(rows, header, task, path: Path, max_samples, require_label
             if isinstance(row_id, bool) or not isinstance(row_id, (str, int)):
                 row_id = lineno  # no id, or one that is not a string or an integer
         else:
-            need = max(text_idx + ([label_idx] if label_idx is not None else []))
+            # an unlabelled file (require_labels False: predict) may stop after the text columns
+            need = max(text_idx + ([label_idx] if label_idx is not None and require_labels else []))
             if len(row) <= need:
                 raise DataError(f"{path}:{lineno} has {len(row)} columns but task {task.name} needs "
                                 f"column {need + 1}; check the delimiter and the file layout")
             texts = [row[i] for i in text_idx]
-            raw_label = row[label_idx] if label_idx is not None else None
+            raw_label = row[label_idx] if label_idx is not None and label_idx < len(row) else None
             row_id = row[id_idx].strip() if id_idx is not None and id_idx < len(row) else lineno
         label = None
         if raw_label is not None:
@@ -342,8 +343,9 @@ def _label_id(raw, task, label_map, path: Path, lineno: int) -> int:
                 return int(f)
         except ValueError:
             pass
+        hint = " (or, fine-tuning a custom task, give its label set: data.labels=[...])" if task.name == "custom" else ""
         raise DataError(f"{path}:{lineno} label {key!r} is not in task {task.name}'s label set "
-                        f"{list(task.labels)}; fix the row or pass data.labels=[...]")
+                        f"{list(task.labels)}; fix the row{hint}")
     return label_map[key]
 
 

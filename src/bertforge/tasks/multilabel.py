@@ -175,31 +175,38 @@ def tune_thresholds(probs: np.ndarray, y: np.ndarray, grid: Optional[np.ndarray]
     return {"global": best_g, "per_label": per}
 
 
-def resolve_thresholds(spec, labels) -> dict:
+def resolve_thresholds(spec, labels, base: Optional[dict] = None) -> dict:
     """Hand-set thresholds (``data.thresholds`` / ``--threshold``) → the saved form
     ``{"use": "global"|"per_label", "global": g, "per_label": [...]}``: a float (every label), a list (one per
-    label, in id order) or a mapping label name → threshold (labels left out keep 0.5). Raises ConfigError
-    for a value outside (0, 1), a list of the wrong length or an unknown label name."""
+    label, in id order) or a mapping label name → threshold (labels left out keep ``base``'s thresholds —
+    the dir's saved ones for ``--threshold`` — or 0.5 without it). Raises ConfigError for a value that is
+    not a number in (0, 1), text that is not valid JSON, a list of the wrong length or an unknown label name."""
     names = [str(x) for x in labels]
 
     def check(v, what):
+        shown = f"{what}={v!r}" if what else repr(v)
         try:
+            if isinstance(v, bool):
+                raise TypeError
             f = float(v)
         except (TypeError, ValueError):
-            raise ConfigError(f"threshold {what}={v!r} is not a number; give a probability in (0, 1)") from None
+            raise ConfigError(f"threshold {shown} is not a number; give a probability in (0, 1)") from None
         if not 0.0 < f < 1.0:
-            raise ConfigError(f"threshold {what}={v!r} is outside (0, 1); give a probability")
+            raise ConfigError(f"threshold {shown} is outside (0, 1); give a probability")
         return f
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
         except ValueError:
-            pass
+            if spec.strip()[:1] in ("[", "{"):
+                raise ConfigError(f"thresholds {spec!r} is not valid JSON; give a number, a JSON list of "
+                                  f"{len(names)} numbers or a JSON object label → number") from None
     if isinstance(spec, dict):
         bad = next((k for k in spec if str(k) not in names), None)
         if bad is not None:
             raise ConfigError(f"thresholds name label {bad!r}, not one of the model's labels ({', '.join(names)})")
-        per = [check(spec[n], n) if n in spec else 0.5 for n in names]
+        keep = active_thresholds(base, len(names))
+        per = [check(spec[n], n) if n in spec else float(keep[j]) for j, n in enumerate(names)]
         return {"use": "per_label", "global": 0.5, "per_label": per, "source": "set"}
     if isinstance(spec, (list, tuple)):
         if len(spec) != len(names):
@@ -209,6 +216,20 @@ def resolve_thresholds(spec, labels) -> dict:
         return {"use": "per_label", "global": 0.5, "per_label": per, "source": "set"}
     g = check(spec, "")
     return {"use": "global", "global": g, "per_label": [g] * len(names), "source": "set"}
+
+
+def apply_hand_thresholds(adapter, data_cfg) -> None:
+    """``data.thresholds`` set by hand for a training run (``finetune``, ``distill``): checked before anything
+    is trained or written, and used by every evaluation of the run, so the figures it reports are those of
+    the thresholds it saves. Raises ConfigError for a bad value (:func:`resolve_thresholds`) or a task that
+    is not multi-label."""
+    hand = getattr(data_cfg, "thresholds", None)
+    if hand is None:
+        return
+    if not isinstance(adapter, MultiLabelAdapter):
+        raise ConfigError(f"data.thresholds applies to multi-label tasks and task {adapter.task.name} is not "
+                          f"one; drop it")
+    adapter.thresholds = resolve_thresholds(hand, adapter.task.labels)
 
 
 def active_thresholds(saved: Optional[dict], num_labels: int) -> np.ndarray:
@@ -396,5 +417,5 @@ def write_thresholds(model_dir, th: dict) -> None:
 
 
 __all__ = ["save_thresholds", "write_thresholds", "KIND", "GOEMOTIONS_LABELS", "METRICS", "TASKS", "MultiLabelAdapter", "MultiHotCollator",
-           "multilabel_metrics", "tune_thresholds", "best_label_threshold", "resolve_thresholds",
+           "multilabel_metrics", "tune_thresholds", "best_label_threshold", "resolve_thresholds", "apply_hand_thresholds",
            "active_thresholds", "read_labels_file", "check_labels_file"]
