@@ -165,3 +165,27 @@ def test_truncate_dim_zero_is_refused_not_ignored(search_ws, capsys):
                           capsys, tiny)
     assert "retrieval.truncate_dim" in line and "positive" in line
     assert not (d / "zero-dim").exists()
+
+
+def test_embedding_mse_of_a_normalising_teacher_compares_unit_vectors(search_ws):
+    """A teacher whose dir normalises (sentence-transformers' Normalize) is matched in direction: the loss is
+    (2 − 2·cos(W e_S, e_T)) / H_T, whatever the vectors' norms."""
+    from bertforge.distill.distiller import Distiller, build_terms, method_terms
+    from bertforge.distill.student import build_student
+    from bertforge.hf import load_pretrained
+    from bertforge.models.pooling import pool
+    _, tiny, _, _ = search_ws
+    teacher = load_pretrained(tiny, head="base")
+    torch.manual_seed(0)
+    student = build_student("1L-16H-2A-32I", teacher, notes=False)
+    dist = Distiller(student, [teacher], build_terms(method_terms("embedding_mse", "task"), 1, 2)).eval()
+    dist.normalize = True
+    ids = torch.tensor([[2, 10, 11, 12, 3], [2, 20, 3, 0, 0]])
+    am = (ids != 0).long()
+    out = dist(ids, am, torch.zeros_like(ids))
+    with torch.no_grad():
+        e_t = pool(teacher(ids, am).last_hidden_state, am, "mean")
+        e_s = dist.proj["pooled_mse"](pool(student(ids, am).last_hidden_state, am, "mean"))
+    cos = torch.nn.functional.cosine_similarity(e_s, e_t, dim=-1)
+    want = ((2 - 2 * cos) / e_t.shape[-1]).mean()
+    assert float(out.loss.detach()) == pytest.approx(float(want), rel=1e-5)

@@ -702,6 +702,7 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
     distiller = Distiller(student, data.teachers, losses.terms)
     if data.pooling is not None:  # sentence embeddings: pooled as the teacher pools; margins by its similarity
         distiller.pooling, distiller.cross_encoder = data.pooling.mode, data.cross_encoder
+        distiller.normalize = bool(data.pooling.normalize) and not data.cross_encoder
         distiller.margin_sim = "cos" if (data.pooling.normalize and not data.cross_encoder) else "dot"
         if data.adapter is not None:
             data.adapter.settings.similarity = distiller.margin_sim if opts.method == "margin_mse" else "cos"
@@ -718,7 +719,10 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
         max_len = recipe.data.max_seq_len
         root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
         shapes = distiller.cache_shapes(max_len)
-        cache = TeacherCache(root, len(data.items), shapes, _fingerprint(teacher_dirs, data.items, max_len, shapes))
+        fp = _fingerprint(teacher_dirs, data.items, max_len, shapes)
+        if data.pooling is not None:  # the cached embeddings are pooled (and normalised or not) this way
+            fp["pooling"] = [distiller.pooling, distiller.normalize]
+        cache = TeacherCache(root, len(data.items), shapes, fp)
         distiller.cache = cache
     return distiller, cache
 

@@ -233,9 +233,10 @@ class Distiller(nn.Module):
                 p.requires_grad_(False)
         self.terms = terms
         self.cache = cache
-        # sentence embeddings (pooled_mse, margin_mse): the pooling both sides use (the teacher dir's,
-        # :func:`bertforge.models.pooling.read_pooling`), the similarity of margins (the teacher's: cosine
-        # when its embeddings are normalised), and whether the teacher is a cross-encoder scoring pairs
+        # sentence embeddings (pooled_mse, margin_mse): the pooling both sides use and whether pooled_mse
+        # compares unit vectors (the teacher dir's, :func:`bertforge.models.pooling.read_pooling`: a teacher
+        # that normalises is matched in direction, what cosine search reads), the similarity of margins (the
+        # teacher's: cosine when its embeddings are normalised), and whether the teacher is a cross-encoder
         self.pooling, self.normalize, self.margin_sim, self.cross_encoder = "mean", False, "dot", False
         self.proj = nn.ModuleDict()
         hs = student.config.hidden_size
@@ -389,7 +390,7 @@ class Distiller(nn.Module):
                 feats["margin.0"] = self._teacher_margin(input_ids, attention_mask, token_type_ids, **pairs)
             if "embedding" in kinds:
                 out = self.teacher(input_ids, attention_mask, token_type_ids)
-                feats["embedding.0"] = self._pooled(out, attention_mask).float()
+                feats["embedding.0"] = self._pooled(out, attention_mask, self.normalize).float()
             return feats
         for k, teacher in enumerate(self._teachers):
             if k > 0 and not any(n.startswith("logits.") for n in self._needs):
@@ -448,7 +449,8 @@ class Distiller(nn.Module):
                 value = spec.fn(out_S.logits, mlm_labels=mlm_labels)
             elif kind == "embedding":
                 value = spec.fn(self._pooled(out_S, attention_mask), feats["embedding.0"],
-                                proj=self.proj[term.name] if term.name in self.proj else None)
+                                proj=self.proj[term.name] if term.name in self.proj else None,
+                                normalize=self.normalize)
             elif kind == "margin":
                 e = self._pooled(out_S, attention_mask).reshape(input_ids.shape[0], input_ids.shape[1], -1)
                 value = spec.fn(e[:, 0], e[:, 1], e[:, 2], feats["margin.0"], sim=self.margin_sim)

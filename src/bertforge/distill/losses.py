@@ -229,14 +229,19 @@ def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Opt
     return hidden_mse_loss(hidden_S, hidden_T, mask, proj)
 
 
-def pooled_mse_loss(emb_S: torch.Tensor, emb_T: torch.Tensor, proj=None, **_) -> torch.Tensor:
+def pooled_mse_loss(emb_S: torch.Tensor, emb_T: torch.Tensor, proj=None, normalize: bool = False,
+                    **_) -> torch.Tensor:
     """Embedding distillation (Reimers & Gurevych 2020, "Making Monolingual Sentence Embeddings Multilingual
     using Knowledge Distillation", eq. 1): ``MSE(W e_S, e_T)`` between the student's and the teacher's pooled
     sentence embeddings (B, H_S) and (B, H_T), averaged over batch and features; ``proj`` is the learned
-    W (H_S → H_T) when the widths differ (None: identity)."""
+    W (H_S → H_T) when the widths differ (None: identity). ``normalize``: the teacher's embeddings are unit
+    vectors (a teacher whose pipeline normalises, as sentence-transformers then distils) and ``W e_S`` is
+    normalised too, so the loss is ``(2 − 2 cos(W e_S, e_T)) / H_T``: direction, what cosine search reads."""
     s = emb_S.float()
     if proj is not None:
         s = proj(s)
+    if normalize:
+        s = F.normalize(s, dim=-1)
     return F.mse_loss(s, emb_T.float())
 
 
