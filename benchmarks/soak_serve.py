@@ -17,7 +17,7 @@ of these kinds, each with the status text-embeddings-inference documents for it:
 Checks, printed as MUST lines: no 5xx (and no request without an answer); each bad request got its
 documented 4xx; the request counts by status that GET /metrics reports for /embed (after minus before the
 soak) equal the client's; the server's RSS (its process tree, /proc VmRSS) after the soak ≤ 1.1× its RSS
-after the warm-up (--warmup requests with the same mix).
+after the warm-up (--warmup requests with the same mix), each read after SETTLE_S seconds without requests.
 
   python benchmarks/soak_serve.py [--requests 20000] [--concurrency 16] [--model DIR]
 Results also go to benchmarks/results/soak_serve.txt (--result); a shorter run (--requests N) writes
@@ -36,6 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 HOST = "127.0.0.1"
+
+#: seconds without requests before each RSS reading: an idle server gives its freed heap pages back after
+#: half a second (serve/batching.py TRIM_IDLE_S), so both readings are of a settled server
+SETTLE_S = 1.0
 
 EXPECTED = {"malformed-json": {422}, "wrong-type": {422}, "empty-string": {422}, "huge-text": {413, 422},
             "huge-batch": {413}, "invalid-utf8": {422}}
@@ -136,6 +140,7 @@ def main() -> int:
         say(f"# healthy after {srv.startup_seconds:.1f} s; RSS at start {srv.rss() / 2**20:.1f} MiB")
         ws, wwall = lg.run_load(HOST, port, make, args.warmup, args.concurrency, max_seconds=600)
         warm = lg.summarize(ws, wwall)
+        time.sleep(SETTLE_S)
         rss_warm = srv.rss()
         st, body = lg.http_get(HOST, port, "/metrics")
         metric, before = request_counts(body.decode("utf-8", "replace")) if st == 200 else (None, {})
@@ -144,6 +149,7 @@ def main() -> int:
         t0 = time.perf_counter()
         samples, wall = lg.run_load(HOST, port, lambda i: make(i + args.warmup), args.requests, args.concurrency,
                                     max_seconds=args.max_seconds, keep_body=lambda s: s.status >= 500)
+        time.sleep(SETTLE_S)
         rss_end = srv.rss()
         st2, body2 = lg.http_get(HOST, port, "/metrics")
         metric2, after = request_counts(body2.decode("utf-8", "replace")) if st2 == 200 else (None, {})

@@ -18,10 +18,11 @@ class _Runner:
         return {"last_hidden_state": np.ones((*ids.shape, 4), dtype=np.float32)}
 
 
-def _worker(monkeypatch, every: float):
+def _worker(monkeypatch, every: float, idle: float = 3600.0):
     trims = []
     monkeypatch.setattr(batching, "trim", lambda: trims.append(1))
     monkeypatch.setattr(batching, "TRIM_EVERY_S", every)
+    monkeypatch.setattr(batching, "TRIM_IDLE_S", idle)
     tok = Tokenizer(models.WordLevel({"[PAD]": 0, "a": 1}, unk_token="[PAD]"))
     model = SimpleNamespace(name="m", tokenizer=tok, runner=_Runner(), pool=lambda h, am: h.mean(1))
     return batching.ModelWorker(model, max_batch_requests=2), trims
@@ -37,6 +38,7 @@ def test_idle_worker_trims_and_a_busy_one_does_not(monkeypatch):
         w.start()
         for _ in range(3):  # three requests, one after the other: the queue runs empty after each
             await w.run_items(_seqs(1), "embed")
+            await asyncio.sleep(0.01)  # the trim follows the answer
         n_idle = len(trims)
         trims.clear()
         out = await w.run_items(_seqs(8), "embed")  # 8 items, batches of 2: empty only after the 4th batch
@@ -49,3 +51,18 @@ def test_idle_worker_trims_and_a_busy_one_does_not(monkeypatch):
     assert n_busy == 1  # once, when the queue ran empty — not after each of the 4 batches
     n_idle, _, _, _ = asyncio.run(go(3600.0))
     assert n_idle == 0  # within TRIM_EVERY_S of the last trim (the worker's start): none
+
+
+def test_a_quiet_worker_trims_once_after_its_last_batch(monkeypatch):
+    async def go():
+        w, trims = _worker(monkeypatch, every=3600.0, idle=0.05)
+        w.start()
+        await asyncio.sleep(0.2)
+        before = len(trims)  # no batch yet: nothing to give back
+        await w.run_items(_seqs(3), "embed")
+        await asyncio.sleep(0.3)  # quiet for longer than TRIM_IDLE_S: one trim, then none while idle
+        after = len(trims)
+        await w.stop()
+        return before, after
+
+    assert asyncio.run(go()) == (0, 1)

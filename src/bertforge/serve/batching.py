@@ -13,8 +13,9 @@ after the oldest item arrived for the batch to fill (fewer than ``max_batch_requ
 while some request the server accepted has not queued its items yet (``arriving``): with nothing else on the
 way a wait cannot fill the batch, so a lone request is dispatched at once and ``max_wait_ms`` adds no latency
 to it. With 0 (the default) a free worker takes what is waiting at once — while it computes, the next batch
-fills. When the queue runs empty (at most once a second) the worker thread returns the heap pages freed by
-the last batches to the system (``malloc_trim``), so the resident memory of a long-running server stays flat.
+fills. When the queue runs empty (at most once a second) and again after half a second without work, the
+worker thread returns the heap pages freed by the last batches to the system (``malloc_trim``), so the
+resident memory of a long-running server stays flat.
 A request's items may land in different batches; the request gathers its futures in its own order.
 """
 from __future__ import annotations
@@ -33,8 +34,10 @@ from ..kernels.allocator import trim
 #: what an item asks of the forward pass: a pooled embedding (H,), sequence logits (C,), token logits
 #: (T, C) or QA start/end logits (2, T)
 KINDS = ("embed", "logits", "token_logits", "qa_logits")
-#: seconds between two ``malloc_trim`` calls of an idle worker (:func:`bertforge.kernels.allocator.trim`)
+#: a busy worker calls ``malloc_trim`` (:func:`bertforge.kernels.allocator.trim`) when its queue runs empty, at
+#: most once per TRIM_EVERY_S seconds; an idle one TRIM_IDLE_S seconds after its last batch
 TRIM_EVERY_S = 1.0
+TRIM_IDLE_S = 0.5
 
 
 @dataclass
@@ -75,6 +78,7 @@ class ModelWorker:
         self._task: Optional[asyncio.Task] = None
         self._closing = False
         self._trimmed = time.perf_counter()
+        self._dirty = False  # batches ran since the last trim
         from ..tokenizer import pad_id
         self.pad_id = pad_id(model.tokenizer)
 
@@ -123,7 +127,13 @@ class ModelWorker:
                 if self._closing:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                if not self._dirty:
+                    await self._wake.wait()
+                    continue
+                try:  # batches ran since the last trim: give their freed pages back after TRIM_IDLE_S of quiet
+                    await asyncio.wait_for(self._wake.wait(), TRIM_IDLE_S)
+                except asyncio.TimeoutError:
+                    await self._trim(loop)
             if self.max_wait > 0:
                 while len(self.pending) < self.max_batch_requests and not self._closing and self.arriving():
                     left = self.pending[0].t0 + self.max_wait - time.perf_counter()
@@ -151,11 +161,15 @@ class ModelWorker:
             for it, r in zip(batch, results):
                 if not it.future.done():
                     it.future.set_result(r)
+            self._dirty = True
             if not self.pending and time.perf_counter() - self._trimmed > TRIM_EVERY_S:
-                # idle: hand the heap pages the last batches freed back to the system (a flat RSS; glibc
-                # keeps them otherwise, fragmented among live blocks — kernels/allocator.py)
-                self._trimmed = time.perf_counter()
-                await loop.run_in_executor(self.executor, trim)
+                await self._trim(loop)
+
+    async def _trim(self, loop) -> None:
+        """Hand the heap pages the last batches freed back to the system, on the worker thread (a flat RSS;
+        glibc keeps them otherwise, fragmented among live blocks — kernels/allocator.py)."""
+        self._trimmed, self._dirty = time.perf_counter(), False
+        await loop.run_in_executor(self.executor, trim)
 
     def _take(self) -> list:
         """Remove and return the next batch (see the module docstring)."""
