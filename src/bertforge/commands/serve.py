@@ -47,11 +47,17 @@ def add_arguments(p) -> None:
 #: vs 34–89 ms, load ~20). Read when torch loads, so set before it does; an explicit GOMP_SPINCOUNT or
 #: OMP_WAIT_POLICY in the environment wins.
 GOMP_SPINCOUNT = "1000"
+#: oneDNN keeps a compiled primitive per input shape (default: the last 1 024). A server sees a new (rows ×
+#: tokens) shape with almost every batch, so that cache grows to ~30 MB of resident memory before it stops
+#: (measured: MiniLM-sized entries, benchmarks/soak_serve.py); 64 keeps the hot shapes and bounds it to ~2 MB.
+#: An explicit ONEDNN_PRIMITIVE_CACHE_CAPACITY in the environment wins.
+ONEDNN_PRIMITIVE_CACHE_CAPACITY = "64"
 
 
 def run(args) -> int:
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_PRIMITIVE_CACHE_CAPACITY)  # read lazily
     from ..errors import require_at_least
     from ..serve.models import parse_model_args
     from ..serve.server import serve
