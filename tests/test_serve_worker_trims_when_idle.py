@@ -32,17 +32,25 @@ def _seqs(n):
     return [SimpleNamespace(ids=[1] * (k + 1), type_ids=[0] * (k + 1)) for k in range(n)]
 
 
+async def _until(cond, timeout: float = 5.0):
+    """Wait (a loaded host may be slow to run the worker thread) until ``cond()`` or the timeout."""
+    end = asyncio.get_running_loop().time() + timeout
+    while not cond() and asyncio.get_running_loop().time() < end:
+        await asyncio.sleep(0.005)
+
+
 def test_idle_worker_trims_and_a_busy_one_does_not(monkeypatch):
     async def go(every):
         w, trims = _worker(monkeypatch, every)
         w.start()
-        for _ in range(3):  # three requests, one after the other: the queue runs empty after each
+        for k in range(3):  # three requests, one after the other: the queue runs empty after each
             await w.run_items(_seqs(1), "embed")
-            await asyncio.sleep(0.01)  # the trim follows the answer
+            await _until(lambda: len(trims) > k, timeout=5.0 if every == 0 else 0.05)  # the trim follows the answer
         n_idle = len(trims)
         trims.clear()
         out = await w.run_items(_seqs(8), "embed")  # 8 items, batches of 2: empty only after the 4th batch
-        await asyncio.sleep(0.01)
+        await _until(lambda: len(trims) >= 1, timeout=5.0 if every == 0 else 0.05)
+        await asyncio.sleep(0.05)
         await w.stop()
         return n_idle, len(trims), len(out), w.model.runner.calls
 
@@ -60,7 +68,8 @@ def test_a_quiet_worker_trims_once_after_its_last_batch(monkeypatch):
         await asyncio.sleep(0.2)
         before = len(trims)  # no batch yet: nothing to give back
         await w.run_items(_seqs(3), "embed")
-        await asyncio.sleep(0.3)  # quiet for longer than TRIM_IDLE_S: one trim, then none while idle
+        await _until(lambda: len(trims) >= 1)  # quiet for longer than TRIM_IDLE_S: one trim…
+        await asyncio.sleep(0.3)  # …then none while idle
         after = len(trims)
         await w.stop()
         return before, after
