@@ -183,7 +183,6 @@ def main(argv=None) -> int:
     common = [f"impl.threads={args.threads}", "--no-progress"]
 
     # ---- student: embedding_mse distillation on the train articles' texts
-    t0 = time.perf_counter()
     student = work / "student-3l"
     dlen = args.distill_max_seq_len or args.train_max_seq_len
     done = lambda p: args.reuse and (p / "model.safetensors").is_file()  # noqa: E731

@@ -146,7 +146,6 @@ def main() -> int:
         metric, before = request_counts(body.decode("utf-8", "replace")) if st == 200 else (None, {})
         say(f"# warm-up: {warm['requests']} requests, status {warm['status']}; RSS after warm-up "
             f"{rss_warm / 2**20:.1f} MiB")
-        t0 = time.perf_counter()
         samples, wall = lg.run_load(HOST, port, lambda i: make(i + args.warmup), args.requests, args.concurrency,
                                     max_seconds=args.max_seconds, keep_body=lambda s: s.status >= 500)
         time.sleep(SETTLE_S)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..tokenizer import encode_texts
@@ -55,3 +56,20 @@ class PadCollator:
             labs = [x["labels"] for x in items]
             batch["labels"] = torch.tensor(labs, dtype=torch.float if isinstance(labs[0], float) else torch.long)
         return batch
+
+
+def length_sorted_batches(encs: list, pid: int, batch_size: int):
+    """Inference batches of encoded texts (``tokenizers.Encoding``-like: ``ids``, ``type_ids``) in order of
+    length, each padded with ``pid`` to its own longest: yields (row indices, (B, T) int64 ``input_ids``,
+    ``attention_mask``, ``token_type_ids``) numpy arrays."""
+    order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        t = max(len(encs[i].ids) for i in idx)
+        ids = np.full((len(idx), t), pid, dtype=np.int64)
+        am = np.zeros((len(idx), t), dtype=np.int64)
+        tt = np.zeros((len(idx), t), dtype=np.int64)
+        for r, i in enumerate(idx):
+            n = len(encs[i].ids)
+            ids[r, :n], am[r, :n], tt[r, :n] = encs[i].ids, 1, encs[i].type_ids
+        yield idx, ids, am, tt

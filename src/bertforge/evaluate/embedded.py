@@ -26,6 +26,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..data.collate import length_sorted_batches
 from ..data.embedded import lee_corpus, polarity_sentences
 from ..errors import CheckpointError, ConfigError
 from .metrics import compute
@@ -93,18 +94,7 @@ class Embedder:
 
     def _batches(self, texts: list, max_seq_len: int, batch_size: int):
         encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len), offsets=False)
-        pid = pad_id(self.tok)
-        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
-        for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            t = max(len(encs[i].ids) for i in idx)
-            ids = np.full((len(idx), t), pid, dtype=np.int64)
-            am = np.zeros((len(idx), t), dtype=np.int64)
-            tt = np.zeros((len(idx), t), dtype=np.int64)
-            for r, i in enumerate(idx):
-                n = len(encs[i].ids)
-                ids[r, :n], am[r, :n], tt[r, :n] = encs[i].ids, 1, encs[i].type_ids
-            yield idx, ids, am, tt
+        return length_sorted_batches(encs, pad_id(self.tok), batch_size)
 
     def embed(self, texts: list, max_seq_len: int = 256, batch_size: int = 16,
               normalize: Optional[bool] = None) -> np.ndarray:

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from ..data.collate import length_sorted_batches
 from ..errors import ConfigError, DataError
 from ..models.encoder import EncoderOutput
 from ..models.pooling import POOLING_MODES, pool
@@ -280,11 +281,11 @@ def embed_texts(model, tok, texts: Sequence[str], max_seq_len: int, pooling: str
     tokenized (truncated to ``max_seq_len``), batched by length, last hidden states pooled
     (:func:`bertforge.models.pooling.pool`). Returns (N, H) float32."""
     encs = encode_texts(tok, list(texts), None, max_seq_len)
-    batches = _length_batches(encs, pad_id(tok), batch_size)
+    batches = length_sorted_batches(encs, pad_id(tok), batch_size)
     if not isinstance(model, torch.nn.Module):
         from ..models.pooling import pool_numpy
         rows = []
-        for idx, ids, am in batches:
+        for idx, ids, am, _ in batches:
             h = np.asarray(model(ids, am, np.zeros_like(ids), outputs=["last_hidden_state"])
                            ["last_hidden_state"], dtype=np.float32)
             rows.append((idx, pool_numpy(h, am, pooling, normalize)))
@@ -295,25 +296,11 @@ def embed_texts(model, tok, texts: Sequence[str], max_seq_len: int, pooling: str
     dev = next(model.parameters()).device
     out = np.zeros((len(encs), model.config.hidden_size), dtype=np.float32)
     with torch.no_grad():
-        for idx, ids, am in batches:
+        for idx, ids, am, _ in batches:
             ids, am = torch.from_numpy(ids).to(dev), torch.from_numpy(am).to(dev)
             h = model(ids, am, torch.zeros_like(ids)).last_hidden_state
             out[idx] = pool(h, am, pooling, normalize).float().cpu().numpy()
     return out
-
-
-def _length_batches(encs, pid: int, batch_size: int):
-    """Batches of ``encs`` in order of length: (row indices, (B, T) int64 ``input_ids`` padded with ``pid`` to
-    the batch's longest, (B, T) ``attention_mask``)."""
-    order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        t = max(len(encs[i].ids) for i in idx)
-        ids = np.full((len(idx), t), pid, dtype=np.int64)
-        am = np.zeros((len(idx), t), dtype=np.int64)
-        for r, i in enumerate(idx):
-            ids[r, :len(encs[i].ids)], am[r, :len(encs[i].ids)] = encs[i].ids, 1
-        yield idx, ids, am
 
 
 def mine_hard_negatives(query_emb: np.ndarray, doc_emb: np.ndarray, positives: Sequence[int], n: int = 1,
