@@ -8,7 +8,10 @@ eval articles (their questions against their paragraphs). Paragraphs are cut at 
 
 Rows:
   teacher             all-MiniLM-L6-v2 (mean pooling, normalised, as its dir declares)
-  student-3L          ``bertforge distill --method embedding_mse --student layers:0,2,4`` on the train texts
+  student-3L          ``bertforge distill --method embedding_mse --student layers:…`` on the train texts; which
+                      three teacher blocks is chosen before training, on the train articles only: every
+                      ``--student`` candidate is copied from the teacher untrained and scored (NDCG@10, train
+                      questions against train paragraphs), the best one is distilled
   ft-bertforge        ``bertforge finetune --task retrieval`` (MNRL, scale 20) of the teacher on train pairs
   ft-st               the same training in sentence-transformers (MultipleNegativesRankingLoss, scale 20; same
                       pairs, batch, steps, lr, warm-up, schedule, weight decay, clipping)
@@ -49,6 +52,31 @@ def evaluate(path, beir, threads: int, max_seq_len: int) -> dict:
     d = emb.embed([beir.corpus[i] for i in dids], max_seq_len, batch_size=32)
     m = retrieval_metrics(run_from_topk(qids, dids, *exact_search(q, d, top_k=100)), beir.qrels)
     return {k: m[k] for k in ("ndcg@10", "mrr@10", "recall@10", "recall@100")}
+
+
+def scan_students(teacher, specs: list, beir_dir, work, threads: int, max_seq_len: int, n_queries: int) -> dict:
+    """NDCG@10 on the *train* split of each student spec copied from the teacher without training (and of the
+    teacher, as the reference): {spec: metrics}. Picks teacher blocks without looking at the eval articles."""
+    import random
+
+    from bertforge.data.beir import read_beir
+    from bertforge.distill.student import build_student
+    from bertforge.hf import load_pretrained
+    from bertforge.models.pooling import read_pooling
+    tr = read_beir(beir_dir, "train")
+    docs = {d for q in tr.qrels for d in tr.qrels[q]}
+    tr.corpus = {d: t for d, t in tr.corpus.items() if d in docs}
+    if n_queries < len(tr.queries):
+        keep = sorted(random.Random(0).sample(sorted(tr.queries), n_queries))
+        tr.queries, tr.qrels = {q: tr.queries[q] for q in keep}, {q: tr.qrels[q] for q in keep}
+    t_model = load_pretrained(teacher, head="base", notes=False)
+    out = {"teacher": evaluate(teacher, tr, threads, max_seq_len)}
+    for spec in specs:
+        d = Path(work) / spec.replace(":", "-").replace(",", "")
+        build_student(spec, t_model, notes=False).save_pretrained(d, tokenizer_dir=teacher, pooling=read_pooling(teacher))
+        out[spec] = evaluate(d, tr, threads, max_seq_len)
+        print(f"scan {spec}: NDCG@10 {out[spec]['ndcg@10']:.4f}", flush=True)
+    return out
 
 
 def throughputs(paths: dict, texts: list, threads: int, max_seq_len: int, rounds: int) -> dict:
@@ -125,7 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-seq-len", type=int, default=256)
     ap.add_argument("--distill-epochs", type=float, default=3)
-    ap.add_argument("--student", default="layers:0,2,4")
+    ap.add_argument("--student", nargs="+", default=["layers:0,2,4", "layers:0,3,5", "layers:0,4,5"],
+                    help="student spec(s); with several, the best untrained copy on the train articles is distilled")
+    ap.add_argument("--scan-queries", type=int, default=2000,
+                    help="train questions the student scan scores (an even sample; every train paragraph stays)")
     ap.add_argument("--ft-steps", type=int, default=120)
     ap.add_argument("--ft-batch", type=int, default=32)
     ap.add_argument("--ft-lr", type=float, default=2e-5)
@@ -182,16 +213,27 @@ def main(argv=None) -> int:
     teacher = resolve_model_dir("minilm")
     common = [f"impl.threads={args.threads}", "--no-progress"]
 
+    # ---- student: which teacher blocks, chosen on the train articles (never the eval ones)
+    spec = args.student[0]
+    if len(args.student) > 1:
+        scan = scan_students(teacher, args.student, beir_dir, work / "scan", args.threads, args.max_seq_len,
+                             args.scan_queries)
+        t_scan = scan.pop("teacher")["ndcg@10"]
+        spec = max(scan, key=lambda k: scan[k]["ndcg@10"])
+        say(f"student scan (untrained copies of teacher blocks; {args.scan_queries} train questions against the "
+            f"train paragraphs, NDCG@10; the teacher: {t_scan:.4f}): "
+            + ", ".join(f"{k} {v['ndcg@10']:.4f}" for k, v in scan.items()) + f" → {spec}")
+
     # ---- student: embedding_mse distillation on the train articles' texts
     student = work / "student-3l"
     dlen = args.distill_max_seq_len or args.train_max_seq_len
     done = lambda p: args.reuse and (p / "model.safetensors").is_file()  # noqa: E731
-    r = json.loads((student / "result.json").read_text()) if done(student) else cli(["distill", "--teacher", teacher, "--student", args.student, "--method", "embedding_mse",
+    r = json.loads((student / "result.json").read_text()) if done(student) else cli(["distill", "--teacher", teacher, "--student", spec, "--method", "embedding_mse",
              "--task", "retrieval", "--train", train, "--out", student, "--max-seq-len", dlen,
              "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", args.distill_lr, "--overwrite", *common,
              *(["--max-train-samples", args.distill_samples] if args.distill_samples else [])])
     (student / "result.json").write_text(json.dumps(r))
-    say(f"distill embedding_mse ({args.student}, texts of the first {args.distill_samples or len(pairs)} train pairs, "
+    say(f"distill embedding_mse ({spec}, texts of the first {args.distill_samples or len(pairs)} train pairs, "
         f"{args.distill_epochs} epochs, batch 32, lr {args.distill_lr:g}, texts cut at {dlen} tokens): {r['step']} steps")
 
     # ---- contrastive fine-tuning: bertforge then sentence-transformers, same settings

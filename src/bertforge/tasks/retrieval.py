@@ -527,7 +527,10 @@ class RetrievalAdapter(TaskAdapter):
     def evaluate(self, model, dataset, batch_size: int = 64) -> dict:
         """Retrieval metrics of ``model`` on ``dataset`` (a :class:`RetrievalSet`, or :class:`Pairs`: their
         positives are the corpus): exact search over the corpus, :func:`bertforge.evaluate.retrieval.
-        retrieval_metrics`; with Matryoshka dims also ``ndcg@10@<dim>`` for each smaller dim."""
+        retrieval_metrics`; with Matryoshka dims also ``ndcg@10@<dim>`` for each smaller dim. With
+        ``truncate_dim`` the headline metrics (``ndcg@10`` …, the one that picks the best checkpoint) are those
+        of the dim the saved dir serves, as ``retrieval-eval`` of that dir reports them, and the full width's
+        NDCG@10 is ``ndcg@10@<width>``."""
         from ..evaluate.retrieval import exact_search, retrieval_metrics, run_from_topk
         rs = dataset if isinstance(dataset, RetrievalSet) else pairs_to_retrieval_set(dataset.examples)
         if isinstance(model, torch.nn.Module):
@@ -536,17 +539,23 @@ class RetrievalAdapter(TaskAdapter):
         q = self.embed(model, [rs.queries[i] for i in qids], batch_size)
         d = self.embed(model, [rs.corpus[i] for i in dids], batch_size)
         out = {}
-        dims = [None] + [m for m in (self.settings.matryoshka_dims or []) if m < q.shape[1]]
+        width = q.shape[1]
+        served = self.truncate_dim if self.truncate_dim and self.truncate_dim < width \
+            else None  # None: every coordinate
+        dims = [None] + [m for m in (self.settings.matryoshka_dims or []) if m < width]
+        if served and served not in dims:
+            dims.append(served)
         for dim in dims:
             qs, ds = (q, d) if dim is None else (q[:, :dim], d[:, :dim])
             score = self.settings.similarity if dim is None else "cos"
             run = run_from_topk(qids, dids, *exact_search(qs, ds, top_k=100, score=score))
             m = retrieval_metrics(run, rs.qrels)
-            if dim is None:
+            if dim == served:
                 out.update({k: v for k, v in m.items() if k in ("ndcg@10", "mrr@10", "recall@1", "recall@10",
                                                                  "recall@100")})
-            else:
-                out[f"ndcg@10@{dim}"] = m["ndcg@10"]
+            out[f"ndcg@10@{dim or width}"] = m["ndcg@10"]
+        if served is None:
+            out.pop(f"ndcg@10@{width}")  # the headline already is the full width's
         return out
 
     def predictions(self, model, dataset, batch_size=64) -> list:
