@@ -18,8 +18,9 @@ Rows:
 
 Measured: NDCG@10 / MRR@10 / Recall@10 (bertforge's Embedder → exact search → retrieval_metrics, the same path
 for every model), encoding throughput (texts/s: the eval paragraphs embedded in interleaved rounds, median and
-spread, same ``--threads`` for every model), training examples/s (wall time of the training loop; bertforge's
-from its metrics.jsonl, sentence-transformers' around ``trainer.train()``).
+spread, same ``--threads`` for every model; the student's speed-up is the median of the per-round ratios),
+training examples/s (wall time of the training loop; bertforge's from its metrics.jsonl, sentence-transformers'
+around ``trainer.train()``).
 
   python benchmarks/bench_retrieval.py --threads 2 --out benchmarks/results/retrieval.txt
 
@@ -160,7 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ft-steps", type=int, default=120)
     ap.add_argument("--ft-batch", type=int, default=32)
     ap.add_argument("--ft-lr", type=float, default=2e-5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="interleaved throughput rounds; the speed-up is the median of the per-round ratios")
     ap.add_argument("--throughput-texts", type=int, default=256)
     ap.add_argument("--work", help="work dir (default: a temporary one)")
     ap.add_argument("--peers", help="a folder of extra packages (accelerate) put on sys.path")
@@ -265,12 +267,15 @@ def main(argv=None) -> int:
         say(f"{n:14s} {m['ndcg@10']:8.4f} {m['mrr@10']:7.4f} {m['recall@10']:6.3f} {m['recall@100']:6.3f} "
             f"{100 * m['ndcg@10'] / t_ndcg:8.1f}%  {tps}")
     keep = q["student-3L"]["ndcg@10"] / t_ndcg
-    speed = statistics.median(tp["student-3L"]) / statistics.median(tp["teacher"])
+    # paired: each round times the teacher then the student back to back, so a slow phase of a shared host
+    # moves both; the median of the per-round ratios is the speed-up
+    ratios = [s_ / t_ for s_, t_ in zip(tp["student-3L"], tp["teacher"])]
+    speed = statistics.median(ratios)
     gain = q["ft-bertforge"]["ndcg@10"] - t_ndcg
     gap = 100 * abs(q["ft-bertforge"]["ndcg@10"] - q["ft-st"]["ndcg@10"])
     say("")
     say(f"student-3L keeps {100 * keep:.1f}% of the teacher's NDCG@10 (goal ≥ 95%) at {speed:.2f}× its throughput "
-        f"(goal ≥ 1.9×): {'MET' if keep >= 0.95 and speed >= 1.9 else 'NOT MET'}")
+        f"(goal ≥ 1.9×; per round {min(ratios):.2f}–{max(ratios):.2f}×): {'MET' if keep >= 0.95 and speed >= 1.9 else 'NOT MET'}")
     say(f"fine-tuning raises eval NDCG@10 by {100 * gain:+.2f} points (goal > 0): {'MET' if gain > 0 else 'NOT MET'}")
     say(f"bertforge vs sentence-transformers NDCG@10: {gap:.2f} points apart (goal ≤ 1): {'MET' if gap <= 1 else 'NOT MET'}")
     say(f"training examples/s: bertforge {bf_eps:.2f}, sentence-transformers {st_eps:.2f} → {bf_eps / st_eps:.2f}× "
