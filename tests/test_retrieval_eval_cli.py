@@ -92,3 +92,25 @@ def test_beir_from_squad_cli_writes_a_set_retrieval_eval_reads(tmp_path, data_di
     line = cli_error(["beir-from-squad", "--data", data_dir / "squad" / "dev-v1.1.json", "--out-dir", out],
                      untouched=out)
     assert "holds a BEIR set; pass --overwrite" in line
+
+
+def test_out_never_replaces_the_evaluated_data(tiny_set, tmp_path, cli_error):
+    """``--out`` naming one of the BEIR set's own files is refused even with ``--overwrite`` (the set stays
+    whole); a missing model is reported as such even when ``--out`` is a relative path."""
+    import os
+    import shutil
+    d = tmp_path / "set"
+    shutil.copytree(tiny_set / "set", d)
+    for victim in (d / "corpus.jsonl", d / "qrels" / "test.tsv"):
+        line = cli_error(["retrieval-eval", "--model", tiny_set / "emb", "--data", d, "--out", victim,
+                          "--overwrite"], untouched=d)
+        assert "is the input file" in line
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        line = cli_error(["retrieval-eval", "--model", "no-such-model", "--data", d, "--out", "res.json"],
+                         untouched=d)
+    finally:
+        os.chdir(cwd)
+    assert "no-such-model" in line and "inside the model directory" not in line
+    assert not (tmp_path / "res.json").exists()

@@ -195,3 +195,17 @@ def test_embedding_mse_of_a_normalising_teacher_compares_unit_vectors(search_ws)
     cos = torch.nn.functional.cosine_similarity(e_s, e_t, dim=-1)
     want = ((2 - 2 * cos) / e_t.shape[-1]).mean()
     assert float(out.loss.detach()) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_a_beir_dir_as_training_data_is_refused(search_ws, cli_error):
+    """A BEIR dir holds evaluation qrels; given as ``--train`` it is refused in one line (it once trained on
+    the test qrels and then crashed), pointing at the pairs file beside it."""
+    d, tiny, train, dev = search_ws
+    (dev / "train.jsonl").write_text(train.read_text())
+    try:
+        line = cli_error(["finetune", "--model", tiny, "--task", "retrieval", "--train", dev, "--out",
+                          d / "from-dir", "--max-steps", "1", "--max-seq-len", "32"], untouched=dev)
+    finally:
+        (dev / "train.jsonl").unlink()
+    assert "is a directory" in line and "train.jsonl" in line
+    assert not (d / "from-dir").exists()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..names import TASK_NAMES
 from ._common import add_recipe_args, add_train_args, build_recipe, print_json, resolve_model_dir
 from ._rundir import RunDir
@@ -85,6 +85,9 @@ def setup(args, recipe, sources=None):
     _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg)
     from ..tasks.multilabel import apply_hand_thresholds
     apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
+    if Path(d.train).is_dir():  # a BEIR dir is evaluation data (its test qrels), never a training set
+        hint = f" such as {Path(d.train) / 'train.jsonl'}" if (Path(d.train) / "train.jsonl").is_file() else ""
+        raise DataError(f"--train {d.train} is a directory; pass a training file (TSV, CSV or JSONL){hint}")
     train_ds = adapter.load(d.train, d.max_train_samples)
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return model_dir, task, tok, adapter, train_ds, eval_ds

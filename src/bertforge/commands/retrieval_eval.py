@@ -50,9 +50,11 @@ def run(args) -> int:
     for k in ("batch_size", "max_seq_len", "top_k", "dim"):
         require_at_least(f"--{k.replace('_', '-')}", getattr(args, k), 1)
     model_path = resolve_model_dir(str(args.model))
-    if args.out:  # before anything is computed: never into a model dir, nor over a file
-        check_out_file(Path(args.out), [model_path if model_path.is_dir() else model_path.parent], (),
-                       args.overwrite, example="retrieval.json")
+    if args.out:  # before anything is computed: never into a model dir, nor over a file, nor over the data
+        models = [model_path if model_path.is_dir() else model_path.parent] if model_path.exists() else []
+        data_dir = Path(args.data)
+        inputs = [f for f in data_dir.rglob("*") if f.is_file()] if data_dir.is_dir() else [data_dir]
+        check_out_file(Path(args.out), models, inputs, args.overwrite, example="retrieval.json")
     data = read_beir(args.data, args.split)
     import torch
 

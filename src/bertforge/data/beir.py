@@ -91,7 +91,8 @@ def read_qrels(path: Path) -> tuple:
     if not path.is_file():
         split_dir = path.parent
         have = sorted(p.stem for p in split_dir.glob("*.tsv")) if split_dir.is_dir() else []
-        raise DataError(f"{path} does not exist; pass --split " + (" or ".join(have) if have else "<a qrels/*.tsv name>"))
+        raise DataError(f"{path} does not exist; pass --split " + (" or ".join(have) if have else "<a qrels/*.tsv name>")
+                        + " (retrieval-eval; finetune and distill --eval read qrels/test.tsv)")
     qrels: dict = {}
     where: dict = {}
     first = True

@@ -394,6 +394,8 @@ def check_dims(dims, width: int, what: str = "--matryoshka-dims") -> list:
     except (TypeError, ValueError):
         raise ConfigError(f"{what} {dims!r}: give positive integers, e.g. 384,256,128,64") from None
     if not out or any(d < 1 for d in out) or len(set(out)) != len(out):
+        if len(dims) == 1 and "matryoshka" not in what:  # one dim (truncate_dim)
+            raise ConfigError(f"{what} {dims[0]!r}: give a positive integer ≤ {width}, e.g. {min(128, width)}")
         raise ConfigError(f"{what} {dims!r}: give distinct positive integers, e.g. 384,256,128,64")
     big = [d for d in out if d > width]
     if big:
