@@ -37,6 +37,7 @@ def _lines(p, rows):
     ("bad_score", r"qrels/test.tsv:3 score 'x' is not an integer"),
     ("fractional_score", r"qrels/test.tsv:3 score '1.5' is not an integer"),
     ("no_split", r"qrels/dev.tsv does not exist; pass --split test"),
+    ("no_relevant", r"qrels/test.tsv marks no document relevant"),
 ])
 def test_bad_sets_are_refused_with_file_and_line(tmp_path, bad, match):
     d = small_set(tmp_path / "s")
@@ -58,6 +59,8 @@ def test_bad_sets_are_refused_with_file_and_line(tmp_path, bad, match):
         (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\tx\n")
     elif bad == "fractional_score":
         (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1.5\n")
+    elif bad == "no_relevant":  # every metric would be 0 whatever the model
+        (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t0\nq2\td2\t0\n")
     else:
         split = "dev"
     with pytest.raises(DataError, match=match):

@@ -256,3 +256,14 @@ def test_saved_projections_load_only_where_their_shape_fits(tmp_path):
     t48 = TaskModel(tiny_cfg(hidden_size=48), head="base")
     wider = Distiller(student, [t48], build_terms(method_terms("tinybert", "general"), 2, 4))
     assert wider.load_projections(tmp_path) == [] and wider.proj["hidden_mse"].weight.shape == (48, 16)
+
+
+def test_student_layer_specs_with_an_empty_entry_are_refused():
+    """``layers:0,,5`` is a typo, not a 2-layer student; spaces after commas are fine."""
+    from bertforge.distill.student import parse_layers
+    assert parse_layers("layers:0, 4,5", 6) == [0, 4, 5]
+    for spec in ("layers:0,,5", "layers:0,4,", "layers:,4"):
+        with pytest.raises(ConfigError, match="empty entry"):
+            parse_layers(spec, 6)
+    with pytest.raises(ConfigError, match="names no layers"):
+        parse_layers("layers:", 6)

@@ -87,7 +87,8 @@ def _read_jsonl(path: Path, what: str, fields: tuple) -> list:
 def read_qrels(path: Path) -> tuple:
     """``qrels/<split>.tsv`` → ``({qid: {did: grade}}, {(qid, did): line_no})``. A first line whose third
     field is not a number is the header. Raises DataError (``path:line``) for a line without 3 fields, a grade
-    that is not an integer, a repeated (query, document) pair, or a file without judgements."""
+    that is not an integer, a repeated (query, document) pair, a file without judgements or without a relevant
+    one (score ≥ 1)."""
     if not path.is_file():
         split_dir = path.parent
         have = sorted(p.stem for p in split_dir.glob("*.tsv")) if split_dir.is_dir() else []
@@ -121,6 +122,8 @@ def read_qrels(path: Path) -> tuple:
         qrels.setdefault(q, {})[d] = grade
     if not qrels:
         raise DataError(f"{path} holds no judgements; each line is query-id<TAB>corpus-id<TAB>score")
+    if not any(g > 0 for r in qrels.values() for g in r.values()):  # every metric would be 0 by construction
+        raise DataError(f"{path} marks no document relevant (every score ≤ 0); relevant pairs need a score ≥ 1")
     return qrels, where
 
 
