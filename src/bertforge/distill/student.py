@@ -63,10 +63,11 @@ def parse_layers(spec: str, teacher_layers: int) -> list:
     """``"layers:0,2,4"`` → [0, 2, 4], validated against the teacher depth (0-based block indices, strictly
     increasing: the student keeps the teacher's block order, as DistilBERT and BERT-PKD do)."""
     body = spec.split(":", 1)[1]
-    if body.strip() and any(not x.strip() for x in body.split(",")):
+    parts = [x.strip() for x in body.split(",")] if body.strip() else []
+    if not all(parts):
         raise ConfigError(f"student {spec!r} has an empty entry; write teacher block indices like layers:0,2,4")
     try:
-        idx = [int(x) for x in body.split(",") if x.strip()]
+        idx = [int(x) for x in parts]
     except ValueError:
         raise ConfigError(f"student {spec!r}: write teacher block indices like layers:0,2,4") from None
     if not idx:

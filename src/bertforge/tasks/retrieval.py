@@ -394,8 +394,8 @@ def check_dims(dims, width: int, what: str = "--matryoshka-dims") -> list:
     except (TypeError, ValueError):
         raise ConfigError(f"{what} {dims!r}: give positive integers, e.g. 384,256,128,64") from None
     if not out or any(d < 1 for d in out) or len(set(out)) != len(out):
-        if len(dims) == 1 and "matryoshka" not in what:  # one dim (truncate_dim)
-            raise ConfigError(f"{what} {dims[0]!r}: give a positive integer ≤ {width}, e.g. {min(128, width)}")
+        if len(out) == 1:  # one dim (truncate_dim, or a one-dim list)
+            raise ConfigError(f"{what} {out[0]!r}: give a positive integer ≤ {width}, e.g. {min(128, width)}")
         raise ConfigError(f"{what} {dims!r}: give distinct positive integers, e.g. 384,256,128,64")
     big = [d for d in out if d > width]
     if big:
@@ -542,12 +542,9 @@ class RetrievalAdapter(TaskAdapter):
         d = self.embed(model, [rs.corpus[i] for i in dids], batch_size)
         out = {}
         width = q.shape[1]
-        served = self.truncate_dim if self.truncate_dim and self.truncate_dim < width \
-            else None  # None: every coordinate
-        dims = [None] + [m for m in (self.settings.matryoshka_dims or []) if m < width]
-        if served and served not in dims:
-            dims.append(served)
-        for dim in dims:
+        served = self.truncate_dim if self.truncate_dim and self.truncate_dim < width else None  # None: all
+        smaller = {m for m in (self.settings.matryoshka_dims or []) if m < width} | ({served} - {None})
+        for dim in [None, *sorted(smaller, reverse=True)]:
             qs, ds = (q, d) if dim is None else (q[:, :dim], d[:, :dim])
             score = self.settings.similarity if dim is None else "cos"
             run = run_from_topk(qids, dids, *exact_search(qs, ds, top_k=100, score=score))
@@ -555,9 +552,8 @@ class RetrievalAdapter(TaskAdapter):
             if dim == served:
                 out.update({k: v for k, v in m.items() if k in ("ndcg@10", "mrr@10", "recall@1", "recall@10",
                                                                  "recall@100")})
-            out[f"ndcg@10@{dim or width}"] = m["ndcg@10"]
-        if served is None:
-            out.pop(f"ndcg@10@{width}")  # the headline already is the full width's
+            if dim is not None or served is not None:  # the full width apart from the headline when it isn't it
+                out[f"ndcg@10@{dim or width}"] = m["ndcg@10"]
         return out
 
     def predictions(self, model, dataset, batch_size=64) -> list:
