@@ -38,12 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import BertforgeError, CheckpointError
+from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..hardware import cpu_flags
 from ..hf_format import config_to_hf
 from ..io import atomic_dir, atomic_write_text
 from ..models.encoder import EncoderOutput
 from ..tokenizer import copy_tokenizer_files
+from .ort import SESSION_DISABLED_OPTIMIZERS, session  # noqa: F401  (the one session factory; re-exported)
 
 OPSET = 17
 MASK_FILTER = -10000.0
@@ -301,69 +302,25 @@ def optimize_onnx(src, dst, fused: bool = True, fusions: str = "lean") -> dict:
     return stats
 
 
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
 def needs_reduce_range(flags: Optional[list] = None) -> bool:
-    """Whether this CPU's INT8 GEMM may saturate with 8-bit weights: True on x86 without VNNI/AMX.
+    """Whether this CPU's INT8 GEMM may saturate with 8-bit weights: True on x86 without VNNI/AMX, whose
+    u8×s8 kernel sums pairs of products in int16 (``vpmaddubsw``; see :mod:`bertforge.compress.int8`, whose
+    :func:`~bertforge.compress.int8.host_target` is the rule). ``flags``: default this CPU's."""
+    from .int8 import host_target
+    flags = cpu_flags() if flags is None else flags
+    return any(f.startswith(("sse", "avx")) for f in flags) and host_target(flags) == "avx2"
 
-    Without VNNI, ONNX Runtime's u8×s8 kernels multiply with ``vpmaddubsw``, whose int16 sum of two
-    products saturates when large activations meet large weights of one sign; ONNX Runtime's quantization
-    docs suggest ``reduce_range`` (7-bit weights) there. Measured on an AVX2-only AMD host: a tiny random
-    model's INT8 logits were off by 2.3e-3 (of 1.4e-2) with 8 bits and 4.5e-4 with 7, but a MiniLM
-    fine-tuned on SST-2 was closer to FP32 with 8 bits (max |logit error| 0.13 vs 0.24; dev accuracy 84.40
-    vs 83.94, FP32 84.29), so 8 bits stay the default and ``--reduce-range`` is the remedy to try.
-    ``flags``: the CPU's flags (default: those /proc/cpuinfo lists for this CPU)."""
-    if flags is None:
-        flags = cpu_flags()
-    x86 = any(f.startswith(("sse", "avx")) for f in flags)
-    return x86 and not any(f in flags for f in VNNI_FLAGS)
+
+#: the CPU flags an INT8 record names (what decides the kernels ONNX Runtime picks)
+INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile", "asimd", "asimddp")
 
 
 def quantize_onnx(src, dst, per_channel: bool = True, reduce_range: bool = False) -> None:
-    """ONNX Runtime dynamic INT8 (weights int8 offline, one scale per output channel unless
-    ``per_channel=False``; activations uint8 per call) of ``src`` → ``dst``.
-
-    ``reduce_range``: quantize weights to 7 bits (see :func:`needs_reduce_range`)."""
-    import logging
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer warns about pre-processing via root
-    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
-    # contrib ops (Attention, SkipLayerNormalization…) defeat ONNX shape inference: tensors are float
-    quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=per_channel,
-                     reduce_range=reduce_range, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-    tmp.replace(dst)
-
-
-#: ONNX Runtime's own (session-level) fusions that :func:`session` leaves off. ``SkipLayerNormFusion``: its
-#: SkipLayerNormalization kernel took 4x the time of the Add + LayerNormalization it replaces (onnxruntime
-#: 1.32, 2 threads, 128 tokens, AVX2-only AMD host: 125 vs 34 us at hidden 312, 305 vs 72 us at 768, each
-#: the median of 200 runs of a chain of 20); on a TinyBERT-4 INT8 graph it fused one residual of the 8.
-SESSION_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
-
-
-def session(path, threads: Optional[int] = None):
-    """An ``onnxruntime.InferenceSession`` on CPU with all graph optimisations on except
-    :data:`SESSION_DISABLED_OPTIMIZERS`, ``threads`` intra-op threads (None: ONNX Runtime's default). The
-    one place session options are chosen: :func:`parity` checks an export with it, and
-    :class:`bertforge.runtime.onnx.OnnxRunner` (the runner for exported graphs) serves with it.
-
-    Raises:
-        CheckpointError: ONNX Runtime cannot load ``path`` (corrupt or foreign graph)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=list(SESSION_DISABLED_OPTIMIZERS))
-    except Exception as e:  # onnxruntime raises its own Fail / InvalidProtobuf / InvalidGraph classes
-        first = (str(e).strip().splitlines() or [type(e).__name__])[-1][:160]
-        raise CheckpointError(f"ONNX Runtime cannot load {path} ({first}); re-create it with "
-                              f"`bertforge export` or `bertforge quantize`") from None
+    """ONNX Runtime dynamic INT8 of ``src`` → ``dst``: int8 weights (7-bit with ``reduce_range``), one scale
+    per output channel unless ``per_channel=False``; uint8 activations per call
+    (:func:`bertforge.compress.int8.quantize_graph` with scheme u8s8 / u8s8-7bit)."""
+    from .int8 import SCHEMES, quantize_graph
+    quantize_graph(src, dst, SCHEMES["u8s8-7bit" if reduce_range else "u8s8"], per_channel)
 
 
 def run_session(sess, inputs: dict) -> np.ndarray:
@@ -393,14 +350,36 @@ def parity(model, onnx_path, batch: int = 2, seq: int = 16) -> float:
 
 def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: bool = False,
            fused: bool = True, per_channel: bool = True, check: bool = True, fusions: str = "lean",
-           reduce_range: bool = False) -> dict:
+           reduce_range: bool = False, scheme: Optional[str] = None, target: Optional[str] = None,
+           gate=None) -> dict:
     """Export → (optimise) → (INT8) into ``out_dir/model.onnx``; copy ``config.json`` and tokenizer files.
 
-    Writes ``out_dir/onnx.json`` describing the graph (inputs, output, fused ops, quantization, FP32
-    parity). Returns that record. Raises BertforgeError when FP32 parity exceeds 1e-4. ``reduce_range``:
-    7-bit INT8 weights (see :func:`needs_reduce_range`).
+    INT8 (``quantize``) follows the CPU it is made for (:mod:`bertforge.compress.int8`): ``target`` (one of
+    :data:`~bertforge.compress.int8.TARGETS`; default this machine's kind) picks the ``scheme`` unless one is
+    named (``reduce_range``: shorthand for ``u8s8-7bit``). ``gate`` (an :class:`~bertforge.compress.int8.GateSpec`)
+    measures the INT8 graph against the FP32 one on calibration batches and keeps the most sensitive
+    MatMuls in FP32 until it agrees within ``gate.max_drop``. A static scheme exports standard ops
+    (``fused=False``: every projection a MatMul the calibrated QDQ pass quantizes).
+
+    Writes ``out_dir/onnx.json`` describing the graph (inputs, output, fused ops, quantization scheme, target,
+    this CPU's INT8 flags, the gate's report, FP32 parity). Returns that record.
+
+    Raises:
+        BertforgeError: FP32 parity exceeds 1e-4, or the gate finds no scheme within ``max_drop`` (nothing
+            is written to ``out_dir`` then).
+        ConfigError: an unknown target or scheme, or ``reduce_range`` with another scheme.
     """
+    from . import int8 as Q
     out_dir = Path(out_dir)
+    chosen = None
+    if quantize:
+        target = target or Q.host_target()
+        if reduce_range and scheme not in (None, "u8s8-7bit"):
+            raise ConfigError(f"--reduce-range means scheme u8s8-7bit, not {scheme}; pass one of them")
+        chosen = Q.get_scheme(scheme) if scheme else \
+            (Q.SCHEMES["u8s8-7bit"] if reduce_range else Q.default_scheme(target))
+        if chosen.static:
+            fused = False
     if model.config.model_type == "modernbert":
         fused = False  # no contrib Attention op takes rotary, windowed attention: standard ops (ExportView)
     with atomic_dir(out_dir) as tmp:
@@ -420,10 +399,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
                                      f"{rec['fp32_max_abs_diff']:.2e} (> 1e-4); "
                                      + ("try --no-fused" if fused else "please report this model"))
         if quantize:
-            quantize_onnx(fp32, tmp / "model.onnx", per_channel=per_channel, reduce_range=reduce_range)
-            rec["quantization"] = "onnxruntime dynamic int8 (QInt8 weights" + \
-                (", per channel" if per_channel else "") + (", 7-bit reduce_range)" if reduce_range else ")")
-            rec["reduce_range"] = reduce_range
+            rec.update(_quantize(fp32, tmp / "model.onnx", chosen, target, per_channel, gate, scheme is None
+                                 and not reduce_range))
         else:
             fp32.replace(tmp / "model.onnx")
         for f in (raw, tmp / "fp32.onnx"):
@@ -437,6 +414,42 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
         rec["file_mb"] = round((tmp / "model.onnx").stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
     return rec
+
+
+def describe_scheme(scheme, per_channel: bool, calibration: Optional[str] = None) -> str:
+    """The ``quantization`` line of ``onnx.json`` (and of ``bench``) for a :class:`~bertforge.compress.int8.Scheme`."""
+    pc = ", per channel" if per_channel else ""
+    if scheme.static:
+        return f"onnxruntime static int8 (QDQ, int8 activations calibrated by {calibration or 'minmax'}, " \
+               f"QInt8 weights{pc})"
+    w = "QInt8" if scheme.weight_signed else "QUInt8"
+    return f"onnxruntime dynamic int8 ({w} weights{pc}" + (", 7-bit reduce_range)" if scheme.reduce_range else ")")
+
+
+def _quantize(fp32, dst, scheme, target: str, per_channel: bool, gate, may_fall_back: bool) -> dict:
+    """INT8 of the FP32 graph ``fp32`` → ``dst`` with ``scheme`` for ``target``; with a ``gate`` the accuracy
+    gate decides (trying the target's other schemes first when the scheme was not named). The record's
+    quantization fields."""
+    from . import int8 as Q
+    flags = cpu_flags()
+    calibration = gate.calibration if gate is not None else "minmax"
+    if gate is None:
+        if scheme.static:
+            raise ConfigError(f"scheme {scheme.name} calibrates activation scales; pass calibration texts "
+                              f"(--calib FILE or --eval FILE)")
+        Q.quantize_graph(fp32, dst, scheme, per_channel)
+        report = None
+    else:
+        schemes = [scheme] + ([Q.SCHEMES[n] for n in Q.FALLBACK_SCHEMES[target] if n != scheme.name]
+                              if may_fall_back else [])
+        result = Q.gate(fp32, dst, schemes, target, gate.batches, gate.kind, gate.max_drop, per_channel,
+                        calibration=calibration, **gate.agreement_kw())
+        scheme = Q.SCHEMES[result.scheme]
+        report = result.record()
+    return {"quantization": describe_scheme(scheme, per_channel, calibration if scheme.static else None),
+            "scheme": scheme.name, "reduce_range": scheme.reduce_range, "target": target,
+            "host_target": Q.host_target(flags), "cpu_flags": [f for f in INT8_FLAGS if f in flags],
+            "exact_on_target": Q.exact_on(scheme, target), "gate": report}
 
 
 class StaticExportView(torch.nn.Module):

@@ -140,7 +140,11 @@ class OnnxRunner(Runner):
         rec_path = onnx_path.parent / "onnx.json"  # how export / quantize made the graph (8- or 7-bit weights…)
         if rec_path.is_file():
             try:
-                self.info["quantization"] = json.loads(rec_path.read_text(encoding="utf-8")).get("quantization")
+                made = json.loads(rec_path.read_text(encoding="utf-8"))
+                self.info["quantization"] = made.get("quantization")
+                for k in ("scheme", "target"):  # the CPU kind the INT8 scheme was chosen for
+                    if made.get(k):
+                        self.info[f"int8_{k}"] = made[k]
             except (ValueError, UnicodeDecodeError, AttributeError):
                 pass
 
