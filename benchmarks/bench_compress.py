@@ -72,11 +72,14 @@ def build(dirpath: Path, layers: int, hidden: int, heads: int, ffn: int) -> Path
     return dirpath
 
 
-def plain_onnx(model_dir: Path, out: Path, int8: bool) -> Path:
-    """The 'plain' path: torch.onnx.export of the transformers model, optionally ORT quantize_dynamic."""
+def plain_onnx(model_dir: Path, out: Path, int8: bool, head: str = "sequence_classification") -> Path:
+    """The 'plain' path: torch.onnx.export of the transformers model (``head``: sequence_classification →
+    logits, base → last_hidden_state), optionally ORT quantize_dynamic with its defaults."""
     import transformers
-    hf = transformers.AutoModelForSequenceClassification.from_pretrained(
-        str(model_dir), attn_implementation="eager").eval()
+    auto = transformers.AutoModelForSequenceClassification if head == "sequence_classification" \
+        else transformers.AutoModel
+    hf = auto.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    output = "logits" if head == "sequence_classification" else "last_hidden_state"
 
     class W(torch.nn.Module):
         def __init__(self, m):
@@ -84,15 +87,16 @@ def plain_onnx(model_dir: Path, out: Path, int8: bool) -> Path:
             self.m = m
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids).logits
+            return getattr(self.m(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=token_type_ids), output)
     ids = torch.randint(1000, 30522, (1, 128))
     names = ["input_ids", "attention_mask", "token_type_ids"]
     fp32 = out.with_suffix(".fp32.onnx")
+    axes = {**{n: {0: "batch", 1: "seq"} for n in names},
+            output: {0: "batch"} if output == "logits" else {0: "batch", 1: "seq"}}
     with torch.no_grad():
         torch.onnx.export(W(hf), (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(fp32),
-                          input_names=names, output_names=["logits"],
-                          dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in names}, "logits": {0: "batch"}},
+                          input_names=names, output_names=[output], dynamic_axes=axes,
                           opset_version=17, dynamo=False)
     if not int8:
         return fp32
