@@ -81,6 +81,9 @@ def test_light_names_equal_the_registries():
     assert names.BACKENDS == tuple(BACKENDS)
     from bertforge.evaluate.retrieval import INDEX_KINDS
     assert names.INDEX_KINDS == INDEX_KINDS
+    from bertforge.compress.int8 import CALIBRATION_METHODS, SCHEMES, TARGETS
+    assert (names.INT8_TARGETS, names.INT8_SCHEMES, names.CALIBRATION_METHODS) == \
+        (TARGETS, tuple(SCHEMES), CALIBRATION_METHODS)
 
 
 def test_choices_take_registry_entries_added_from_user_code_without_importing_it(monkeypatch):

@@ -39,6 +39,15 @@ BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
 #: :data:`bertforge.evaluate.retrieval.INDEX_KINDS` (``retrieval-eval --index``; ``exact`` is numpy search)
 INDEX_KINDS = ("flat", "hnsw", "ivf")
 
+#: :data:`bertforge.compress.int8.TARGETS` (``quantize --target``: the CPU kinds an INT8 graph is made for)
+INT8_TARGETS = ("avx2", "vnni", "amx", "arm64")
+
+#: keys of :data:`bertforge.compress.int8.SCHEMES` (``quantize --scheme``)
+INT8_SCHEMES = ("u8s8", "u8s8-7bit", "u8u8", "s8s8-static")
+
+#: :data:`bertforge.compress.int8.CALIBRATION_METHODS` (``quantize --calibration``)
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy")
+
 
 
 class Choices(tuple):

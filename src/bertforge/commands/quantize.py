@@ -34,10 +34,10 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seq-len", type=int)
     p.add_argument("--fusions", default=None, choices=["lean", "all"],
                    help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
-    from ..compress.int8 import CALIBRATION_METHODS, SCHEMES, TARGETS
-    p.add_argument("--target", choices=TARGETS,
+    from ..names import CALIBRATION_METHODS, INT8_SCHEMES, INT8_TARGETS
+    p.add_argument("--target", choices=INT8_TARGETS,
                    help="CPU kind the graph will run on (default: this machine's); picks the scheme")
-    p.add_argument("--scheme", choices=list(SCHEMES),
+    p.add_argument("--scheme", choices=INT8_SCHEMES,
                    help="INT8 scheme (default: the target's: u8s8 on vnni/amx/arm64, u8s8-7bit on avx2)")
     p.add_argument("--calib", help="calibration texts for the accuracy gate, one per line (a tab splits a pair)")
     p.add_argument("--calib-samples", type=int, default=128, help="calibration texts the gate runs (default 128)")
