@@ -95,7 +95,9 @@ def variants(name: str, src: Path, head: str, work: Path, args, calib: list) -> 
     from bertforge.cli import main
     out = {}
     d = work / name
-    assert main(["export", "--model", str(src), "--out", str(d / "fp32"), "--overwrite"]) == 0
+    reuse = lambda o: args.reuse and (o / "model.onnx").is_file()  # noqa: E731
+    if not reuse(d / "fp32"):
+        assert main(["export", "--model", str(src), "--out", str(d / "fp32"), "--overwrite"]) == 0
     out["bertforge FP32"] = d / "fp32"
     common = ["--model", str(src), "--overwrite", "--max-drop", "100"]
     calib_file = d / "calib.txt"
@@ -109,14 +111,19 @@ def variants(name: str, src: Path, head: str, work: Path, args, calib: list) -> 
         runs = dict(list(runs.items())[:1])
     for k, (slug, extra) in runs.items():
         o = d / slug
-        assert main(["quantize", *common, "--out", str(o), "--calib", str(calib_file), *extra]) == 0
+        if not reuse(o):
+            assert main(["quantize", *common, "--out", str(o), "--calib", str(calib_file), *extra]) == 0
         out[k] = o
-    plain = plain_onnx(src, d / "plain", True, head)
-    out["ORT plain quantize_dynamic"] = graph_dir(plain, out["bertforge FP32"], d / "plain-int8")
+    if not reuse(d / "plain-int8"):
+        graph_dir(plain_onnx(src, d / "plain", True, head), out["bertforge FP32"], d / "plain-int8")
+    out["ORT plain quantize_dynamic"] = d / "plain-int8"
     task = "text-classification" if head == "sequence_classification" else "feature-extraction"
-    opt = optimum_int8(args.optimum_python, src, d / "optimum", task)
-    if opt is not None:
-        out["optimum INT8"] = graph_dir(opt, out["bertforge FP32"], d / "optimum-int8")
+    if reuse(d / "optimum-int8"):
+        out["optimum INT8"] = d / "optimum-int8"
+    else:
+        opt = optimum_int8(args.optimum_python, src, d / "optimum", task)
+        if opt is not None:
+            out["optimum INT8"] = graph_dir(opt, out["bertforge FP32"], d / "optimum-int8")
     return out
 
 
@@ -139,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=20, help="timed calls per runner per round")
     ap.add_argument("--optimum-python", default=str(HERE.parent / ".venv-bench" / "bin" / "python"))
     ap.add_argument("--work", default=None)
+    ap.add_argument("--reuse", action="store_true", help="keep the graphs already in --work")
     ap.add_argument("--quick", action="store_true", help="fewer variants and rows (a smoke run)")
     ap.add_argument("--result", default=None)
     args = ap.parse_args(argv)
@@ -184,7 +192,7 @@ def main(argv=None) -> int:
     # ---------------------------------------------------------------- accuracy
     acc_rows = []
     for task, key, path in (("sst2", "accuracy", DATA / "glue/SST-2/dev.tsv"),
-                            ("stsb", "spearmanr", DATA / "glue/STS-B/dev.tsv")):
+                            ("stsb", "spearman", DATA / "glue/STS-B/dev.tsv")):
         ref = None
         for v, d in models[task].items():
             _, _, adapter, runner = load_for_task(str(d), task)
@@ -212,13 +220,14 @@ def main(argv=None) -> int:
         print(acc_rows[-1], flush=True)
 
     # ---------------------------------------------------------------- speed
-    students = {"student-a (3×384)": build_student(work / "student-a", 3, 384, 1536, mini),
-                "student-b (4×312)": build_student(work / "student-b", 4, 312, 1200, mini)}
+    students = {"student-a (3×384)": build_student(work / "src-student-a", 3, 384, 1536, mini),
+                "student-b (4×312)": build_student(work / "src-student-b", 4, 312, 1200, mini)}
     for name, src in students.items():
         models[name] = variants(name.split()[0], src, "base", work, argparse.Namespace(**{**vars(args),
                                                                                             "quick": True}),
                                 calib["search"])
-    timed = ["bertforge FP32", "bertforge INT8 (this host's scheme)", "ORT plain quantize_dynamic", "optimum INT8"]
+    timed = ["bertforge FP32", "bertforge INT8 (this host's scheme)", "bertforge INT8 u8s8-7bit (the AVX2 scheme)",
+             "bertforge INT8 static s8s8 (entropy)", "ORT plain quantize_dynamic", "optimum INT8"]
     from bertforge.runtime import load_runner
     x = bb.random_inputs(30522, 1, 128, seed=0)
     runners = []
@@ -246,7 +255,7 @@ def main(argv=None) -> int:
             ratios = np.array(per_round[fp]) / np.array(per_round[k])
             line = (m, v, f"{p50:.2f} ms", f"{float(np.percentile(lat[fp], 50)) / p50:.2f}x vs FP32 "
                     f"(rounds {ratios.min():.2f}-{ratios.max():.2f})")
-            if v != "bertforge INT8 (this host's scheme)" and v != "bertforge FP32":
+            if v in ("ORT plain quantize_dynamic", "optimum INT8"):
                 rr = np.array(per_round[k]) / np.array(per_round[mine])
                 line += (f"bertforge INT8 is {p50 / float(np.percentile(lat[mine], 50)):.2f}x faster "
                          f"(rounds {rr.min():.2f}-{rr.max():.2f})",)

@@ -26,8 +26,8 @@ percentile or entropy calibration) is ``onnxruntime.quantization.quantize_static
 
 References: ONNX Runtime quantization docs ("When and why do I need to try U8U8?", reduce_range);
 Intel's ``vpmaddubsw`` / ``vpdpbusd`` definitions; Jacob et al. 2018 (affine integer quantization, eq. 1–7);
-Wu et al. 2020, "Integer Quantization for Deep Learning Inference" §3–4 (per-channel scales, calibration,
-partial quantization: keep the most sensitive layers in floating point).
+Wu et al. 2020, "Integer Quantization for Deep Learning Inference" §3–4 (per-channel scales, calibration) and
+§5.1 (partial quantization: keep the most sensitive layers in floating point).
 """
 from __future__ import annotations
 
