@@ -40,8 +40,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", choices=INT8_SCHEMES,
                    help="INT8 scheme (default: the target's: u8s8 on vnni/amx/arm64, u8s8-7bit on avx2)")
     p.add_argument("--calib", help="calibration texts for the accuracy gate, one per line (a tab splits a pair)")
-    p.add_argument("--calib-samples", type=int, default=128, help="calibration texts the gate runs (default 128)")
-    p.add_argument("--max-drop", type=float, default=1.0,
+    p.add_argument("--calib-samples", type=int, help="calibration texts the gate runs (default 128)")
+    p.add_argument("--max-drop", type=float,
                    help="most points of FP32 agreement INT8 may lose on the calibration texts (labels agreeing, "
                         "cosine × 100, span agreement; default 1.0)")
     p.add_argument("--calibration", choices=CALIBRATION_METHODS, default=None,
@@ -62,7 +62,8 @@ def run(args) -> int:
         used = [f for f, on in (("--reduce-range", args.reduce_range), ("--no-fused", args.no_fused),
                                 ("--fusions", args.fusions is not None), ("--target", args.target),
                                 ("--scheme", args.scheme), ("--calib", args.calib),
-                                ("--calibration", args.calibration)) if on]
+                                ("--calibration", args.calibration), ("--max-drop", args.max_drop is not None),
+                                ("--calib-samples", args.calib_samples is not None)) if on]
         if used:
             why = ("PyTorch's fbgemm already quantizes activations to 7 bits" if used[0] == "--reduce-range"
                    else "it shapes the exported ONNX graph")
@@ -125,6 +126,8 @@ def _check_int8_args(args) -> None:
     if args.calibration and not (args.scheme and SCHEMES[args.scheme].static):
         raise ConfigError("--calibration sets how a static scheme's activation ranges are found; add "
                           "--scheme s8s8-static or drop it")
+    args.max_drop = 1.0 if args.max_drop is None else args.max_drop
+    args.calib_samples = 128 if args.calib_samples is None else args.calib_samples
     if not (0.0 <= args.max_drop <= 100.0) or args.max_drop != args.max_drop:
         raise ConfigError(f"--max-drop {args.max_drop:g} is not a number of points in [0, 100]; e.g. 0.5")
     require_at_least("--calib-samples", args.calib_samples, 1)
