@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     base = build(work / "bert-base", 12, 768, 12, 3072)
     tiny = build(work / "tinybert", 4, 312, 12, 1200)
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     for d in (base, tiny):
         bo.deploy(load_pretrained(d), work / f"{d.name}-ort-fp32", source_dir=None, quantize=False)
     bo.deploy(load_pretrained(tiny), work / "tinybert-ort-int8", quantize=True)

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     from bertforge.distill.data import DistillCollator, IndexedDataset
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
 
     ap = argparse.ArgumentParser()

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bertforge.tasks import adapter_for  # noqa: E402
 from bertforge.commands._common import resolve_model_dir  # noqa: E402
 from bertforge.tasks import get_task  # noqa: E402
-from bertforge.hf import load_pretrained  # noqa: E402
+from bertforge.checkpoint import load_pretrained  # noqa: E402
 from bertforge.tokenizer import load_tokenizer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/glue/SST-2/train.tsv"

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     from bertforge.data.beir import read_beir
     from bertforge.evaluate import bench as bb
     from bertforge.evaluate.embedded import evaluate_retrieval, load_embedder
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)
     tmp = None if args.work else tempfile.TemporaryDirectory(prefix="bench_int8-")

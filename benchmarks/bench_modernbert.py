@@ -124,7 +124,7 @@ def main() -> int:
     import transformers
     transformers.logging.set_verbosity_error()
     from bertforge.hardware import cpu_flags
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
     from bertforge.kernels import apply_kernels
     from bertforge.kernels.allocator import keep_freed_memory
     from bertforge.task_model import TaskModel

@@ -62,7 +62,7 @@ def scan_students(teacher, specs: list, beir_dir, work, threads: int, max_seq_le
 
     from bertforge.data.beir import read_beir
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import read_pooling
     tr = read_beir(beir_dir, "train")
     docs = {d for q in tr.qrels for d in tr.qrels[q]}
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
     from bertforge.data.beir import read_beir, squad_to_beir
     from bertforge.hardware import cpu_flags
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-retrieval-"))
     work.mkdir(parents=True, exist_ok=True)

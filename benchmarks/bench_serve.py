@@ -178,7 +178,7 @@ def main() -> int:
 
     from bertforge.evaluate import loadgen as lg
     from bertforge.evaluate.bench import cpu_flags
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
 
     lines: list = []
 

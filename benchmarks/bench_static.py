@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     from bertforge.data.beir import read_beir, squad_to_beir
     from bertforge.evaluate.embedded import load_embedder
     from bertforge.hardware import cpu_flags
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-static-"))
     work.mkdir(parents=True, exist_ok=True)

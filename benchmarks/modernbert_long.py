@@ -13,7 +13,7 @@ import torch
 import transformers as T
 
 from bertforge.hardware import cpu_flags
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 
 
 def main():

@@ -37,7 +37,7 @@ def corpus_files() -> list:
 def check_dir(obj: str, out: Path) -> dict:
     import torch
     import transformers
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.objectives.electra import ElectraPretrainModel
     from bertforge.tokenizer import load_tokenizer
     tok = load_tokenizer(out)

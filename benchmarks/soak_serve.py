@@ -105,7 +105,7 @@ def main() -> int:
     from bench_serve import real_texts
     from bertforge.evaluate import loadgen as lg
     from bertforge.evaluate.bench import cpu_flags
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
 
     lines: list = []
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertforge.cli import main
-import bertforge.hf  # noqa: F401  (registers the pretraining heads, e.g. mlm)
+import bertforge.checkpoint.read  # noqa: F401  (registers the pretraining heads, e.g. mlm)
 from bertforge.config import ModelConfig
 from bertforge.task_model import TaskModel
 

@@ -17,7 +17,7 @@ from helpers import make_tiny_checkpoint
 
 
 def test_fewer_layers_than_the_checkpoint_keeps_the_first_ones_and_says_so(tmp_path, capsys):
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     ckpt = make_tiny_checkpoint(tmp_path / "m", layers=3)
     model = load_pretrained(ckpt, num_hidden_layers=1)
     err = capsys.readouterr().err
@@ -37,7 +37,7 @@ def test_classifying_from_an_encoder_saved_without_pooler_gets_a_fresh_one(tmp_p
     same logits."""
     import transformers
     from bertforge.config import ModelConfig
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -66,7 +66,7 @@ def test_a_sharded_transformers_checkpoint_loads(workspace, tmp_path):
     import transformers
 
     from bertforge.errors import CheckpointError
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=load_pretrained(workspace.tiny).config.vocab_size, hidden_size=32,
                                   num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -94,7 +94,7 @@ def test_a_sharded_transformers_checkpoint_loads(workspace, tmp_path):
 
 def test_save_pretrained_checks_its_tokenizer_arguments_first(workspace, tmp_path):
     from bertforge.errors import ConfigError
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     m = load_pretrained(workspace.tiny)
     for kw, msg in (({"tokenizer_dir": tmp_path / "nope"}, "holds no tokenizer file"),
                     ({"tokenizer_dir": tmp_path}, "holds no tokenizer file"),
@@ -112,7 +112,7 @@ def test_strict_head_and_a_config_that_disagrees_with_the_weights(workspace, tmp
     import shutil
 
     from bertforge.errors import CheckpointError
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     with pytest.raises(CheckpointError, match="sequence_classification head weights not in"):
         load_pretrained(workspace.tiny, head="sequence_classification", strict_head=True)
     assert load_pretrained(workspace.run, strict_head=True).head is not None  # a trained head loads
@@ -129,7 +129,7 @@ def test_strict_head_and_a_config_that_disagrees_with_the_weights(workspace, tmp
 
 
 def test_a_mistyped_local_path_is_not_tried_on_the_hub(workspace, tmp_path, monkeypatch, cli_error):
-    from bertforge.hf import resolve_model_dir
+    from bertforge.checkpoint import resolve_model_dir
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     assert resolve_model_dir("runs/qa") == tmp_path.joinpath("runs/qa").relative_to(tmp_path)
@@ -140,7 +140,7 @@ def test_a_mistyped_local_path_is_not_tried_on_the_hub(workspace, tmp_path, monk
 
 def test_roberta_positions_follow_its_pad_id():
     """RoBERTa numbers positions from pad_token_id + 1 (HF create_position_ids_from_input_ids)."""
-    from bertforge.hf import token_positions
+    from bertforge.checkpoint import token_positions
     assert token_positions({"model_type": "roberta", "max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert token_positions({"model_type": "roberta", "max_position_embeddings": 129, "pad_token_id": 0}) == 128
     assert token_positions({"model_type": "roberta", "max_position_embeddings": 514}) == 512

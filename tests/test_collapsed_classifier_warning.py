@@ -40,7 +40,7 @@ def test_collapse_check_is_quiet_unless_every_prediction_is_one_class():
 def _one_class_model(workspace, dst):
     """The tiny checkpoint with an SST-2 head that always answers class 1."""
     import torch
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     m = load_pretrained(workspace.tiny, head="sequence_classification", num_labels=2,
                         id2label={0: "0", 1: "1"}, problem_type="single_label_classification")
     with torch.no_grad():

@@ -16,7 +16,7 @@ import torch
 
 from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 
 from helpers import sentences
@@ -225,7 +225,7 @@ def test_magnitude_prune_zeroes_the_smallest_weights():
 def test_flop_formula_matches_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
     from bertforge.evaluate.bench import encoder_flops
-    from bertforge.hf_format import config_to_hf
+    from bertforge.checkpoint import config_to_hf
     m = tiny(head="base")
     P.prune_heads(m, {0: [1]})
     P.prune_ffn(m, {2: [1, 2, 3]})
@@ -581,7 +581,7 @@ def test_prune_defaults_to_the_fine_tuning_length():
 
 def test_magnitude_prune_spares_pooler_and_classifier_and_reports_eval(workspace, tmp_path, capsys):
     from bertforge.cli import main
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     out = tmp_path / "mag"
     ref = load_pretrained(workspace.run)
     assert main(["prune", "--model", str(workspace.run), "--out", str(out), "--magnitude", "0.5",

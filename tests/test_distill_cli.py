@@ -141,7 +141,7 @@ def test_head_pruned_dir_is_recovered_by_kd_from_the_unpruned_teacher(tiny):
     student keeps its uneven per-layer head counts (one layer with none), and KD moves its predictions toward
     the teacher's (truth: KL(teacher ‖ student) on the training sentences, before vs after)."""
     from bertforge.compress import prune as P
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
     teacher = load_pretrained(tiny / "teacher").eval()
     with torch.no_grad():  # a confident teacher, so removing heads visibly moves the predictions
@@ -185,10 +185,10 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     """Sanh et al. 2019 §3: L = 5·L_ce + 2·L_mlm + 1·L_cos on MLM-corrupted text: all three terms train
     (the hard L_mlm term included), and without --mlm-prob the inputs are masked at BERT's 15%."""
     import yaml
-    import bertforge.hf  # noqa: F401  (registers the mlm head)
+    import bertforge.checkpoint.read  # noqa: F401  (registers the mlm head)
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     torch.manual_seed(0)
     tdir = tiny / "mlm-teacher"
     if not tdir.exists():
@@ -233,9 +233,9 @@ def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, ca
     teacher is a classifier, so --augment-mlm DIR supplies the masked LM; without it every word comes from
     embedding neighbours and a note says so."""
     import yaml
-    import bertforge.hf  # noqa: F401  (registers the mlm head)
+    import bertforge.checkpoint.read  # noqa: F401  (registers the mlm head)
     from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
     torch.manual_seed(1)
     mlm_dir = save_tiny(tiny / "aug-mlm", "mlm", tiny / "teacher", layers=2)
@@ -328,7 +328,7 @@ def test_a_student_dir_with_another_label_space_gets_a_fresh_head(tiny, capsys):
     """An STS-B regressor (1 output) as the student of an SST-2 teacher (2 labels) loads as transformers'
     ignore_mismatched_sizes does: the encoder is kept and the head is new (and said so), with no false
     "config.json and the weights disagree" about a file that is fine."""
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     torch.manual_seed(0)
     rdir = save_tiny(tiny / "stsb-student", "sequence_classification", tiny / "teacher", task="stsb", layers=2,
                      num_labels=1, problem_type="regression")
@@ -345,8 +345,8 @@ def test_a_pretraining_checkpoint_teaches_distilbert_with_its_mlm_head(tiny, cap
     """A `bertforge pretrain --objective bert` run is BertForPreTraining (MLM + NSP). Its masked-LM part is
     recognised (no "has no MLM head, so the mlm_soft and mlm term(s) … are dropped"): it teaches with it,
     and loading it as a masked LM gives the pretraining head's MLM logits exactly."""
-    import bertforge.hf  # noqa: F401  (registers the pretraining heads)
-    from bertforge.hf import load_pretrained
+    import bertforge.checkpoint.read  # noqa: F401  (registers the pretraining heads)
+    from bertforge.checkpoint import load_pretrained
     torch.manual_seed(0)
     tdir = save_tiny(tiny / "bert-pretraining", "mlm_nsp", tiny / "teacher", layers=2)
     x = torch.randint(1000, 30000, (2, 7))

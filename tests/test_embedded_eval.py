@@ -307,7 +307,7 @@ def test_embedding_truncates_to_the_models_positions(tmp_path):
 def test_embed_eval_task_needs_a_classifier_of_the_task(workspace, tmp_path, cli_error, head, labels):
     """A tagger or QA model (one output per token) or a 2-label model on STS-B (1 output) is refused, not
     scored (np.stack of per-token outputs, or Pearson of argmax labels, would mean nothing)."""
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.task_model import TaskModel
     base = load_pretrained(workspace.tiny)
     base.config.num_labels = labels

@@ -10,7 +10,7 @@ import torch
 import transformers as T
 
 from bertforge.config import ModelConfig
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 from bertforge.tokenizer import encode_texts, load_tokenizer
 

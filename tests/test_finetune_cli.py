@@ -46,7 +46,7 @@ def test_sst2_finetune_evaluate_predict(tmp_path, capsys, minilm_dir, data_dir):
 
     # the saved dir is a transformers checkpoint: same logits from AutoModelForSequenceClassification
     ref = T.AutoModelForSequenceClassification.from_pretrained(str(out)).eval()
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     ours = load_pretrained(out).eval()
     ids = torch.tensor([[101, 2023, 3185, 2003, 2307, 102]])
     with torch.no_grad():

@@ -180,7 +180,7 @@ def test_ids_are_the_id_column_else_the_line_number(models, tmp_path, capsys):
     its text; JSONL: the "id" field, else the line number. The predictions follow their rows: each line's
     prob equals the model run on that row alone."""
     import torch
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import encode_texts, load_tokenizer
     rows = sentences(7, 3)
     f = tmp_path / "plain.tsv"

@@ -34,7 +34,7 @@ def test_vpmaddubsw_model_saturates_each_pair_in_int16_as_the_instruction_does()
 
 
 def test_seven_bit_weights_never_saturate_and_eight_bit_ones_do_on_real_minilm_activations(minilm_dir):
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     model = load_pretrained(minilm_dir).eval()
     seen = {}
     lin = model.encoder.layers[0].attention.qkv  # (384 → 3·384), input: the embeddings after LayerNorm

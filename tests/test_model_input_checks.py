@@ -26,7 +26,7 @@ def test_model_inputs_of_the_wrong_shape_are_value_errors():
 
 
 def test_forward_names_bad_ids_and_segments(workspace):
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     m = load_pretrained(workspace.tiny)
     v = m.config.vocab_size
     ok = torch.tensor([[2, 5, 3]])

@@ -12,7 +12,7 @@ from bertforge.compress.prune import ffn_sizes, head_counts, prune_ffn, prune_he
 from bertforge.compress.quantize import load_quantized, quantize_dynamic, save_quantized
 from bertforge.config import ModelConfig
 from bertforge.errors import ConfigError
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.runtime import load_runner
 from bertforge.task_model import TaskModel
 

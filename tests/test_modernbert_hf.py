@@ -11,7 +11,7 @@ import torch
 import transformers as T
 
 from bertforge.config import ModelConfig
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 
 HF_CLASSES = {"base": T.ModernBertModel, "mlm": T.ModernBertForMaskedLM,
@@ -156,7 +156,7 @@ def test_hub_config_spellings_and_refusals():
     """The hub's ModernBERT-base config.json (transformers 4.x keys) reads as transformers 5 reads it; what this
     family does not implement is refused with one line."""
     from bertforge.errors import CheckpointError
-    from bertforge.hf_format import config_from_hf
+    from bertforge.checkpoint import config_from_hf
     hub = {"model_type": "modernbert", "architectures": ["ModernBertForMaskedLM"], "vocab_size": 50368,
            "hidden_size": 768, "intermediate_size": 1152, "num_hidden_layers": 22, "num_attention_heads": 12,
            "hidden_activation": "gelu", "max_position_embeddings": 8192, "norm_eps": 1e-5, "norm_bias": False,

@@ -11,7 +11,7 @@ import transformers
 import yaml
 
 from bertforge.cli import main
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

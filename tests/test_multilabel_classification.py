@@ -85,7 +85,7 @@ def test_known_answer_task_is_learnt(learnt, capsys):
 
 def test_saved_dir_gives_transformers_logits(learnt):
     transformers = pytest.importorskip("transformers")
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
     run = learnt / "run"
     theirs = transformers.AutoModelForSequenceClassification.from_pretrained(str(run)).eval()

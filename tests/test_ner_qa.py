@@ -17,7 +17,7 @@ from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, enc
 from bertforge.data.squad import (QAExample, decode_answers, encode_qa_windows, read_squad,
                                   split_by_article)
 from bertforge.errors import DataError
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 from bertforge.tasks.ner import entity_scores
 from bertforge.tasks.qa import exact_match, f1, normalize_answer, squad_scores

@@ -32,7 +32,7 @@ def test_prune_refuses_its_own_input_and_keeps_it(tmp_path, capsys):
 def test_saved_model_files_get_a_normal_file_mode(tmp_path):
     """safetensors writes 0600; a saved checkpoint's files follow the umask like any other file."""
     import os
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     old = os.umask(0o022)
     try:
         d = make_tiny_checkpoint(tmp_path / "m")

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from bertforge.config import ModelConfig
-from bertforge.hf import load_pretrained
+from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 from bertforge.objectives.electra import ElectraPretrainModel
 from bertforge.objectives.rtd import generator_config, replace_tokens

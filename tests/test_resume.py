@@ -104,7 +104,7 @@ def test_sigkill_at_random_step_then_resume_gives_identical_weights(setup):
 
 
 def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(setup):
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     d, ckpt, train, ref = setup
     out = d / "killed-in-write"
     p = subprocess.Popen([sys.executable, "-c", _STALL_STEP_5_WRITE, *map(str, _args(ckpt, train, out))],

@@ -10,7 +10,7 @@ from helpers import make_tiny_checkpoint, sentences
 @pytest.fixture(scope="module")
 def tiny_set(tmp_path_factory):
     from bertforge.data.beir import write_beir
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     d = tmp_path_factory.mktemp("retrieval")
     tiny = make_tiny_checkpoint(d / "tiny", seed=2)
     load_pretrained(tiny, head="base").save_pretrained(d / "emb", tokenizer_dir=tiny, pooling="mean")

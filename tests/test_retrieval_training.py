@@ -50,7 +50,7 @@ def search_ws(tmp_path_factory):
 
 
 def _ndcg(model_dir, dev, settings=None):
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tasks import adapter_for, get_task
     from bertforge.tokenizer import load_tokenizer
     ad = adapter_for(get_task("retrieval"), load_tokenizer(model_dir), 32)
@@ -116,7 +116,7 @@ def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws,
     assert (out / "modules.json").is_file()  # the student is an embedding dir
 
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.tasks.retrieval import embed_texts
     from bertforge.tokenizer import load_tokenizer
     tok, teacher = load_tokenizer(tiny), load_pretrained(tiny, head="base")
@@ -136,7 +136,7 @@ def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws,
 def test_embedding_mse_through_a_projection_equals_the_hand_computed_loss(search_ws):
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import pool
     _, tiny, _, _ = search_ws
     teacher = load_pretrained(tiny, head="base")
@@ -178,7 +178,7 @@ def test_embedding_mse_of_a_normalising_teacher_compares_unit_vectors(search_ws)
     (2 − 2·cos(W e_S, e_T)) / H_T, whatever the vectors' norms."""
     from bertforge.distill.distiller import Distiller, build_terms, method_terms
     from bertforge.distill.student import build_student
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import pool
     _, tiny, _, _ = search_ws
     teacher = load_pretrained(tiny, head="base")

@@ -17,7 +17,7 @@ def _cos(a, b):
 @pytest.mark.parametrize("mode,normalize", [("cls", True), ("max", False)])  # mean: MiniLM, retrieval-eval CLI
 def test_a_saved_embedding_dir_loads_in_sentence_transformers_with_the_same_vectors(tmp_path, mode, normalize):
     from bertforge.evaluate.embedded import load_embedder
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import Pooling, read_pooling
     tiny = make_tiny_checkpoint(tmp_path / "tiny", seed=1)
     model = load_pretrained(tiny, head="base")
@@ -61,7 +61,7 @@ def test_a_plain_checkpoint_without_the_layout_is_mean_pooled_and_not_normalised
 def test_export_and_quantize_keep_an_embedding_models_pooling(tmp_path):
     from bertforge.cli import main
     from bertforge.evaluate.embedded import load_embedder
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import Pooling, read_pooling
     tiny = make_tiny_checkpoint(tmp_path / "tiny", seed=4)
     load_pretrained(tiny, head="base").save_pretrained(tmp_path / "emb", tokenizer_dir=tiny,

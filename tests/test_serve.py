@@ -111,7 +111,7 @@ def dirs(tmp_path_factory):
     classifier, a 1-output cross-encoder, a NER tagger, a QA model, and the encoder's PyTorch INT8 dir
     (``quantize --backend torch``) and FP32 ONNX dir (``export``)."""
     from bertforge.compress import quantize as bq
-    from bertforge.hf import load_pretrained
+    from bertforge.checkpoint import load_pretrained
     root = tmp_path_factory.mktemp("serve")
     d = {"emb": make_tiny_checkpoint(root / "emb")}
     d["cls"] = _tiny_head(root, "cls", "sequence_classification", d["emb"], 1, num_labels=3,

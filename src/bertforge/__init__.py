@@ -8,8 +8,8 @@ __version__ = "0.1.0"
 
 #: public names → the module that defines them, imported on first use (PEP 562), so that `import bertforge`
 #: (and the CLI's start-up, where Ctrl-C must already be handled) does not load torch up front
-_LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained": ".hf",
-         "save_pretrained": ".hf_format", "Encoder": ".models.encoder", "TaskModel": ".task_model"}
+_LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained": ".checkpoint.read",
+         "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained"]
 

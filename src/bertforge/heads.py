@@ -4,7 +4,7 @@ A head reads an :class:`~bertforge.models.encoder.EncoderOutput` and the batch a
 ``loss`` when the batch has labels). Each head lives with what it serves: the task heads in
 :mod:`bertforge.tasks` (classification, NER, QA), the pretraining heads in :mod:`bertforge.objectives`.
 This table sits above both and below :class:`~bertforge.task_model.TaskModel`, which builds a head by
-name, and :mod:`bertforge.hf_format` / :mod:`bertforge.hf`, which read and write the name into
+name, and :mod:`bertforge.checkpoint.write` / :mod:`bertforge.checkpoint.read`, which read and write the name into
 ``config.json``. Nothing registers itself on import: what is in the table is what exists.
 
 A head class has ``hf_suffix`` (the ``transformers`` class-name suffix, e.g. ``ForSequenceClassification``),

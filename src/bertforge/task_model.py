@@ -3,7 +3,7 @@ saved and loaded.
 
 ``TaskModel(config, head="mlm")`` builds the head registered under that name; which modules were imported
 before does not matter (the table is a literal in :mod:`bertforge.heads`). Load a checkpoint dir with
-:func:`bertforge.hf.load_pretrained`; :meth:`TaskModel.save_pretrained` writes one.
+:func:`bertforge.checkpoint.read.load_pretrained`; :meth:`TaskModel.save_pretrained` writes one.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .heads import head_class
-from .hf_format import save_pretrained
+from .checkpoint.write import save_pretrained
 from .models.encoder import Encoder, EncoderOutput
 from .models.output import ModelOutput
 
@@ -106,7 +106,7 @@ class TaskModel(nn.Module):
         """Write a ``transformers`` checkpoint dir (``config.json``, ``model.safetensors``, and the tokenizer
         files of ``tokenizer_dir`` or the ``tokenizers.Tokenizer`` ``tokenizer``; with ``pooling`` or
         :attr:`pooling` on a ``base`` model, the sentence-transformers files too); see
-        :func:`bertforge.hf_format.save_pretrained` (ConfigError for a ``tokenizer_dir`` without tokenizer
+        :func:`bertforge.checkpoint.write.save_pretrained` (ConfigError for a ``tokenizer_dir`` without tokenizer
         files)."""
         save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, pooling=pooling)
 

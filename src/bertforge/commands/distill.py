@@ -98,7 +98,7 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     for it in items:
         h.update(json.dumps(it["input_ids"]).encode())
     teach = []
-    from ..hf import weight_files
+    from ..checkpoint.read import weight_files
     for t in teacher_dirs:  # a changed teacher (any of its weight files, shards too) invalidates the cache
         files = weight_files(Path(t))
         teach.append([str(t), max(f.stat().st_mtime for f in files) if files else None])
@@ -110,7 +110,7 @@ AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
 
 def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
     """ConfigError unless ``mlm_dir`` holds a masked LM (saved MLM head) with the teacher's vocabulary."""
-    from ..hf import MLM_HEADS, read_config, saved_head_name
+    from ..checkpoint.read import MLM_HEADS, read_config, saved_head_name
     from ..tokenizer import load_tokenizer
     head = saved_head_name(read_config(mlm_dir))
     if head not in MLM_HEADS:
@@ -125,7 +125,7 @@ def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
 def _check_vocabularies(teacher_dirs, student_spec) -> None:
     """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
     fed to all of them. Raises ConfigError before anything is loaded or written."""
-    from ..hf import read_config
+    from ..checkpoint.read import read_config
     from ..tokenizer import load_tokenizer
     dirs = [Path(t) for t in teacher_dirs]
     if student_spec and Path(str(student_spec)).is_dir():
@@ -353,7 +353,7 @@ def resolve_teachers(args, opts: Options, recipe, inputs=None) -> list:
     """The teacher dirs, checked before any model is loaded: ``--max-seq-len`` fits every teacher, teachers
     and a student dir share one vocabulary, an ``--augment-mlm`` dir is a masked LM of that vocabulary.
     Without a length asked for, ``data.max_seq_len`` becomes the one the teacher was fine-tuned with."""
-    from ..hf import check_seq_len, read_config
+    from ..checkpoint.read import check_seq_len, read_config
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         check_seq_len(args.max_seq_len, read_config(t))  # validates the dir before anything is written
@@ -394,7 +394,7 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
             count, ``--augment`` for a token task.
     """
     from ..tasks import adapter_for, get_task, saved_task_spec, task_spec
-    from ..hf import load_pretrained, read_config, require_saved_head
+    from ..checkpoint.read import load_pretrained, read_config, require_saved_head
     d = recipe.data
     meta = read_config(teacher_dirs[0]).get("bertforge") or {}
     d.task = args.task or d.task or meta.get("task")
@@ -464,7 +464,7 @@ def _retrieval_data(opts: Options, recipe, teacher_dirs, tok, task, adapter) -> 
             a cross-encoder teacher for embedding_mse.
     """
     from ..data.collate import PadCollator
-    from ..hf import load_pretrained, read_config, saved_head_name
+    from ..checkpoint.read import load_pretrained, read_config, saved_head_name
     from ..models.pooling import read_pooling
     from ..tasks.retrieval import PairExample, read_pairs
     from ..tokenizer import encode_texts, pad_id
@@ -514,7 +514,7 @@ def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tu
     """TinyBERT's data augmentation (Jiao et al. 2020 §3.3): ``opts.copies`` rewritten copies of every
     example. Returns (examples with the copies, the settings applied for recipe.yaml)."""
     from ..distill.augment import augment_examples, default_augmenter
-    from ..hf import load_pretrained
+    from ..checkpoint.read import load_pretrained
     aug_cfg = opts.augment
     record = {**aug_cfg, "copies": opts.copies, "prob": args.augment_prob if args.augment_prob is not None
               else aug_cfg.get("prob", 0.4)}
@@ -538,7 +538,7 @@ def _corpus_data(args, recipe, teacher_dirs, tok, inputs) -> Data:
     from ..data.collate import PadCollator
     from ..distill.data import corpus_sequences
     from ..distill.distiller import has_mlm_head, mlm_head_name
-    from ..hf import MLM_HEADS, load_pretrained, read_config, saved_head_name
+    from ..checkpoint.read import MLM_HEADS, load_pretrained, read_config, saved_head_name
     from ..tokenizer import pad_id
     d = recipe.data
     corpus = args.corpus or d.corpus
@@ -762,7 +762,7 @@ def run_static(args) -> int:
     (:mod:`bertforge.distill.static`). Every check — one teacher with a tokenizer, ``--dim`` within its
     width, no flag of the training methods — runs before anything is written."""
     from ..distill.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
-    from ..hf import load_pretrained
+    from ..checkpoint.read import load_pretrained
     from ..models.static import save_static, static_config
     from ..tokenizer import load_tokenizer, pad_id
     if not args.teacher or len(args.teacher) != 1:

@@ -38,7 +38,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
     length the model was fine-tuned with. Raises ConfigError for a length outside [2, the model's
     positions], an unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
-    from ..hf import check_seq_len, read_config, require_saved_head
+    from ..checkpoint.read import check_seq_len, read_config, require_saved_head
     from ..runtime import load_runner
     from ..tasks import adapter_for, model_task
     from ..tokenizer import load_tokenizer

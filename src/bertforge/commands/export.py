@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..compress.onnx import deploy
-    from ..hf import load_pretrained
+    from ..checkpoint.read import load_pretrained
     for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
         if on and not args.int8:
             raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")

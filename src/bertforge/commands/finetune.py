@@ -50,7 +50,7 @@ def setup(args, recipe, sources=None):
     from the recipe (``sources``, :mod:`bertforge.commands._sources`: checked to be the ones it recorded)
     and are recorded in it, data paths resolved; the task (and a custom task's columns and labels) not given
     is the one the model was fine-tuned on (its ``config.json``)."""
-    from ..hf import check_seq_len, read_config
+    from ..checkpoint.read import check_seq_len, read_config
     from ..tasks import adapter_for, get_task, saved_task_spec
     from ..tokenizer import load_tokenizer
     from ._sources import Sources, require
@@ -135,7 +135,7 @@ def _resumed_meta(out) -> dict:
 
 def _check_family(model_dir, hf_cfg) -> None:
     from ..errors import CheckpointError
-    from ..hf import config_from_hf
+    from ..checkpoint.read import config_from_hf
     try:
         config_from_hf(hf_cfg)
     except CheckpointError as e:
@@ -143,7 +143,7 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 
 def run(args) -> int:
-    from ..hf import load_pretrained
+    from ..checkpoint.read import load_pretrained
     from ..tasks import task_spec
     from ..train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan

@@ -108,7 +108,7 @@ def resolve_seq_len(max_seq_len, cfg: dict) -> int:
     Raises:
         ConfigError: ``--max-seq-len`` beyond the model's positions.
     """
-    from ..hf import check_seq_len, token_positions
+    from ..checkpoint.read import check_seq_len, token_positions
     if max_seq_len is None:
         trained = (cfg.get("bertforge") or {}).get("max_seq_len")
         return min(trained if isinstance(trained, int) and trained >= 2 else 128, token_positions(cfg))
@@ -278,7 +278,7 @@ def run(args) -> int:
     import torch
     from ..compress import prune as P
     from ..data.collate import PadCollator
-    from ..hf import load_pretrained, read_config
+    from ..checkpoint.read import load_pretrained, read_config
     from ..io import atomic_write_text
     from ..tokenizer import load_tokenizer, pad_id, special_tokens
     check_args(args)

@@ -53,7 +53,7 @@ def run(args) -> int:
     import numpy as np
     from ..compress import onnx as bo
     from ..compress import quantize as bq
-    from ..hf import load_pretrained
+    from ..checkpoint.read import load_pretrained
     model_dir = resolve_model_dir(args.model)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
@@ -158,7 +158,7 @@ def gate_spec(model_dir, args, eval_data=None):
     import numpy as np
     from ..compress.int8 import GateSpec
     from ..data.collate import PadCollator
-    from ..hf import read_config, saved_head_name
+    from ..checkpoint.read import read_config, saved_head_name
     from ..models.pooling import read_pooling
     from ..runtime.base import head_kind
     from ..tokenizer import load_tokenizer, pad_id

@@ -40,7 +40,7 @@ from torch import nn
 
 from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..hardware import cpu_flags
-from ..hf_format import config_to_hf
+from ..checkpoint.write import config_to_hf
 from ..io import atomic_dir, atomic_write_text
 from ..models.encoder import EncoderOutput
 from ..tokenizer import copy_tokenizer_files

@@ -25,7 +25,7 @@ Physical removal (:func:`prune_heads`, :func:`prune_ffn`) slices the fused ``qkv
 in each of the Q, K, V blocks and the matching input columns of ``out``; FFN pruning slices rows of
 ``intermediate`` and columns of ``output``. The new shapes go into ``ModelConfig.layer_num_heads`` /
 ``layer_intermediate_sizes`` (saved in ``config.json``) so the directory reloads with
-:func:`bertforge.hf.load_pretrained`. A layer may lose every head: its attention block then returns only
+:func:`bertforge.checkpoint.read.load_pretrained`. A layer may lose every head: its attention block then returns only
 the output bias and the residual carries the input. ``transformers`` 5.x no longer reads ``pruned_heads``
 from ``config.json`` (and has no per-layer FFN width), so a pruned dir loads in bertforge only; a dir whose
 layers all keep the same FFN width and every head is still a plain ``transformers`` checkpoint.

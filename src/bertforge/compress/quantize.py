@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import CheckpointError
-from ..hf import _head_from_arch, config_from_hf, read_config
-from ..hf_format import config_to_hf
+from ..checkpoint.read import _head_from_arch, config_from_hf, read_config
+from ..checkpoint.write import config_to_hf
 from ..io import atomic_dir
 from ..task_model import TaskModel
 from ..tokenizer import copy_tokenizer_files

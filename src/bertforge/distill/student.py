@@ -25,7 +25,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..hf import load_pretrained
+from ..checkpoint.read import load_pretrained
 from ..task_model import TaskModel
 
 _PART = re.compile(r"^(\d+)([LHAI])$", re.IGNORECASE)
@@ -145,7 +145,7 @@ def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **
 def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config: Optional[dict] = None,
                   teacher_dir: Optional[str] = None, notes: bool = True) -> TaskModel:
     """Make the student named by ``spec`` (shape, ``layers:…`` or a checkpoint dir); see module doc.
-    ``notes``: :func:`bertforge.hf.load_pretrained`'s notes on a head that starts fresh (off when a
+    ``notes``: :func:`bertforge.checkpoint.read.load_pretrained`'s notes on a head that starts fresh (off when a
     checkpoint replaces the weights next: ``--resume``).
 
     Raises:

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import ConfigError, require_at_least
 from ..hardware import cpu_flags as all_flags
-from ..hf import check_seq_len, read_config
+from ..checkpoint.read import check_seq_len, read_config
 from ..runtime import load_runner
 from ..runtime.onnx import graph_is_int8
 

@@ -30,7 +30,7 @@ from ..data.collate import length_sorted_batches
 from ..data.embedded import lee_corpus, polarity_sentences
 from ..errors import CheckpointError, ConfigError
 from .metrics import compute
-from ..hf import resolve_model_dir
+from ..checkpoint.read import resolve_model_dir
 from ..runtime import load_runner
 from ..tasks import adapter_for, get_task
 from ..tokenizer import encode_texts, pad_id

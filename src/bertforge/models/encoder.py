@@ -2,7 +2,7 @@
 
 Each block is ``x = LN(x + MHA(x))`` then ``x = LN(x + W₂·act(W₁x))``. Every family (bert, roberta,
 albert, electra, distilbert) is this module with a different :class:`~bertforge.config.ModelConfig`;
-their differences live in the embeddings and in the weight names (``bertforge.hf``).
+their differences live in the embeddings and in the weight names (``bertforge.checkpoint.read``).
 
 ModernBERT (``model_type="modernbert"``, Warner et al. 2024) is the same Encoder with its own embeddings,
 pre-LN layers (RoPE, GeGLU, local/global attention) and a final norm: :mod:`.modernbert`.

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from ..hf import load_pretrained
+from ..checkpoint.read import load_pretrained
 from ..models.output import ModelOutput
 from ..task_model import TaskModel
 from .rtd import RTD_WEIGHT, generator_config, replace_tokens, sample_from_logits

@@ -13,7 +13,7 @@ Backends (each module's docstring says what it supports):
   INT8 dir of ``quantize --backend torch``;
 * ``onnxruntime`` — :mod:`bertforge.runtime.onnx`: the ``model.onnx`` of ``export`` / ``quantize`` (FP32 or
   INT8) or any ``.onnx`` file; a checkpoint dir is exported on the fly;
-* ``transformers`` — :mod:`bertforge.runtime.hf`: the checkpoint in Hugging Face's own class, for
+* ``transformers`` — :mod:`bertforge.runtime.transformers_runner`: the checkpoint in Hugging Face's own class, for
   comparisons;
 * static embedding dirs (``distill --method static``: one table, mean pooling, no transformer) —
   :mod:`bertforge.runtime.static` under ``torch`` / ``auto``, exported on the fly under ``onnxruntime``.
@@ -51,7 +51,7 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
         CheckpointError: ``path`` does not exist or holds nothing this backend can run (one line that
         says what to pass instead).
     """
-    from ..hf import EMBEDDED, resolve_model_dir
+    from ..checkpoint.read import EMBEDDED, resolve_model_dir
     from .base import check_threads
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -83,7 +83,7 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
         raise CheckpointError(f"{path} is a file, not a checkpoint directory; the {backend} backend needs the "
                               f"folder that holds config.json")
     if backend == "transformers":
-        from .hf import HFRunner
+        from .transformers_runner import HFRunner
         return HFRunner.load(path, threads)
     from .torch import TorchRunner
     return TorchRunner.load(path, threads, int8=int8, mkl_pack=mkl_pack, device=device,

@@ -15,7 +15,7 @@ Which of them a runner can produce is in :attr:`Runner.outputs`; ``outputs=("las
 a model with a head for its encoder states instead (what sentence embeddings read).
 
 The backends are :mod:`bertforge.runtime.torch` (bertforge's PyTorch model, FP32 or INT8),
-:mod:`bertforge.runtime.onnx` (an ONNX graph in ONNX Runtime) and :mod:`bertforge.runtime.hf` (a
+:mod:`bertforge.runtime.onnx` (an ONNX graph in ONNX Runtime) and :mod:`bertforge.runtime.transformers_runner` (a
 ``transformers`` model, for comparisons).
 """
 from __future__ import annotations
@@ -118,10 +118,10 @@ class Runner(ABC):
 
     @property
     def max_length(self) -> Optional[int]:
-        """Token positions the model can embed (:func:`bertforge.hf.token_positions`), None when unknown."""
+        """Token positions the model can embed (:func:`bertforge.checkpoint.read.token_positions`), None when unknown."""
         if not self.config:
             return None
-        from ..hf import token_positions
+        from ..checkpoint.read import token_positions
         return token_positions(self.config)
 
     @property

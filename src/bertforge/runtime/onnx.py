@@ -45,7 +45,7 @@ def count_graph_parameters(cfg: dict, graph) -> dict:
     if is_static_config(cfg):  # one (V, d) table
         return {"parameters": int(cfg["vocab_size"]) * int(cfg["hidden_size"])}
     try:
-        from ..hf import config_from_hf, saved_head_name
+        from ..checkpoint.read import config_from_hf, saved_head_name
         from ..task_model import TaskModel
         from .torch import count_parameters
         with torch.device("meta"):
@@ -64,7 +64,7 @@ def find_graph(path: Path) -> Optional[Path]:
         return path if path.suffix == ".onnx" else None
     if (path / "model.onnx").is_file():
         return path / "model.onnx"
-    from ..hf import weight_files
+    from ..checkpoint.read import weight_files
     if not path.is_dir() or weight_files(path):
         return None
     graphs = sorted(path.glob("*.onnx"))
@@ -92,7 +92,7 @@ class OnnxRunner(Runner):
         import onnx
 
         from ..compress.onnx import session
-        from ..hf import read_config, saved_head_name
+        from ..checkpoint.read import read_config, saved_head_name
         check_threads(threads)
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
@@ -169,7 +169,7 @@ class OnnxRunner(Runner):
         """
         from ..compress.onnx import deploy
         from ..compress.quantize import is_quantized_dir
-        from ..hf import load_pretrained, read_config
+        from ..checkpoint.read import load_pretrained, read_config
         from .torch import count_parameters
         model_dir = Path(model_dir)
         config = read_config(model_dir)

@@ -60,7 +60,7 @@ class TorchRunner(Runner):
         self.model = prepare(model)
         self.path = Path(path) if path is not None else Path(getattr(model, "source_dir", "") or ".")
         if config is None:
-            from ..hf_format import config_to_hf
+            from ..checkpoint.write import config_to_hf
             config = config_to_hf(model.config, model.head_name)
         self.config = config
         self.head = model.head_name
@@ -104,7 +104,7 @@ class TorchRunner(Runner):
         """
         from ..compress import quantize as bq
         from ..errors import ConfigError
-        from ..hf import load_pretrained, read_config, shard_index, weight_files
+        from ..checkpoint.read import load_pretrained, read_config, shard_index, weight_files
         model_dir = Path(model_dir)
         config = read_config(model_dir)
         info = {}

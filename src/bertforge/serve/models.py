@@ -178,7 +178,7 @@ def pooling_of(path: Path) -> str:
 def parse_model_args(values: list) -> list:
     """``--model`` values → ``[(name, dir)]``: ``NAME=DIR`` or ``DIR`` (named after its folder; ``minilm``
     keeps its alias). Raises ConfigError for an empty or repeated name."""
-    from ..hf import EMBEDDED
+    from ..checkpoint.read import EMBEDDED
     out, seen = [], set()
     for v in values:
         name, sep, d = v.partition("=")
@@ -205,7 +205,7 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     Raises:
         CheckpointError: nothing servable at ``path`` (one line naming it).
     """
-    from ..hf import EMBEDDED, resolve_model_dir
+    from ..checkpoint.read import EMBEDDED, resolve_model_dir
     from ..runtime import load_runner
     p = resolve_model_dir(str(path)) if str(path).lower() in EMBEDDED else Path(path)
     if not p.exists():

@@ -307,7 +307,7 @@ class MultiLabelAdapter(SequenceAdapter):
 
     def use_model_thresholds(self, model_dir) -> None:
         """Take the thresholds saved in ``model_dir``'s ``config.json`` (none saved: 0.5 for every label)."""
-        from ..hf import read_config
+        from ..checkpoint.read import read_config
         meta = read_config(model_dir).get("bertforge") or {}
         self.thresholds = meta.get("thresholds") or {"use": "global", "global": 0.5,
                                                       "per_label": [0.5] * len(self.task.labels),
@@ -397,7 +397,7 @@ def save_thresholds(model_dir, adapter: "MultiLabelAdapter", data_cfg, eval_ds=N
         th = {"use": "per_label", "global": t["global"], "per_label": [round(x, 6) for x in t["per_label"]],
               "source": f"tuned on {source}"}
     elif eval_ds is not None:
-        from ..hf import load_pretrained
+        from ..checkpoint.read import load_pretrained
         model = load_pretrained(model_dir)
         th = adapter.tuned(model, eval_ds, source=source)
     else:

@@ -3,7 +3,7 @@
 A bertforge checkpoint *is* a ``transformers`` checkpoint dir: ``config.json`` (with ``model_type`` and
 ``architectures``), ``model.safetensors``, ``tokenizer.json`` + ``tokenizer_config.json``. The per-family
 maps between our parameter names and Hugging Face's, the config translation and writing a dir
-(``save_pretrained``) are in :mod:`bertforge.hf_format`, below :class:`~bertforge.task_model.TaskModel`;
+(``save_pretrained``) are in :mod:`bertforge.checkpoint.write`, below :class:`~bertforge.task_model.TaskModel`;
 this module sits above it, since loading builds a model with the head a dir was saved with.
 
 Loading accepts ``model.safetensors`` or ``pytorch_model.bin`` (read with ``torch.load(weights_only=True)``,
@@ -19,11 +19,11 @@ from typing import Optional
 
 import torch
 
-from .errors import BertforgeError, CheckpointError, ConfigError
-from .heads import HEADS, MLM_HEAD, MLM_HEADS
-from .hf_format import PREFIX, config_from_hf, encoder_key_map
-from .io import read_config
-from .task_model import TaskModel
+from ..errors import BertforgeError, CheckpointError, ConfigError
+from ..heads import HEADS, MLM_HEAD, MLM_HEADS
+from ..io import read_config
+from ..task_model import TaskModel
+from .write import PREFIX, config_from_hf, encoder_key_map
 
 # ------------------------------------------------------------------------------------------ loading
 def deployed_format(path: Path) -> Optional[tuple]:
@@ -289,7 +289,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if model.head is not None and hasattr(model.head, "tie_weights"):
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
-    from .models.pooling import read_pooling
+    from ..models.pooling import read_pooling
     pooling = read_pooling(path)
     if pooling.declared:  # a sentence-transformers dir: its pooling travels with the model (saved again)
         model.pooling = pooling

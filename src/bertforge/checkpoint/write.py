@@ -4,7 +4,7 @@ A bertforge checkpoint *is* a ``transformers`` checkpoint dir: ``config.json`` (
 ``architectures``), ``model.safetensors``, ``tokenizer.json`` + ``tokenizer_config.json``. This module
 holds, per family, the map between our parameter names and Hugging Face's (fused Q/K/V, ALBERT's shared
 groups, DistilBERT's names), the config translation, and :func:`save_pretrained`. Weights are never pickled.
-Reading a dir back is :func:`bertforge.hf.load_pretrained`.
+Reading a dir back is :func:`bertforge.checkpoint.read.load_pretrained`.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
-from .config import FAMILIES, ModelConfig
-from .errors import CheckpointError, ConfigError
-from .heads import HEADS
-from .io import atomic_dir, move_files_into
-from .tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
+from ..config import FAMILIES, ModelConfig
+from ..errors import CheckpointError, ConfigError
+from ..heads import HEADS
+from ..io import atomic_dir, move_files_into
+from ..tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
                 "distilbert": "DistilBert", "modernbert": "ModernBert"}
@@ -333,7 +333,7 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=
     if pooling is None and getattr(model, "head_name", None) == "base":
         pooling = getattr(model, "pooling", None)
     if pooling is not None:
-        from .models.pooling import Pooling, write_pooling
+        from ..models.pooling import Pooling, write_pooling
         if isinstance(pooling, str):
             pooling = Pooling(pooling)
         write_pooling(out_dir, pooling.mode, pooling.normalize, hidden_size=model.config.hidden_size,

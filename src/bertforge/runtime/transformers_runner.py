@@ -34,7 +34,7 @@ def transformers_class(cfg: dict):
 def check_loadable(model_dir: Path, cfg: dict) -> None:
     """Raise CheckpointError unless ``transformers`` can build ``model_dir``: it needs FP32 weights and one
     width for every layer. The message names what the dir holds and the backend that runs it."""
-    from ..hf import deployed_format, weight_files
+    from ..checkpoint.read import deployed_format, weight_files
     if not weight_files(model_dir):
         held = deployed_format(model_dir)
         if held:
@@ -69,7 +69,7 @@ class HFRunner(Runner):
         super().__init__()
         import transformers
 
-        from ..hf import saved_head_name, shard_index, weight_files
+        from ..checkpoint.read import saved_head_name, shard_index, weight_files
         from .torch import count_parameters
         check_threads(threads)
         if threads:
@@ -103,7 +103,7 @@ class HFRunner(Runner):
         """
         from transformers.utils import logging as hf_logging
 
-        from ..hf import read_config
+        from ..checkpoint.read import read_config
         model_dir = Path(model_dir)
         cfg = read_config(model_dir)
         check_loadable(model_dir, cfg)
