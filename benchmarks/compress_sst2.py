@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     logging.getLogger().setLevel(logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertforge.commands.evaluate import load_for_task
-    from bertforge.commands.prune import plot_curve
+    from bertforge.cli.commands.evaluate import load_for_task
+    from bertforge.cli.commands.prune import plot_curve
     from bertforge.compress import onnx as bo
     from bertforge.compress import prune as P
     from bertforge.compress import quantize as bq

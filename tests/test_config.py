@@ -14,7 +14,7 @@ def test_overrides_after_a_many_valued_option_are_overrides(monkeypatch):
     def fake_run(args):
         seen.update(corpus=args.corpus, overrides=args.overrides)
         return 0
-    import bertforge.commands.pretrain as pt
+    import bertforge.cli.commands.pretrain as pt
     monkeypatch.setattr(pt, "run", fake_run)
     assert cli.main(["pretrain", "--objective", "bert", "--corpus", "a.txt", "b.txt", "pretrain.max_span=4",
                      "--out", "o", "train.lr=1e-4"]) == 0

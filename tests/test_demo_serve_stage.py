@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from bertforge.cli import build_parser
-from bertforge.commands.demo import BUDGETS, Pipeline, Stage, stage_table
+from bertforge.cli.commands.demo import BUDGETS, Pipeline, Stage, stage_table
 
 
 def _rows(tmp_path, *extra):

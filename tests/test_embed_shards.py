@@ -30,7 +30,7 @@ def _args(**kw):
 
 def test_shards_hold_the_models_vectors_and_a_rerun_redoes_only_damaged_shards(corpus, capsys):
     from bertforge.cli import main
-    from bertforge.commands.embed import read_shards
+    from bertforge.cli.commands.embed import read_shards
     from bertforge.evaluate.embedded import load_embedder
     d, model, txt, texts = corpus
     out = d / "vecs"
@@ -61,7 +61,7 @@ def test_shards_hold_the_models_vectors_and_a_rerun_redoes_only_damaged_shards(c
 def test_two_ranks_write_the_vectors_of_one_and_the_flat_index_equals_exact_search(corpus, capsys):
     import faiss
 
-    from bertforge.commands.embed import embed_corpus, read_shards
+    from bertforge.cli.commands.embed import embed_corpus, read_shards
     from bertforge.data.stream import plan_shards
     from bertforge.evaluate.retrieval import exact_search
     d, model, txt, texts = corpus
@@ -88,7 +88,7 @@ def test_two_ranks_write_the_vectors_of_one_and_the_flat_index_equals_exact_sear
 
 def test_jsonl_ids_are_kept(corpus, capsys):
     from bertforge.cli import main
-    from bertforge.commands.embed import read_shards
+    from bertforge.cli.commands.embed import read_shards
     d, model, _, texts = corpus
     jl = d / "c.jsonl"
     jl.write_text("".join(json.dumps({"_id": f"doc{i}", "title": "t", "text": t}) + "\n"

@@ -9,7 +9,7 @@ import torch
 
 from bertforge.cli import main
 from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences
-from bertforge.evaluate import report as rp
+from bertforge.cli import demo_report as rp
 from bertforge.evaluate.embedded import (Embedder, lee_spearman, load_embedder, mean_pool, measure_latencies,
                                          polarity_accuracy, task_metrics)
 

@@ -64,9 +64,9 @@ def test_version_flag_prints_the_package_version():
 
 
 def test_light_names_equal_the_registries():
-    """:mod:`bertforge.names` (what the parsers offer without importing torch) lists exactly the keys of each
+    """:mod:`bertforge.cli.names` (what the parsers offer without importing torch) lists exactly the keys of each
     registry, in its order."""
-    from bertforge import names
+    from bertforge.cli import names
     from bertforge.distill.distiller import METHODS
     from bertforge.distill.mapping import STRATEGIES
     from bertforge.objectives.pretrain import OBJECTIVES, SIZES
@@ -89,7 +89,7 @@ def test_light_names_equal_the_registries():
 def test_choices_take_registry_entries_added_from_user_code_without_importing_it(monkeypatch):
     """docs/extending.md: ``OBJECTIVES["mlm40"] = …`` from the user's code makes ``--objective mlm40`` valid;
     a name in no table is refused without importing the registry."""
-    from bertforge.names import Choices
+    from bertforge.cli.names import Choices
     from bertforge.objectives import pretrain
     c = Choices(("bert",), "bertforge.objectives.pretrain:OBJECTIVES")
     assert "bert" in c and "mlm40" not in c

@@ -3,7 +3,7 @@ bfloat16 is asked for on a CPU that would emulate it (~100x slower matmuls)."""
 import pytest
 import torch
 
-from bertforge.commands._common import check_recipe
+from bertforge.cli.commands._common import check_recipe
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
@@ -46,5 +46,5 @@ def test_trainer_warns_on_emulated_bf16_only(tmp_path, monkeypatch, capsys, nati
 
 
 def test_translate_default_recipe_uses_auto():
-    from bertforge.commands.translate import DEFAULT_RECIPE
+    from bertforge.cli.commands.translate import DEFAULT_RECIPE
     assert DEFAULT_RECIPE["impl"]["dtype"] == "auto"

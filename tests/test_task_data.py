@@ -178,7 +178,7 @@ def test_non_finite_regression_labels_are_refused_and_nan_metrics_print_as_null(
         warnings.simplefilter("error")
         assert all(np.isnan(v) for v in compute(("pearson", "spearman"), [1.0], [2.0]).values())
         assert all(np.isnan(v) for v in compute(("pearson", "spearman"), [1.0, 2.0], [3.0, 3.0]).values())
-    from bertforge.commands._common import print_json
+    from bertforge.cli.commands._common import print_json
 
     def strict(s):  # JSON as other languages read it: NaN / Infinity are errors
         return json.loads(s, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 
-from ..errors import BertforgeError, ConfigError, DataError, require_at_least
+from ...errors import BertforgeError, ConfigError, DataError, require_at_least
 from ..names import OBJECTIVE_NAMES, SIZE_NAMES, Choices
 from ._common import (add_train_args, apply_train_flags, check_cache_dir, check_flags_agree, check_recipe,
                       print_json, resolve_model_dir)
@@ -54,8 +54,8 @@ def add_arguments(p) -> None:
 def build_pretrain_recipe(args):
     """Shape defaults (--size) < the objective's optimizer constants < recipe file < KEY=VALUE overrides
     < explicit flags."""
-    from ..config import deep_merge, load_recipe
-    from ..objectives.pretrain import OBJECTIVES, SIZES
+    from ...config import deep_merge, load_recipe
+    from ...objectives.pretrain import OBJECTIVES, SIZES
     if not args.objective:  # a run's recipe records its objective
         saved = load_recipe(args.recipe, [], extra_sections=("pretrain",)).extra.get("pretrain") or {}
         args.objective = saved.get("objective")
@@ -101,7 +101,7 @@ def _check_size_against_recipe(size: str, path: str) -> None:
     """ConfigError when ``--size`` and a recipe file both set a shape key (model, data or train) to different
     values: the recipe would silently win (a recipe only for ``pretrain.*`` options combines freely)."""
     import yaml
-    from ..objectives.pretrain import SIZES
+    from ...objectives.pretrain import SIZES
     raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}  # load_recipe has validated it
     for section, values in SIZES[size].items():
         for key, value in values.items():
@@ -114,8 +114,8 @@ def _check_size_against_recipe(size: str, path: str) -> None:
 
 def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_dir: Path):
     """A trained (cached) tokenizer of kind ``spec``, or the tokenizer of a checkpoint dir."""
-    from ..data.tokenizers_train import KINDS, check_trained_size, check_vocab_size, train_tokenizer
-    from ..tokenizer import load_tokenizer
+    from ...data.tokenizers_train import KINDS, check_trained_size, check_vocab_size, train_tokenizer
+    from ...tokenizer import load_tokenizer
     spec = spec or kind_default
     if spec not in KINDS:
         d = resolve_model_dir(spec)
@@ -125,7 +125,7 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
         return load_tokenizer(d)
     from tokenizers import Tokenizer
 
-    from ..data.corpus import iter_corpus_lines, reach_hub_sources, source_meta
+    from ...data.corpus import iter_corpus_lines, reach_hub_sources, source_meta
     meta = source_meta(corpus)
     for c, (_, size, _) in zip(corpus, meta):
         if size == 0 and Path(c).is_file():
@@ -139,19 +139,19 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
         return tok
     reach_hub_sources(corpus)  # an offline or misspelt dataset name fails here, before training
     tok = train_tokenizer(spec, iter_corpus_lines(corpus), vocab_size)
-    from ..io import atomic_write_text
+    from ...io import atomic_write_text
     atomic_write_text(path, tok.to_str())
     return tok
 
 
 def run(args) -> int:
-    from ..data.corpus import PretrainDataset, TokenizedCorpus, default_cache_dir, split_documents
-    from ..objectives.collate import PretrainCollator
-    from ..objectives.pretrain import (OBJECTIVES, build_model, evaluate_mlm, model_config, resolve_options,
+    from ...data.corpus import PretrainDataset, TokenizedCorpus, default_cache_dir, split_documents
+    from ...objectives.collate import PretrainCollator
+    from ...objectives.pretrain import (OBJECTIVES, build_model, evaluate_mlm, model_config, resolve_options,
                                        unigram_top_id)
-    from ..tokenizer import special_tokens
-    from ..train.trainer import Trainer
-    from ..data.tokenizers_train import KINDS
+    from ...tokenizer import special_tokens
+    from ...train.trainer import Trainer
+    from ...data.tokenizers_train import KINDS
 
     from ._sources import Sources
     recipe = build_pretrain_recipe(args)
@@ -220,7 +220,7 @@ def run(args) -> int:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built
     with run_dir as work:
-        from ..train.rng import set_seed
+        from ...train.rng import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
         model = build_model(opts, config)
         uni = unigram_top_id(corpus, train_mask, list(ids.values()))

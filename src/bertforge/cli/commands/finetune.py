@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
+from ...errors import ConfigError, DataError
 from ..names import TASK_NAMES
 from ._common import add_recipe_args, add_train_args, build_recipe, print_json, resolve_model_dir
 from ._rundir import RunDir
@@ -47,12 +47,12 @@ def add_arguments(p) -> None:
 
 def setup(args, recipe, sources=None):
     """Resolve model, task and data (validated before anything is written). Inputs not given as flags come
-    from the recipe (``sources``, :mod:`bertforge.commands._sources`: checked to be the ones it recorded)
+    from the recipe (``sources``, :mod:`bertforge.cli.commands._sources`: checked to be the ones it recorded)
     and are recorded in it, data paths resolved; the task (and a custom task's columns and labels) not given
     is the one the model was fine-tuned on (its ``config.json``)."""
-    from ..checkpoint.read import check_seq_len, read_config
-    from ..tasks import adapter_for, get_task, saved_task_spec
-    from ..tokenizer import load_tokenizer
+    from ...checkpoint.read import check_seq_len, read_config
+    from ...tasks import adapter_for, get_task, saved_task_spec
+    from ...tokenizer import load_tokenizer
     from ._sources import Sources, require
     sources = sources if sources is not None else Sources(recipe, getattr(args, "recipe", None))
     d = recipe.data
@@ -75,7 +75,7 @@ def setup(args, recipe, sources=None):
         if getattr(d, k, None) is None:
             setattr(d, k, v)
     _check_family(model_dir, hf_cfg)
-    from ..tasks import apply_labels_file
+    from ...tasks import apply_labels_file
     apply_labels_file(d, hf_cfg)
     task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header, d.multi_label,
                     d.allow_empty_labels)
@@ -83,7 +83,7 @@ def setup(args, recipe, sources=None):
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
     _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg)
-    from ..tasks.multilabel import apply_hand_thresholds
+    from ...tasks.multilabel import apply_hand_thresholds
     apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
     if Path(d.train).is_dir():  # a BEIR dir is evaluation data (its test qrels), never a training set
         hint = f" such as {Path(d.train) / 'train.jsonl'}" if (Path(d.train) / "train.jsonl").is_file() else ""
@@ -109,7 +109,7 @@ def _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg) -> None:
             flag = "--" + next(iter(given)).replace("_", "-")
             raise ConfigError(f"{flag} applies to --task retrieval only; drop it")
         return
-    from ..models.pooling import read_pooling
+    from ...models.pooling import read_pooling
     section = {**(recipe.extra.get("retrieval") or {}), **given}
     width = hf_cfg.get("hidden_size") or hf_cfg.get("dim")
     adapter.configure(section, int(width), read_pooling(model_dir))
@@ -121,7 +121,7 @@ def _resumed_meta(out) -> dict:
     ``--resume`` continues: its latest checkpoint's, else its final model's; {} when there is none."""
     import json
 
-    from ..train.checkpoint import latest_checkpoint
+    from ...train.checkpoint import latest_checkpoint
     ckpt = latest_checkpoint(Path(out) / "checkpoints") if out else None
     for d in ([ckpt] if ckpt else []) + ([Path(out)] if out else []):
         try:
@@ -134,8 +134,8 @@ def _resumed_meta(out) -> dict:
 
 
 def _check_family(model_dir, hf_cfg) -> None:
-    from ..errors import CheckpointError
-    from ..checkpoint.read import config_from_hf
+    from ...errors import CheckpointError
+    from ...checkpoint.read import config_from_hf
     try:
         config_from_hf(hf_cfg)
     except CheckpointError as e:
@@ -143,9 +143,9 @@ def _check_family(model_dir, hf_cfg) -> None:
 
 
 def run(args) -> int:
-    from ..checkpoint.read import load_pretrained
-    from ..tasks import task_spec
-    from ..train.trainer import Trainer
+    from ...checkpoint.read import load_pretrained
+    from ...tasks import task_spec
+    from ...train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan
     from ._resume_policy import check_batch_fits
     from ._sources import Sources
@@ -161,7 +161,7 @@ def run(args) -> int:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     with run_dir as work:
-        from ..train.rng import set_seed
+        from ...train.rng import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         # on --resume the checkpoint's weights replace these: no note about a head that starts fresh
         model = load_pretrained(model_dir, head=adapter.head, notes=not args.resume, **adapter.head_config(),
@@ -183,7 +183,7 @@ def run(args) -> int:
         print_training_plan("finetune", adapter.counts(train_ds), trainer)
         result = trainer.fit(resume=args.resume)
         if multi:
-            from ..tasks.multilabel import save_thresholds
+            from ...tasks.multilabel import save_thresholds
             result["thresholds"] = save_thresholds(work, adapter, recipe.data, eval_ds, result)
     print_json({"out": str(out), **result})
     return 0

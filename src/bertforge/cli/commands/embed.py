@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import BertforgeError, ConfigError
+from ...errors import BertforgeError, ConfigError
 from ._common import print_json, resolve_model_dir
 
 #: texts tokenised and embedded at once inside a shard (bounds the memory of tokenised text)
@@ -86,7 +86,7 @@ def shard_done(out: Path, shard: dict, dim: int) -> bool:
 def _atomic_npy(path: Path, arr) -> None:
     import numpy as np
 
-    from ..io import owner_tag
+    from ...io import owner_tag
     tmp = path.with_name(f".{path.name}.{owner_tag()}tmp")
     try:
         with open(tmp, "wb") as f:
@@ -101,7 +101,7 @@ def _atomic_npy(path: Path, arr) -> None:
 
 def write_shard(out: Path, shard: dict, vecs, ids: list) -> dict:
     """Write one shard: vectors, ids, then its record (each atomically; the record last). Returns the record."""
-    from ..io import atomic_write_text
+    from ...io import atomic_write_text
     name = shard_name(shard["index"])
     npy = out / f"{name}.npy"
     _atomic_npy(npy, vecs)
@@ -124,7 +124,7 @@ def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch
     """The (count, dim) float32 vectors and the ids of one shard, embedded ``CHUNK`` texts at a time."""
     import numpy as np
 
-    from ..data.stream import read_shard
+    from ...data.stream import read_shard
     vecs = np.empty((shard["count"], dim), dtype=np.float32)
     ids: list = []
     texts: list = []
@@ -147,7 +147,7 @@ def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch
 
 
 def _key(model_dir: Path, inputs: list, args, dim: int, pooling) -> dict:
-    from ..io import dir_fingerprint
+    from ...io import dir_fingerprint
     fp = dir_fingerprint(model_dir) if model_dir.is_dir() else {"path": str(model_dir.resolve())}
     return {"model_sha256": fp.get("sha256"),
             "inputs": [{"path": str(p.resolve()), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
@@ -158,7 +158,7 @@ def _key(model_dir: Path, inputs: list, args, dim: int, pooling) -> dict:
 
 def check_out(out: Path, model_dir: Path) -> None:
     """``--out`` rules: a directory path outside the model dir and not inside another run, model or embedding
-    output (as :class:`~bertforge.commands._rundir.RunDir` checks); a non-empty one must be an earlier embed
+    output (as :class:`~bertforge.cli.commands._rundir.RunDir` checks); a non-empty one must be an earlier embed
     output (``manifest.json``)."""
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory path")
@@ -176,7 +176,7 @@ def check_out(out: Path, model_dir: Path) -> None:
 
 
 def run(args) -> int:
-    from ..data.stream import check_inputs, plan_shards
+    from ...data.stream import check_inputs, plan_shards
     for flag, v in (("--shard-size", args.shard_size), ("--batch-size", args.batch_size),
                     ("--max-seq-len", args.max_seq_len)):
         if v < 1:
@@ -198,24 +198,24 @@ def embed_corpus(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     """Embed the shards of ``plan`` this rank owns into ``out`` (see the module docstring). ``rank`` /
     ``world_size``: default the ``torchrun`` environment (joined with gloo); given explicitly, no process
     group is used (the split can be run rank by rank in one process)."""
-    from ..evaluate.embedded import load_embedder
-    from ..io import append_jsonl, atomic_write_text
+    from ...evaluate.embedded import load_embedder
+    from ...io import append_jsonl, atomic_write_text
     ctx = None
     if rank is None:
-        from ..train.distributed import init_distributed
+        from ...train.distributed import init_distributed
         ctx = init_distributed()
         rank, world_size = ctx.rank, ctx.world_size
     world_size = world_size or 1
 
     def barrier():
         if ctx is not None:
-            from ..train.distributed import barrier as b
+            from ...train.distributed import barrier as b
             b(ctx)
 
     embedder = load_embedder(model_dir, threads=args.threads) if args.backend == "auto" else None
     if embedder is None:
-        from ..evaluate.embedded import Embedder
-        from ..runtime import load_runner
+        from ...evaluate.embedded import Embedder
+        from ...runtime import load_runner
         embedder = Embedder(load_runner(model_dir, backend=args.backend, threads=args.threads))
     if not embedder.can_embed:
         raise ConfigError(f"{model_dir} outputs logits only; pass an embedding model (encoder or static dir)")
@@ -302,8 +302,8 @@ def build_shard_index(out: Path, plan: dict, kind: str) -> dict:
     import faiss
     import numpy as np
 
-    from ..evaluate.retrieval import build_index, normalize_rows
-    from ..io import atomic_write_text, owner_tag
+    from ...evaluate.retrieval import build_index, normalize_rows
+    from ...io import atomic_write_text, owner_tag
     index = None
     for s in plan["shards"]:
         x = np.load(out / f"{shard_name(s['index'])}.npy")

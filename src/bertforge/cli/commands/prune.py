@@ -21,8 +21,8 @@ import io
 import json
 from pathlib import Path
 
-from ..errors import ConfigError, DataError, require_at_least
-from ..io import json_safe
+from ...errors import ConfigError, DataError, require_at_least
+from ...io import json_safe
 from ._common import print_json, resolve_model_dir
 from ._rundir import RunDir
 
@@ -108,7 +108,7 @@ def resolve_seq_len(max_seq_len, cfg: dict) -> int:
     Raises:
         ConfigError: ``--max-seq-len`` beyond the model's positions.
     """
-    from ..checkpoint.read import check_seq_len, token_positions
+    from ...checkpoint.read import check_seq_len, token_positions
     if max_seq_len is None:
         trained = (cfg.get("bertforge") or {}).get("max_seq_len")
         return min(trained if isinstance(trained, int) and trained >= 2 else 128, token_positions(cfg))
@@ -129,7 +129,7 @@ def _task_eval_fn(args, task, adapter):
 
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
-    from ..tasks import adapter_for, model_task
+    from ...tasks import adapter_for, model_task
     meta = cfg.get("bertforge") or {}
     name = task_name or meta.get("task")
     if not name:
@@ -143,7 +143,7 @@ def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
 
 def read_text_examples(path, tok, max_seq_len: int, max_samples=None) -> list:
     """Plain text, one example per non-empty line → encoded dicts (``input_ids``, ``token_type_ids``)."""
-    from ..tokenizer import encode_texts
+    from ...tokenizer import encode_texts
     p = Path(path)
     if not p.is_file():
         raise DataError(f"--data {path} does not exist; pass a text or task file")
@@ -197,7 +197,7 @@ def fidelity_fn(model, data, collate, batch_size):
     ``mse_to_unpruned``, the mean squared change of a regression head's predictions; ``hidden_drift``,
     the relative squared drift ‖h − h₀‖² / ‖h₀‖² of a head-less encoder's last hidden state."""
     import torch
-    from ..compress.prune import LABEL_KEYS, is_qa
+    from ...compress.prune import LABEL_KEYS, is_qa
     batches = [collate(data[s:s + batch_size]) for s in range(0, len(data), batch_size)]
     qa = is_qa(model)
 
@@ -245,7 +245,7 @@ def _sig(x: float) -> float:
 
 
 def write_history(out: Path, history: list, metric: str) -> None:
-    from ..io import atomic_write_text
+    from ...io import atomic_write_text
     cols = ["step", "heads_pruned", "heads_fraction", "ffn_pruned", "parameters", metric, "heads_per_layer"]
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -276,11 +276,11 @@ def plot_curve(path: Path, x, y, metric: str, title: str = "head pruning (Michel
 
 def run(args) -> int:
     import torch
-    from ..compress import prune as P
-    from ..data.collate import PadCollator
-    from ..checkpoint.read import load_pretrained, read_config
-    from ..io import atomic_write_text
-    from ..tokenizer import load_tokenizer, pad_id, special_tokens
+    from ...compress import prune as P
+    from ...data.collate import PadCollator
+    from ...checkpoint.read import load_pretrained, read_config
+    from ...io import atomic_write_text
+    from ...tokenizer import load_tokenizer, pad_id, special_tokens
     check_args(args)
     model_dir = resolve_model_dir(args.model)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
@@ -288,7 +288,7 @@ def run(args) -> int:
     args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
     model = load_pretrained(model_dir).eval()
-    from ..kernels import apply_kernels
+    from ...kernels import apply_kernels
     apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     if args.magnitude is None and not args.data:
         raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BertforgeError
+from ...errors import BertforgeError
 from ._common import print_json
 
 
@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..data.beir import squad_to_beir
+    from ...data.beir import squad_to_beir
     from ._rundir import enclosing_output, holds_output
     out = Path(args.out_dir)
     if out.exists() and not out.is_dir():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ..errors import ConfigError, require_at_least
+from ...errors import ConfigError, require_at_least
 from ._common import print_json, resolve_model_dir
 
 
@@ -38,10 +38,10 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
     length the model was fine-tuned with. Raises ConfigError for a length outside [2, the model's
     positions], an unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
-    from ..checkpoint.read import check_seq_len, read_config, require_saved_head
-    from ..runtime import load_runner
-    from ..tasks import adapter_for, model_task
-    from ..tokenizer import load_tokenizer
+    from ...checkpoint.read import check_seq_len, read_config, require_saved_head
+    from ...runtime import load_runner
+    from ...tasks import adapter_for, model_task
+    from ...tokenizer import load_tokenizer
     require_at_least("--max-seq-len", max_seq_len, 2)
     model_dir = resolve_model_dir(model_arg)
     cfg = read_config(model_dir)
@@ -78,10 +78,10 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
         raise ConfigError(f"--threshold and --labels-file apply to multi-label models; {model_dir} is a "
                           f"{task.kind} model")
     if labels_file is not None:
-        from ..tasks.multilabel import check_labels_file
+        from ...tasks.multilabel import check_labels_file
         check_labels_file(labels_file, saved or task.labels)
     if threshold is not None:
-        from ..tasks.multilabel import resolve_thresholds
+        from ...tasks.multilabel import resolve_thresholds
         adapter.thresholds = resolve_thresholds(threshold, task.labels, base=adapter.thresholds)
     return model_dir, task, adapter, runner
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import BertforgeError, ConfigError
-from ..io import atomic_write_text
+from ...errors import BertforgeError, ConfigError
+from ...io import atomic_write_text
 from ..names import OBJECTIVE_NAMES as OBJECTIVES  # the pretraining objectives, each run once
 
 #: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
@@ -138,7 +138,7 @@ class Pipeline:
     """Runs :class:`Stage` rows in-process through :func:`bertforge.cli.main` and records them in demo.json."""
 
     def __init__(self, out: Path, argv: list):
-        from ..cli import _verbs
+        from .. import _verbs
         self.out, self.verbs = out, _verbs()
         self.stages: list = []
         self.by_name: dict = {}
@@ -151,7 +151,7 @@ class Pipeline:
     def run(self, stage: Stage) -> bool:
         """Run one row (skipped when its verb is not in this build or a stage it needs did not succeed);
         True when it exited 0. A stage's failure, even a bug, is recorded and does not stop the demo."""
-        from ..cli import main
+        from .. import main
         argv = stage.argv()
         name, needs = stage.name, stage.needs
         out_dir = stage.dir or stage.args.get("--out")
@@ -390,7 +390,7 @@ def _demo_argv(args) -> list:
 def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noqa: N803
     import torch
 
-    from ..evaluate import report as rp
+    from .. import demo_report as rp
     rows = []
     res = D / "eval" / "results.json"
     if pl.ok("evaluate") and res.is_file():

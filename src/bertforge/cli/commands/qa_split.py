@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..io import atomic_write_text
+from ...io import atomic_write_text
 from ._common import check_out_files, print_json
 
 
@@ -26,7 +26,7 @@ def _count(d: dict) -> int:
 
 
 def run(args) -> int:
-    from ..data.squad import _load_json, split_by_article
+    from ...data.squad import _load_json, split_by_article
     out = check_out_files(Path(args.out_dir), ("train.json", "eval.json"), args.overwrite, inputs=(args.data,),
                           flag="--out-dir")
     data = _load_json(Path(args.data))

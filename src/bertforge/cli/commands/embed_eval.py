@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError, require_at_least
-from ..io import atomic_write_text
+from ...errors import ConfigError, require_at_least
+from ...io import atomic_write_text
 from ._common import print_json
 
 
@@ -60,8 +60,8 @@ def parse_model_arg(spec: str) -> tuple:
 def run(args) -> int:
     import torch
 
-    from ..evaluate.embedded import evaluate_embedders, load_embedder
-    from ..evaluate.bench import check_threads
+    from ...evaluate.embedded import evaluate_embedders, load_embedder
+    from ...evaluate.bench import check_threads
     from ._common import check_out_file, resolve_model_dir
     check_threads(args.threads)
     for k in ("seq_len", "batch_size", "rounds", "iters", "lee_max_seq_len", "max_seq_len", "max_eval_samples"):

@@ -1,11 +1,11 @@
 """``bertforge <verb>`` — the command line.
 
-Each verb is a module in :mod:`bertforge.commands` defining ``add_arguments(parser)`` and
+Each verb is a module in :mod:`bertforge.cli.commands` defining ``add_arguments(parser)`` and
 ``run(args) -> int``; its docstring's first line is the help text. User errors
 (:class:`~bertforge.errors.BertforgeError`) print ``bertforge: error: <message>`` on one line and exit 2.
 
 Building the parser imports every command module but nothing heavy: a verb imports torch, numpy,
-transformers … inside ``run`` (choices come from :mod:`bertforge.names`), so ``--help``, ``--version`` and
+transformers … inside ``run`` (choices come from :mod:`bertforge.cli.names`), so ``--help``, ``--version`` and
 argument errors answer at once (``tests/test_package_import.py`` checks ``sys.modules``).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pkgutil
 import re
 import sys
 
-from . import __version__
-from .errors import BertforgeError
+from .. import __version__
+from ..errors import BertforgeError
 
 
 def _verbs() -> dict:
@@ -26,7 +26,7 @@ def _verbs() -> dict:
     out = {}
     for m in pkgutil.iter_modules(commands.__path__):
         if not m.name.startswith("_"):
-            out[m.name.replace("_", "-")] = f"bertforge.commands.{m.name}"
+            out[m.name.replace("_", "-")] = f"bertforge.cli.commands.{m.name}"
     return out
 
 

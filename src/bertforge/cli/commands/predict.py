@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError, require_at_least
-from ..io import atomic_write_text
+from ...errors import ConfigError, require_at_least
+from ...io import atomic_write_text
 from ._common import check_out_file
 from .evaluate import add_multilabel_args, load_for_task
 
@@ -40,7 +40,7 @@ def run(args) -> int:
     require_at_least("--batch-size", args.batch_size, 1)
     fmt = getattr(args, "format", "jsonl")
     if fmt == "glue" and args.task:  # before loading the model
-        from ..tasks import ALIASES, TASKS
+        from ...tasks import ALIASES, TASKS
         named = TASKS.get(ALIASES.get(args.task.lower(), args.task.lower()))
         if named is not None:
             _check_glue_format(named)
@@ -54,7 +54,7 @@ def run(args) -> int:
     data = adapter.load(args.data, require_labels=False)
     preds = adapter.predictions(runner, data, args.batch_size)
     if fmt == "glue":
-        from ..tasks.classification import glue_submission
+        from ...tasks.classification import glue_submission
         text = glue_submission(preds)
     else:
         text = "".join(json.dumps(p) + "\n" for p in preds)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BertforgeError, require_at_least
+from ...errors import BertforgeError, require_at_least
 from ._common import check_out_files, print_json
 
 
@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..data.embedded import build_corpus
+    from ...data.embedded import build_corpus
     if args.max_documents is not None:
         require_at_least("--max-documents", args.max_documents, 1)
     if not 0.0 < args.heldout_fraction < 1.0:

@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..evaluate.bench import bench, check_bench_args
+    from ...evaluate.bench import bench, check_bench_args
     check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
     rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
                 args.warmup, args.iters, args.min_seconds, args.int8)
@@ -53,7 +53,7 @@ def run(args) -> int:
 def target_mismatch(rec: dict):
     """A warning when an INT8 graph made for one CPU kind (``onnx.json``'s target) is timed on another: its
     scheme may be slower here, or (8-bit weights on an AVX2 CPU) saturate and lose accuracy. None if it fits."""
-    from ..compress.int8 import exact_on, host_target, SCHEMES
+    from ...compress.int8 import exact_on, host_target, SCHEMES
     target, scheme = rec.get("int8_target"), rec.get("int8_scheme")
     here = host_target()
     if not target or target == here:

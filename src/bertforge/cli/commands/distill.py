@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from ..names import DISTILL_METHODS, DISTILL_STAGES, DISTILL_TABLE_METHODS, LAYER_MAPS, Choices
 from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
                       print_json, resolve_model_dir)
@@ -31,7 +31,7 @@ EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
 
 def apply_kernels(model, kernels):
     """:func:`bertforge.kernels.apply_kernels`, imported on first use (the parser loads without torch)."""
-    from ..kernels import apply_kernels as apply
+    from ...kernels import apply_kernels as apply
     return apply(model, kernels)
 
 
@@ -98,7 +98,7 @@ def _fingerprint(teacher_dirs, items, max_len, shapes) -> dict:
     for it in items:
         h.update(json.dumps(it["input_ids"]).encode())
     teach = []
-    from ..checkpoint.read import weight_files
+    from ...checkpoint.read import weight_files
     for t in teacher_dirs:  # a changed teacher (any of its weight files, shards too) invalidates the cache
         files = weight_files(Path(t))
         teach.append([str(t), max(f.stat().st_mtime for f in files) if files else None])
@@ -110,8 +110,8 @@ AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
 
 def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
     """ConfigError unless ``mlm_dir`` holds a masked LM (saved MLM head) with the teacher's vocabulary."""
-    from ..checkpoint.read import MLM_HEADS, read_config, saved_head_name
-    from ..tokenizer import load_tokenizer
+    from ...checkpoint.read import MLM_HEADS, read_config, saved_head_name
+    from ...tokenizer import load_tokenizer
     head = saved_head_name(read_config(mlm_dir))
     if head not in MLM_HEADS:
         raise ConfigError(f"--augment-mlm {mlm_dir} has {'a ' + head if head not in (None, 'base') else 'no'} "
@@ -125,8 +125,8 @@ def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
 def _check_vocabularies(teacher_dirs, student_spec) -> None:
     """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
     fed to all of them. Raises ConfigError before anything is loaded or written."""
-    from ..checkpoint.read import read_config
-    from ..tokenizer import load_tokenizer
+    from ...checkpoint.read import read_config
+    from ...tokenizer import load_tokenizer
     dirs = [Path(t) for t in teacher_dirs]
     if student_spec and Path(str(student_spec)).is_dir():
         dirs.append(Path(str(student_spec)))
@@ -150,7 +150,7 @@ def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
     """ConfigError for a CLI flag the chosen losses would ignore: ``--temperature`` without a soft-logit
     term, ``--alpha`` without a ``kd`` term (it weighs that term's hard-label CE), ``--layer-map`` without a
     layer-wise term that follows a map, ``--mlm-prob`` in the task stage."""
-    from ..distill.distiller import follows_layer_map, reads_logits
+    from ...distill.distiller import follows_layer_map, reads_logits
     names = [e["loss"] for e in entries]
     listed = f"--method {method} ({stage} stage) trains {', '.join(names)}"
     if args.temperature is not None and not any(map(reads_logits, names)):
@@ -170,7 +170,7 @@ def _check_flags_used(args, entries: list, method: str, stage: str) -> None:
 def _applied(entry: dict, term, layer_map) -> dict:
     """A loss entry as the run applied it, for ``recipe.yaml``: the temperature/alpha that
     ``--temperature``/``--alpha`` set on the term, the ``--layer-map`` that replaced a named map."""
-    from ..distill.distiller import follows_layer_map, reads_logits
+    from ...distill.distiller import follows_layer_map, reads_logits
     e = dict(entry)
     if reads_logits(e["loss"]):
         e["temperature"] = term.temperature
@@ -232,7 +232,7 @@ def run(args) -> int:
                         ("--remove-top", args.remove_top)):
         if value is not None:
             raise ConfigError(f"{flag} is an option of --method static; drop it or add --method static")
-    from ..distill.data import IndexedDataset
+    from ...distill.data import IndexedDataset
     from ._sources import Sources, require
     recipe = build_recipe(args, extra_sections=("distill",))
     prov = Sources(recipe, args.recipe)  # the inputs --recipe recorded; those this run reads
@@ -271,7 +271,7 @@ def run(args) -> int:
         if cache is not None:
             cache.flush()
         if hasattr(data.adapter, "configure_loss") and opts.stage == "task":  # multi-label: own thresholds
-            from ..tasks.multilabel import save_thresholds
+            from ...tasks.multilabel import save_thresholds
             result["thresholds"] = save_thresholds(work, data.adapter, recipe.data, data.eval_ds, result)
     print_json({"out": str(out), "stage": opts.stage, "method": opts.method, "student": opts.student,
                 "student_params": sum(p.numel() for p in student.parameters()),
@@ -337,8 +337,8 @@ def read_options(args, recipe) -> Options:
         if "/" in student_spec or "\\" in student_spec or student_spec.startswith("."):
             raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
                               f"pruned model), a shape like 4L-312H-12A-1200I, or layers:0,2,4")
-        from ..config import FAMILIES
-        from ..distill.student import parse_shape
+        from ...config import FAMILIES
+        from ...distill.student import parse_shape
         family, sep, shape = student_spec.partition(":")
         if sep and family.strip().lower() not in FAMILIES:
             raise ConfigError(f"--student {student_spec}: {family!r} is no model family; write FAMILY:SHAPE with "
@@ -353,7 +353,7 @@ def resolve_teachers(args, opts: Options, recipe, inputs=None) -> list:
     """The teacher dirs, checked before any model is loaded: ``--max-seq-len`` fits every teacher, teachers
     and a student dir share one vocabulary, an ``--augment-mlm`` dir is a masked LM of that vocabulary.
     Without a length asked for, ``data.max_seq_len`` becomes the one the teacher was fine-tuned with."""
-    from ..checkpoint.read import check_seq_len, read_config
+    from ...checkpoint.read import check_seq_len, read_config
     teacher_dirs = [resolve_model_dir(t) for t in args.teacher]
     for t in teacher_dirs:
         check_seq_len(args.max_seq_len, read_config(t))  # validates the dir before anything is written
@@ -374,9 +374,9 @@ def resolve_teachers(args, opts: Options, recipe, inputs=None) -> list:
 # ---------------------------------------------------------------------------------------------- data
 def build_data(args, opts: Options, recipe, teacher_dirs, inputs=None) -> Data:
     """Load the teachers and the training data of the stage: labelled task examples (optionally augmented,
-    TinyBERT §3.3) or corpus sequences. ``inputs`` (:class:`bertforge.commands._sources.Sources`) checks data
+    TinyBERT §3.3) or corpus sequences. ``inputs`` (:class:`bertforge.cli.commands._sources.Sources`) checks data
     files taken from the recipe and records them; data paths are recorded resolved."""
-    from ..tokenizer import load_tokenizer
+    from ...tokenizer import load_tokenizer
     from ._sources import Sources
     inputs = inputs if inputs is not None else Sources(recipe, getattr(args, "recipe", None))
     tok = load_tokenizer(teacher_dirs[0])
@@ -393,8 +393,8 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
         ConfigError: no task or training file, a teacher without the task's head or with another label
             count, ``--augment`` for a token task.
     """
-    from ..tasks import adapter_for, get_task, saved_task_spec, task_spec
-    from ..checkpoint.read import load_pretrained, read_config, require_saved_head
+    from ...tasks import adapter_for, get_task, saved_task_spec, task_spec
+    from ...checkpoint.read import load_pretrained, read_config, require_saved_head
     d = recipe.data
     meta = read_config(teacher_dirs[0]).get("bertforge") or {}
     d.task = args.task or d.task or meta.get("task")
@@ -405,12 +405,12 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
     if not d.train:
         raise ConfigError("--stage task needs --train FILE (labelled data)")
     # the teacher's column/label settings for its own task, under any given on this command line
-    from ..tasks import apply_labels_file
+    from ...tasks import apply_labels_file
     apply_labels_file(d, read_config(teacher_dirs[0]))
     spec = {**saved_task_spec(meta, d.task), **task_spec(d)}
     task = get_task(d.task, **spec)
     adapter = adapter_for(task, tok, d.max_seq_len)
-    from ..tasks.multilabel import apply_hand_thresholds
+    from ...tasks.multilabel import apply_hand_thresholds
     apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
     if task.kind == "retrieval":
         return _retrieval_data(opts, recipe, teacher_dirs, tok, task, adapter)
@@ -429,14 +429,14 @@ def _task_data(args, opts: Options, recipe, teacher_dirs, tok, inputs) -> Data:
         if getattr(t.head, "num_labels", None) != (task.num_labels or head_cfg.get("num_labels")):
             raise ConfigError(f"teacher {tdir} predicts {getattr(t.head, 'num_labels', '?')} labels but "
                               f"task {task.name} has {task.num_labels}; fine-tune the teacher on it first")
-    from ..data.readers import read_examples
+    from ...data.readers import read_examples
     examples = [] if token_task else read_examples(d.train, task, d.max_train_samples)
     if opts.copies and token_task:
         raise ConfigError(f"--augment rewrites sentences and is not available for {task.kind} tasks; drop it")
     aug_record, n_read = None, len(examples)
     if opts.copies:
         examples, aug_record = _augment(args, opts, examples, tok, teachers[0], recipe.train.seed)
-    from ..data.collate import encode_examples
+    from ...data.collate import encode_examples
     if token_task:
         windows = adapter.load(d.train, d.max_train_samples)
         items, counts = list(windows), adapter.counts(windows)
@@ -463,11 +463,11 @@ def _retrieval_data(opts: Options, recipe, teacher_dirs, tok, task, adapter) -> 
         ConfigError: another method than embedding_mse / margin_mse; margin_mse rows without a negative;
             a cross-encoder teacher for embedding_mse.
     """
-    from ..data.collate import PadCollator
-    from ..checkpoint.read import load_pretrained, read_config, saved_head_name
-    from ..models.pooling import read_pooling
-    from ..tasks.retrieval import PairExample, read_pairs
-    from ..tokenizer import encode_texts, pad_id
+    from ...data.collate import PadCollator
+    from ...checkpoint.read import load_pretrained, read_config, saved_head_name
+    from ...models.pooling import read_pooling
+    from ...tasks.retrieval import PairExample, read_pairs
+    from ...tokenizer import encode_texts, pad_id
     d = recipe.data
     if opts.method not in EMBEDDING_METHODS:
         raise ConfigError(f"--task retrieval distils an embedding model: pass --method embedding_mse or "
@@ -513,8 +513,8 @@ def _retrieval_data(opts: Options, recipe, teacher_dirs, tok, task, adapter) -> 
 def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tuple:
     """TinyBERT's data augmentation (Jiao et al. 2020 §3.3): ``opts.copies`` rewritten copies of every
     example. Returns (examples with the copies, the settings applied for recipe.yaml)."""
-    from ..distill.augment import augment_examples, default_augmenter
-    from ..checkpoint.read import load_pretrained
+    from ...distill.augment import augment_examples, default_augmenter
+    from ...checkpoint.read import load_pretrained
     aug_cfg = opts.augment
     record = {**aug_cfg, "copies": opts.copies, "prob": args.augment_prob if args.augment_prob is not None
               else aug_cfg.get("prob", 0.4)}
@@ -535,11 +535,11 @@ def _augment(args, opts: Options, examples: list, tok, teacher, seed: int) -> tu
 
 def _corpus_data(args, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
-    from ..data.collate import PadCollator
-    from ..distill.data import corpus_sequences
-    from ..distill.distiller import has_mlm_head, mlm_head_name
-    from ..checkpoint.read import MLM_HEADS, load_pretrained, read_config, saved_head_name
-    from ..tokenizer import pad_id
+    from ...data.collate import PadCollator
+    from ...distill.data import corpus_sequences
+    from ...distill.distiller import has_mlm_head, mlm_head_name
+    from ...checkpoint.read import MLM_HEADS, load_pretrained, read_config, saved_head_name
+    from ...tokenizer import pad_id
     d = recipe.data
     corpus = args.corpus or d.corpus
     if not corpus:
@@ -551,7 +551,7 @@ def _corpus_data(args, recipe, teacher_dirs, tok, inputs) -> Data:
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
     pooling = None
     if getattr(args, "method", None) == "embedding_mse":  # the student embeds as the teacher: no MLM head
-        from ..models.pooling import read_pooling
+        from ...models.pooling import read_pooling
         head, pooling = "base", read_pooling(teacher_dirs[0])
     items = corpus_sequences(corpus, tok, d.max_seq_len, d.max_train_samples)
     return Data(teachers=teachers, tokenizer=tok, head=head, head_config={}, items=items,
@@ -565,8 +565,8 @@ def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int, note
     """The student (:func:`bertforge.distill.student.build_student`), seeded so that its fresh weights are
     the same in every run and on every rank; its head follows the teacher's. ``notes``: say which weights
     start fresh (not on ``--resume``, whose checkpoint replaces them)."""
-    from ..distill.student import build_student
-    from ..train.rng import set_seed
+    from ...distill.student import build_student
+    from ...train.rng import set_seed
     set_seed(seed)
     return build_student(opts.student, data.teachers[0], head=data.head, head_config=data.head_config,
                          teacher_dir=str(teacher_dirs[0]), notes=notes)
@@ -580,8 +580,8 @@ def choose_losses(args, opts: Options, teacher, teacher_dirs, student) -> Losses
     Raises:
         ConfigError: no term left without an MLM head; a flag no term reads; an mlm term with no masking.
     """
-    from ..distill.distiller import MLM_LOSSES, build_terms, has_mlm_head, method_terms
-    from ..errors import require_number
+    from ...distill.distiller import MLM_LOSSES, build_terms, has_mlm_head, method_terms
+    from ...errors import require_number
     ds, stage, method = opts.section, opts.stage, opts.method
     # an explicit --method names its own loss terms (Hinton KD, DistilBERT, …); a recipe's losses list is the
     # recipe's method, so it applies only when --method is not given
@@ -631,8 +631,8 @@ def wants_teacher_cache(args, opts: Options, recipe, data: Data, losses: Losses)
 
 def distill_collator(data: Data, losses: Losses):
     """Pads a batch and, in the general stage, MLM-corrupts it for the masked-LM terms."""
-    from ..distill.data import DistillCollator
-    from ..tokenizer import special_tokens
+    from ...distill.data import DistillCollator
+    from ...tokenizer import special_tokens
     tok = data.tokenizer
     sp = special_tokens(tok)
     mlm_p = losses.mlm_probability
@@ -674,14 +674,14 @@ def check_teacher_cache_dir(args, out: Path, inputs: tuple) -> None:
         return
     if args.no_cache:
         raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
-    from ..distill.cache import is_cache_dir
+    from ...distill.cache import is_cache_dir
     check_cache_dir(Path(args.cache_dir), out, inputs, reuse_hint="an earlier distill run's teacher_cache",
                     kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
 
 
 def source_fingerprints(teacher_dirs, student_spec: str, inputs=None, teacher_specs=None) -> dict:
     """The input model dirs by flag, fingerprinted, so that ``--resume`` refuses other ones; ``inputs``
-    (:class:`bertforge.commands._sources.Sources`) records them for ``recipe.yaml`` too (``teacher_specs``:
+    (:class:`bertforge.cli.commands._sources.Sources`) records them for ``recipe.yaml`` too (``teacher_specs``:
     the teachers as given, ``minilm`` or a hub id kept by name)."""
     from ._sources import Sources, numbered
     inputs = inputs if inputs is not None else Sources(None)
@@ -698,7 +698,7 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
                     use_cache: bool) -> tuple:
     """The :class:`~bertforge.distill.distiller.Distiller` (student + frozen teachers + projections W, an
     earlier stage's W loaded where the shapes match) and its teacher cache (or None)."""
-    from ..distill.distiller import Distiller
+    from ...distill.distiller import Distiller
     distiller = Distiller(student, data.teachers, losses.terms)
     if data.pooling is not None:  # sentence embeddings: pooled as the teacher pools; margins by its similarity
         distiller.pooling, distiller.cross_encoder = data.pooling.mode, data.cross_encoder
@@ -707,7 +707,7 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
         if data.adapter is not None:
             data.adapter.settings.similarity = distiller.margin_sim if opts.method == "margin_mse" else "cos"
     if Path(opts.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
-        from ..distill.distiller import PROJECTIONS_FILE
+        from ...distill.distiller import PROJECTIONS_FILE
         fresh = sorted(set(distiller.proj) - set(distiller.load_projections(opts.student)))
         if fresh and (Path(opts.student) / PROJECTIONS_FILE).is_file() and not args.resume:
             sys.stderr.write(f"bertforge distill: note: {opts.student}/{PROJECTIONS_FILE} has no W of this "
@@ -715,7 +715,7 @@ def build_distiller(args, opts: Options, recipe, data: Data, losses: Losses, stu
                              f"initialised fresh\n")
     cache = None
     if use_cache:
-        from ..distill.cache import TeacherCache
+        from ...distill.cache import TeacherCache
         max_len = recipe.data.max_seq_len
         root = Path(args.cache_dir) if args.cache_dir else work / "teacher_cache"
         shapes = distiller.cache_shapes(max_len)
@@ -732,7 +732,7 @@ def _embedding_files(data: Data, student, dst) -> None:
     layout (:func:`bertforge.models.pooling.write_pooling`)."""
     if data.pooling is None:
         return
-    from ..models.pooling import write_pooling
+    from ...models.pooling import write_pooling
     write_pooling(dst, data.pooling.mode, data.pooling.normalize, hidden_size=student.config.hidden_size,
                   max_seq_length=data.pooling.max_seq_length)
 
@@ -741,7 +741,7 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
           resume: bool) -> dict:
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
     student (HF layout, the teacher's tokenizer) plus the projections W."""
-    from ..train.trainer import Trainer
+    from ...train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
         recipe.train.metric_for_best = data.task.metrics[0]
@@ -761,10 +761,10 @@ def run_static(args) -> int:
     """``distill --method static``: the teacher's vocabulary → a static embedding dir
     (:mod:`bertforge.distill.static`). Every check — one teacher with a tokenizer, ``--dim`` within its
     width, no flag of the training methods — runs before anything is written."""
-    from ..distill.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
-    from ..checkpoint.read import load_pretrained
-    from ..models.static import save_static, static_config
-    from ..tokenizer import load_tokenizer, pad_id
+    from ...distill.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
+    from ...checkpoint.read import load_pretrained
+    from ...models.static import save_static, static_config
+    from ...tokenizer import load_tokenizer, pad_id
     if not args.teacher or len(args.teacher) != 1:
         raise ConfigError("--method static distils one teacher; pass --teacher DIR once")
     training = {"--student": args.student, "--stage": args.stage, "--task": args.task, "--train": args.train,

@@ -17,7 +17,7 @@ Examples:
 """
 from __future__ import annotations
 
-from ..errors import ConfigError, require_at_least
+from ...errors import ConfigError, require_at_least
 from ._common import add_int8_weight_args, print_json, resolve_model_dir
 from ._rundir import RunDir
 
@@ -51,9 +51,9 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     import numpy as np
-    from ..compress import onnx as bo
-    from ..compress import quantize as bq
-    from ..checkpoint.read import load_pretrained
+    from ...compress import onnx as bo
+    from ...compress import quantize as bq
+    from ...checkpoint.read import load_pretrained
     model_dir = resolve_model_dir(args.model)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
@@ -86,13 +86,13 @@ def run(args) -> int:
     if args.backend == "onnxruntime":  # calibration texts read before anything is written
         gate = gate_spec(model_dir, args, eval_data)
     model = load_pretrained(model_dir).eval()
-    from ..kernels import apply_kernels
+    from ...kernels import apply_kernels
     apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
     rec = {"model": str(model_dir), "out": str(run_dir.out), "backend": args.backend, "fp32_file_mb": src_mb}
-    from ..runtime import load_runner
-    from ..runtime.torch import TorchRunner
+    from ...runtime import load_runner
+    from ...runtime.torch import TorchRunner
     with run_dir as tmp:  # --out (or the dir it replaces) changes only once every check has run
         if args.backend == "onnxruntime":
             rec.update(bo.deploy(model, tmp, source_dir=model_dir, quantize=True, fused=not args.no_fused,
@@ -120,7 +120,7 @@ def run(args) -> int:
 
 def _check_int8_args(args) -> None:
     """One line for INT8 options that contradict each other or are out of range (before anything is read)."""
-    from ..compress.int8 import SCHEMES
+    from ...compress.int8 import SCHEMES
     if args.reduce_range and args.scheme not in (None, "u8s8-7bit"):
         raise ConfigError(f"--reduce-range means --scheme u8s8-7bit, not {args.scheme}; pass one of them")
     if args.calibration and not (args.scheme and SCHEMES[args.scheme].static):
@@ -137,7 +137,7 @@ def calibration_texts(path, limit: int) -> list:
     """Up to ``limit`` texts of a calibration file: one per non-empty line, a tab splitting a text pair
     (→ (a, b)). Raises DataError for a missing, unreadable or empty file."""
     from pathlib import Path
-    from ..errors import DataError
+    from ...errors import DataError
     p = Path(path)
     if not p.is_file():
         raise DataError(f"--calib {path} is not a file; pass a text file with one text per line")
@@ -156,12 +156,12 @@ def gate_spec(model_dir, args, eval_data=None):
     from --calib, else the encoded --eval rows, else the embedded corpus's sentences; the output kind and
     what agreement reads (label names, pooling)."""
     import numpy as np
-    from ..compress.int8 import GateSpec
-    from ..data.collate import PadCollator
-    from ..checkpoint.read import read_config, saved_head_name
-    from ..models.pooling import read_pooling
-    from ..runtime.base import head_kind
-    from ..tokenizer import load_tokenizer, pad_id
+    from ...compress.int8 import GateSpec
+    from ...data.collate import PadCollator
+    from ...checkpoint.read import read_config, saved_head_name
+    from ...models.pooling import read_pooling
+    from ...runtime.base import head_kind
+    from ...tokenizer import load_tokenizer, pad_id
     cfg = read_config(model_dir)
     n = args.calib_samples
     max_len = min(args.max_seq_len or (cfg.get("bertforge") or {}).get("max_seq_len") or 128,
@@ -172,7 +172,7 @@ def gate_spec(model_dir, args, eval_data=None):
     elif eval_data is not None:
         items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
     else:
-        from ..data.embedded import lee_background_documents  # news sentences shipped by gensim
+        from ...data.embedded import lee_background_documents  # news sentences shipped by gensim
         sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
         items = _encode(tok, sents[:n], max_len)
     collate = PadCollator(pad_id(tok))

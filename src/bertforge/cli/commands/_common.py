@@ -11,17 +11,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..errors import BertforgeError, ConfigError, require_at_least
+from ...errors import BertforgeError, ConfigError, require_at_least
 from ._rundir import enclosing_output, holds_output
 
 if TYPE_CHECKING:
-    from ..config import Recipe
+    from ...config import Recipe
 
 
 def resolve_model_dir(name: str) -> Path:
     """:func:`bertforge.checkpoint.read.resolve_model_dir` (``minilm``, a hub name or a checkpoint path → a dir), imported
     on first use so that the verbs' parsers load without torch."""
-    from ..checkpoint.read import resolve_model_dir as resolve
+    from ...checkpoint.read import resolve_model_dir as resolve
     return resolve(name)
 
 
@@ -57,7 +57,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def build_recipe(args, extra_sections: tuple = ()) -> Recipe:
     """Recipe file, then ``key=value`` overrides, then explicit CLI flags (highest precedence)."""
-    from ..config import load_recipe
+    from ...config import load_recipe
     r = load_recipe(getattr(args, "recipe", None), getattr(args, "overrides", None) or [], extra_sections)
     apply_train_flags(r, args)
     return check_recipe(r)
@@ -67,7 +67,7 @@ def check_flags_agree(args, section: str, flags: dict) -> None:
     """ConfigError when a verb flag and a ``section.key=value`` override on the same line ask for different
     values (the README's rule; :func:`apply_train_flags` applies it to the train/data flags). ``flags``:
     recipe key → (flag name, value given or None)."""
-    from ..config import _coerce, parse_override
+    from ...config import _coerce, parse_override
     asked = {k.strip(): v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])}
     for key, (flag, value) in flags.items():
         raw = asked.get(f"{section}.{key}")
@@ -86,7 +86,7 @@ def apply_train_flags(r: Recipe, args) -> None:
     ``$BERTFORGE_NO_PROGRESS``) and ``--bf16`` → ``impl.dtype=bfloat16``, a ConfigError when a ``key=value``
     override on the same line asks for another dtype (neither silently wins); likewise ``--lr 1e-4`` with
     ``train.lr=3e-5``, and so on for each flag."""
-    from ..config import parse_override
+    from ...config import parse_override
     asked = {k.strip(): v.strip() for k, v in map(parse_override, getattr(args, "overrides", None) or [])}
     for section, keys in (("train", ("epochs", "max_steps", "batch_size", "lr", "seed")),
                           ("data", ("max_seq_len", "max_train_samples"))):
@@ -111,7 +111,7 @@ def check_recipe(r: Recipe) -> Recipe:
     """The checks every training command makes on its final recipe (one-line ConfigError each): dtype (``auto``
     resolved), batch size, gradient accumulation, learning rate, epochs, step and length limits, schedule,
     parallel mode."""
-    from ..train.precision import DTYPES, resolve_dtype
+    from ...train.precision import DTYPES, resolve_dtype
     if r.impl.dtype not in DTYPES:
         raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose one of {', '.join(DTYPES)}")
     r.impl.dtype = resolve_dtype(r.impl.dtype, r.impl.device)  # the saved recipe records what ran
@@ -135,10 +135,10 @@ def check_recipe(r: Recipe) -> Recipe:
             ("impl.threads", r.impl.threads, 1, "omit it to use every core"),
             ("impl.num_workers", r.impl.num_workers, 0, "")):
         require_at_least(flag, value, minimum, note)
-    from ..errors import require_number
+    from ...errors import require_number
     require_number("train.warmup_ratio", r.train.warmup_ratio, 0, 1)
-    from ..train.distributed import PARALLEL
-    from ..train.optim import lr_lambda
+    from ...train.distributed import PARALLEL
+    from ...train.optim import lr_lambda
     lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
     if getattr(r.impl, "parallel", "ddp") not in PARALLEL:
         raise ConfigError(f"impl.parallel={r.impl.parallel!r}; choose one of {', '.join(PARALLEL)}")
@@ -219,7 +219,7 @@ def check_out_files(out_dir: Path, names: tuple, overwrite: bool, inputs: tuple 
 
 def print_json(obj) -> None:
     """One JSON object on stdout (rank 0 only under torchrun); non-finite floats print as null."""
-    from ..io import json_safe
+    from ...io import json_safe
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return
     sys.stdout.write(json.dumps(json_safe(obj), default=float, allow_nan=False) + "\n")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 
-from ..errors import ConfigError, DataError, require_number
+from ...errors import ConfigError, DataError, require_number
 from ._common import add_train_args, apply_train_flags, print_json
 from ._rundir import RunDir
 
@@ -90,7 +90,7 @@ def run(args) -> int:
 # --------------------------------------------------------------------------------------- train
 def build_translate_recipe(args):
     """Defaults (DEFAULT_RECIPE) < recipe file < KEY=VALUE overrides < explicit flags."""
-    from ..config import load_recipe
+    from ...config import load_recipe
     r = load_recipe(args.recipe, args.overrides or [], extra_sections=("translate",),
                     defaults=DEFAULT_RECIPE)
     if args.batch_size is not None:
@@ -132,7 +132,7 @@ def _check_translate_recipe(r, sec: dict) -> None:
     (``TransformerConfig`` on a stand-in vocabulary) and the ``translate`` section's numbers."""
     import math
 
-    from ..models.seq2seq import TransformerConfig
+    from ...models.seq2seq import TransformerConfig
     from ._common import check_recipe
     check_recipe(r)
     if r.train.max_minutes is not None and not 0 < r.train.max_minutes < math.inf:
@@ -159,8 +159,8 @@ def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, 
     import sacrebleu
     import torch
 
-    from ..data.translation import TokenBatchDataset, encode_pairs
-    from ..models.decoding import translate_texts
+    from ...data.translation import TokenBatchDataset, encode_pairs
+    from ...models.decoding import translate_texts
     s_ids, t_ids, dropped = encode_pairs(tokenizer, valid_src, valid_tgt, model.config.max_positions - 1)
     if not s_ids:  # val_loss would divide by zero at the first evaluation
         raise DataError(f"all {dropped} sentence pairs of --valid-src/--valid-tgt are longer than "
@@ -192,15 +192,15 @@ def make_eval_fn(model, tokenizer, valid_src: list, valid_tgt: list, sec: dict, 
 def run_train(args) -> int:
     import torch
 
-    from ..data.translation import (
+    from ...data.translation import (
         TokenBatchDataset,
         encode_pairs,
         read_parallel,
         train_joint_tokenizer,
         unwrap_collate,
     )
-    from ..models.seq2seq import TransformerConfig, TransformerSeq2Seq
-    from ..train.trainer import Trainer
+    from ...models.seq2seq import TransformerConfig, TransformerSeq2Seq
+    from ...train.trainer import Trainer
     r = build_translate_recipe(args)
     sec = r.extra["translate"]
     src, tgt = read_parallel(args.src, args.tgt)
@@ -266,7 +266,7 @@ def decode_settings(args) -> None:
             saved = (yaml.safe_load(f.read_text(encoding="utf-8")) or {}).get("translate") or {}
         except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
             saved = {}
-    from ..errors import require_number
+    from ...errors import require_number
     for key in DECODE_KEYS:
         if getattr(args, key) is None:
             value = saved.get(key, DEFAULT_RECIPE["translate"][key])
@@ -283,11 +283,11 @@ def decode_settings(args) -> None:
 def run_decode(args) -> int:
     import torch
 
-    from ..data.translation import read_lines
-    from ..models.decoding import translate_texts
-    from ..models.seq2seq import TransformerSeq2Seq
-    from ..tokenizer import load_tokenizer
-    from ..errors import require_number
+    from ...data.translation import read_lines
+    from ...models.decoding import translate_texts
+    from ...models.seq2seq import TransformerSeq2Seq
+    from ...tokenizer import load_tokenizer
+    from ...errors import require_number
     decode_settings(args)
     if args.beam < 1:
         raise ConfigError(f"--beam {args.beam}: the beam size must be ≥ 1 (1 = greedy)")
@@ -307,7 +307,7 @@ def run_decode(args) -> int:
         if args.reference and Path(args.reference).resolve() == Path(args.output).resolve():
             raise ConfigError(f"--output {args.output} is the --reference file; choose another --output")
     if args.bf16:
-        from ..train.precision import warn_if_emulated
+        from ...train.precision import warn_if_emulated
         warn_if_emulated("bfloat16")
     model = TransformerSeq2Seq.from_pretrained(args.model)
     model.explicit_attention = bool(args.bf16)
@@ -323,7 +323,7 @@ def run_decode(args) -> int:
     secs = time.perf_counter() - t0
     text = "\n".join(hyps) + "\n"
     if args.output:
-        from ..io import atomic_write_text
+        from ...io import atomic_write_text
         atomic_write_text(Path(args.output), text)
     else:
         sys.stdout.write(text)

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import BertforgeError, ConfigError, require_at_least
-from ..io import atomic_write_text
+from ...errors import BertforgeError, ConfigError, require_at_least
+from ...io import atomic_write_text
 
 
 def add_arguments(p) -> None:
@@ -69,7 +69,7 @@ def _texts(path) -> tuple:
         if not texts:
             raise BertforgeError(f"--texts {path} has no non-empty line")
         return texts, f"{len(texts)} lines of {p.name}"
-    from ..data.embedded import polarity_sentences
+    from ...data.embedded import polarity_sentences
     texts = polarity_sentences()[0]
     return texts, f"the {len(texts)} Pang–Lee polarity sentences (gensim)"
 
@@ -79,7 +79,7 @@ def _serve_flags() -> set:
     import argparse
     import importlib
 
-    from ..cli import _verbs
+    from .. import _verbs
     mod = _verbs().get("serve")
     if mod is None:
         return set()
@@ -89,7 +89,7 @@ def _serve_flags() -> set:
 
 
 def run(args) -> int:
-    from ..evaluate import loadgen as lg
+    from ...evaluate import loadgen as lg
     from ._common import check_out_file, print_json
     for flag, v in (("--requests", args.requests), ("--concurrency", args.concurrency),
                     ("--texts-per-request", args.texts_per_request), ("--rounds", args.rounds)):

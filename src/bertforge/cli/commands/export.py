@@ -9,7 +9,7 @@ Examples:
 from __future__ import annotations
 
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from ._common import add_int8_weight_args, print_json, resolve_model_dir
 from ._rundir import RunDir
 
@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..compress.onnx import deploy
-    from ..checkpoint.read import load_pretrained
+    from ...compress.onnx import deploy
+    from ...checkpoint.read import load_pretrained
     for flag, on in (("--reduce-range", args.reduce_range), ("--per-tensor", args.per_tensor)):
         if on and not args.int8:
             raise ConfigError(f"{flag} sets how INT8 weights are quantized; add --int8 or drop it")
@@ -37,12 +37,12 @@ def run(args) -> int:
         raise ConfigError("--fusions picks the ONNX Runtime optimizer's fusions and --no-optimize skips that "
                           "optimizer; pass one of them")
     model_dir = resolve_model_dir(args.model)
-    from ..models.static import is_static_dir
+    from ...models.static import is_static_dir
     if is_static_dir(model_dir):
         return _export_static(args, model_dir)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     model = load_pretrained(model_dir).eval()
-    from ..kernels import apply_kernels
+    from ...kernels import apply_kernels
     apply_kernels(model, "auto")  # speed only (bertforge.kernels)
     with run_dir as work:
         rec = deploy(model, work, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
@@ -55,8 +55,8 @@ def run(args) -> int:
 def _export_static(args, model_dir) -> int:
     """A static embedding dir → the Gather + masked-mean graph (no optimizer, no INT8: a lookup has neither
     attention to fuse nor Linear layers to quantize)."""
-    from ..compress.onnx import deploy_static
-    from ..models.static import load_static
+    from ...compress.onnx import deploy_static
+    from ...models.static import load_static
     if args.int8:
         raise ConfigError(f"{model_dir} is a static embedding model (a table lookup, no Linear layer to "
                           f"quantize); drop --int8")
