@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     import transformers
     transformers.utils.logging.disable_progress_bar()  # its "Loading weights" bars are not results
     from bertforge.compress import onnx as bo, quantize as bq
-    from bertforge.evaluate import bench as bb
+    from bertforge.runtime import bench as bb
     from bertforge.runtime import load_runner
 
     threads = args.threads or os.cpu_count()

@@ -158,8 +158,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
     from bertforge.cli.commands.evaluate import load_for_task
     from bertforge.data.beir import read_beir
-    from bertforge.evaluate import bench as bb
-    from bertforge.evaluate.embedded import evaluate_retrieval, load_embedder
+    from bertforge.runtime import bench as bb
+    from bertforge.runtime.embedder import evaluate_retrieval, load_embedder
     from bertforge.checkpoint import resolve_model_dir
     threads = args.threads or os.cpu_count()
     torch.set_num_threads(threads)

@@ -45,8 +45,8 @@ SQUAD = REPO.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
 def evaluate(path, beir, threads: int, max_seq_len: int) -> dict:
     """NDCG@10 etc. of the model dir ``path`` on the eval split, through bertforge's Embedder."""
-    from bertforge.evaluate.embedded import load_embedder
-    from bertforge.evaluate.retrieval import exact_search, retrieval_metrics, run_from_topk
+    from bertforge.runtime.embedder import load_embedder
+    from bertforge.metrics.retrieval import exact_search, retrieval_metrics, run_from_topk
     emb = load_embedder(path, threads=threads)
     qids, dids = list(beir.queries), list(beir.corpus)
     q = emb.embed([beir.queries[i] for i in qids], max_seq_len, batch_size=64)
@@ -82,7 +82,7 @@ def scan_students(teacher, specs: list, beir_dir, work, threads: int, max_seq_le
 
 def throughputs(paths: dict, texts: list, threads: int, max_seq_len: int, rounds: int) -> dict:
     """texts/s of embedding ``texts`` (batch 32) per model, in interleaved rounds: {name: [per round]}."""
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     embs = {n: load_embedder(p, threads=threads) for n, p in paths.items()}
     for e in embs.values():  # warm-up
         e.embed(texts[:32], max_seq_len, batch_size=32)

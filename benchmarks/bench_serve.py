@@ -5,7 +5,7 @@ One run, one machine, the same weights (sentence-transformers/all-MiniLM-L6-v2 f
 written by `bertforge quantize` for a second bertforge row), the same threads for every server
 (--threads, default: all CPUs; OMP_NUM_THREADS / MKL_NUM_THREADS set for each server process, and
 bertforge's own thread flag when `bertforge serve` has one). Servers run one at a time, each a child
-process, each measured by the same load generator (bertforge.evaluate.loadgen: asyncio, HTTP/1.1
+process, each measured by the same load generator (bertforge.runtime.loadgen: asyncio, HTTP/1.1
 keep-alive, closed loop, bounded by --requests and --seconds per configuration) with real sentences: SST-2
 dev sentences and SQuAD v1.1 dev questions interleaved (../shared/data).
 
@@ -176,8 +176,8 @@ def main() -> int:
     # read when torch loads, so set before anything imports it
     os.environ["GOMP_SPINCOUNT"] = str(args.gomp_spincount)
 
-    from bertforge.evaluate import loadgen as lg
-    from bertforge.evaluate.bench import cpu_flags
+    from bertforge.runtime import loadgen as lg
+    from bertforge.runtime.bench import cpu_flags
     from bertforge.checkpoint import resolve_model_dir
 
     lines: list = []
@@ -230,7 +230,7 @@ def main() -> int:
                 f"{time.perf_counter() - t0:.0f} s")
 
     # --- the bare in-process model: the latency floor of one text per call
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     bare = {}
     for name, d in (("fp32", fp32), ("int8", int8)):
         if name == "int8" and "bertforge-int8" not in args.peers:

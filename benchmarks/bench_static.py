@@ -66,9 +66,9 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(args.threads)
     from bertforge.cli import main as bertforge
-    from bertforge.evaluate.embedded import evaluate_retrieval
+    from bertforge.runtime.embedder import evaluate_retrieval
     from bertforge.data.beir import read_beir, squad_to_beir
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     from bertforge.hardware import cpu_flags
     from bertforge.checkpoint import resolve_model_dir
 

@@ -1,7 +1,7 @@
 """The bounded soak of `bertforge serve`: 20,000 requests at concurrency 16, 10% of them bad.
 
 One `bertforge serve` child process on 127.0.0.1 (a free port) serves --model (default: the embedded
-MiniLM checkpoint). The load generator (bertforge.evaluate.loadgen: asyncio, HTTP/1.1 keep-alive, closed
+MiniLM checkpoint). The load generator (bertforge.runtime.loadgen: asyncio, HTTP/1.1 keep-alive, closed
 loop; bounded by --requests and --max-seconds) sends POST /embed requests: 90% good ones (1 to 8 real
 sentences: SST-2 dev and SQuAD v1.1 dev questions from ../shared/data), and every 10th a bad one, in turn
 of these kinds, each with the status text-embeddings-inference documents for it:
@@ -103,8 +103,8 @@ def main() -> int:
         args.result = ROOT / "benchmarks" / "results" / "soak_serve.txt"
 
     from bench_serve import real_texts
-    from bertforge.evaluate import loadgen as lg
-    from bertforge.evaluate.bench import cpu_flags
+    from bertforge.runtime import loadgen as lg
+    from bertforge.runtime.bench import cpu_flags
     from bertforge.checkpoint import resolve_model_dir
 
     lines: list = []

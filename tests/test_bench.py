@@ -114,7 +114,7 @@ def test_bench_refuses_a_batch_that_does_not_fit_in_memory(workspace, capsys, mo
     import importlib
 
     from bertforge.cli import main
-    B = importlib.import_module("bertforge.evaluate.bench")  # the module; bertforge.evaluate.bench is the function
+    B = importlib.import_module("bertforge.runtime.bench")  # the module; bertforge.runtime.bench is the function
     monkeypatch.setattr(B, "available_memory_bytes", lambda: 2**30)  # a 1 GiB machine
     for extra in (["--batch-size", "100000"], ["--batch-size", "20000", "--seq-len", "64"]):
         line = cli_error(_bench_argv(workspace.run, *extra), untouched=workspace.run)
@@ -128,7 +128,7 @@ def test_bench_refuses_a_batch_that_does_not_fit_in_memory(workspace, capsys, mo
 
 
 def test_memory_estimate_is_sane_for_real_models():
-    from bertforge.evaluate.bench import activation_bytes, available_memory_bytes, check_memory
+    from bertforge.runtime.bench import activation_bytes, available_memory_bytes, check_memory
     from bertforge.errors import ConfigError
     base = {"hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072}
     minilm = {"hidden_size": 384, "num_attention_heads": 12, "intermediate_size": 1536}

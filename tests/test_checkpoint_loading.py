@@ -84,7 +84,7 @@ def test_a_sharded_transformers_checkpoint_loads(workspace, tmp_path):
         ours = load_pretrained(d).eval()(ids, mask).logits
         ref = hf(input_ids=ids, attention_mask=mask).logits
     assert torch.allclose(ours, ref, atol=1e-5), (ours - ref).abs().max()
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     shards = sorted(d.glob("model-*.safetensors"))
     assert load_embedder(d).size_mb == pytest.approx(sum(f.stat().st_size for f in shards) / 1e6)
     next(p for p in d.iterdir() if p.name.startswith("model-")).unlink()

@@ -224,7 +224,7 @@ def test_magnitude_prune_zeroes_the_smallest_weights():
 
 def test_flop_formula_matches_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
-    from bertforge.evaluate.bench import encoder_flops
+    from bertforge.runtime.bench import encoder_flops
     from bertforge.checkpoint import config_to_hf
     m = tiny(head="base")
     P.prune_heads(m, {0: [1]})
@@ -240,7 +240,7 @@ def test_flop_formula_matches_torch_flop_counter():
 
 def test_time_calls_warms_up_for_count_and_duration_then_times_iters():
     import time
-    from bertforge.evaluate.bench import time_calls
+    from bertforge.runtime.bench import time_calls
     calls = []
 
     def fn():  # ~2 ms a call

@@ -31,7 +31,7 @@ def _args(**kw):
 def test_shards_hold_the_models_vectors_and_a_rerun_redoes_only_damaged_shards(corpus, capsys):
     from bertforge.cli import main
     from bertforge.cli.commands.embed import read_shards
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     d, model, txt, texts = corpus
     out = d / "vecs"
     argv = ["embed", "--model", str(model), "--input", str(txt), "--out", str(out), "--shard-size", "50",
@@ -63,7 +63,7 @@ def test_two_ranks_write_the_vectors_of_one_and_the_flat_index_equals_exact_sear
 
     from bertforge.cli.commands.embed import embed_corpus, read_shards
     from bertforge.data.stream import plan_shards
-    from bertforge.evaluate.retrieval import exact_search
+    from bertforge.metrics.retrieval import exact_search
     d, model, txt, texts = corpus
     plan = plan_shards([txt], 40)
     one, two = d / "one", d / "two"

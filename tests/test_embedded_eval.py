@@ -10,7 +10,7 @@ import torch
 from bertforge.cli import main
 from bertforge.data.embedded import build_corpus, lee_corpus, polarity_sentences
 from bertforge.cli import demo_report as rp
-from bertforge.evaluate.embedded import (Embedder, lee_spearman, load_embedder, mean_pool, measure_latencies,
+from bertforge.runtime.embedder import (Embedder, lee_spearman, load_embedder, mean_pool, measure_latencies,
                                          polarity_accuracy, task_metrics)
 
 from helpers import make_tiny_checkpoint, sentences, write_file
@@ -292,7 +292,7 @@ def test_embed_eval_out_is_checked_before_any_work(tmp_path, cli_error):
 def test_embedding_truncates_to_the_models_positions(tmp_path):
     """A 32-position model embeds a 200-word document (Lee documents are longer than 256 tokens): the
     text is cut at the model's limit, and the embedding equals the one of the text cut by hand."""
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     ckpt = make_tiny_checkpoint(tmp_path / "m", max_pos=32)
     e = load_embedder(ckpt)
     assert e.max_positions == 32 and e.truncation(256) == 32 and e.truncation(16) == 16

@@ -1,4 +1,4 @@
-"""The loopback load generator (bertforge.evaluate.loadgen) against a stdlib HTTP server whose answers we
+"""The loopback load generator (bertforge.runtime.loadgen) against a stdlib HTTP server whose answers we
 choose: it sends every request once, keeps order-free counts right, reads Content-Length and chunked bodies
 over keep-alive connections, sends raw bytes as given, bounds a run by count and by time, refuses any
 host that is not loopback; its percentiles equal numpy's; the served-models table computes its ratios."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertforge.errors import BertforgeError
-from bertforge.evaluate import loadgen as lg
+from bertforge.runtime import loadgen as lg
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -79,7 +79,7 @@ def test_light_names_equal_the_registries():
     assert all(tuple(stages) == names.DISTILL_STAGES for stages in METHODS.values())
     assert names.LAYER_MAPS == tuple(STRATEGIES)
     assert names.BACKENDS == tuple(BACKENDS)
-    from bertforge.evaluate.retrieval import INDEX_KINDS
+    from bertforge.metrics.retrieval import INDEX_KINDS
     assert names.INDEX_KINDS == INDEX_KINDS
     from bertforge.compress.int8 import CALIBRATION_METHODS, SCHEMES, TARGETS
     assert (names.INT8_TARGETS, names.INT8_SCHEMES, names.CALIBRATION_METHODS) == \

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from bertforge.evaluate.retrieval import (build_index, exact_search, query_metrics, retrieval_metrics,
+from bertforge.metrics.retrieval import (build_index, exact_search, query_metrics, retrieval_metrics,
                                           run_from_topk, search_index)
 
 QRELS = {"q1": {"d1": 1, "d3": 2, "d5": 0}, "q2": {"d2": 1}, "q3": {"d9": 1}}
@@ -73,7 +73,7 @@ def test_run_from_topk_skips_missing_hits():
 def test_agreement_spearman_matches_scipy_and_overlap_counts_shared_neighbours():
     from scipy.stats import spearmanr
 
-    from bertforge.evaluate.retrieval import agreement, spearman
+    from bertforge.metrics.retrieval import agreement, spearman
     rng = np.random.default_rng(3)
     a = rng.normal(size=(40, 8))
     b = a @ rng.normal(size=(8, 5)) + 0.5 * rng.normal(size=(40, 5))  # another width, related geometry

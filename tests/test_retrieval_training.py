@@ -73,7 +73,7 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     # of the saved dir measures it (the Embedder's own path); the full width's is reported beside it
     assert res["ndcg@10"] == res["ndcg@10@16"] and "ndcg@10@32" in res
     from bertforge.data.beir import read_beir
-    from bertforge.evaluate.embedded import evaluate_retrieval, load_embedder
+    from bertforge.runtime.embedder import evaluate_retrieval, load_embedder
     served = evaluate_retrieval(load_embedder(out), read_beir(dev, "test"), max_seq_len=32)
     assert served["dim"] == 16 and abs(served["ndcg@10"] - res["ndcg@10"]) < 1e-6, (served, res)
     # the dir is an embedding dir: pooling in the sentence-transformers layout, the served dim recorded
@@ -82,7 +82,7 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     assert "hard_negatives: 1" in (out / "recipe.yaml").read_text()
     # sentence-transformers loads it and gives bertforge's vectors, cut to the served 16 dims
     st = pytest.importorskip("sentence_transformers")
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     texts = ["good film", "the plot was very sad and long"]
     ref = st.SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
     ours = load_embedder(out).embed(texts, 32)  # the dir's truncate_dim is the default dim

@@ -16,7 +16,7 @@ def _cos(a, b):
 
 @pytest.mark.parametrize("mode,normalize", [("cls", True), ("max", False)])  # mean: MiniLM, retrieval-eval CLI
 def test_a_saved_embedding_dir_loads_in_sentence_transformers_with_the_same_vectors(tmp_path, mode, normalize):
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import Pooling, read_pooling
     tiny = make_tiny_checkpoint(tmp_path / "tiny", seed=1)
@@ -38,7 +38,7 @@ def test_a_saved_embedding_dir_loads_in_sentence_transformers_with_the_same_vect
 
 
 def test_the_minilm_checkpoint_is_read_with_its_own_pooling_and_matches_sentence_transformers(minilm_dir):
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     from bertforge.models.pooling import read_pooling
     p = read_pooling(minilm_dir)
     assert (p.mode, p.normalize, p.max_seq_length) == ("mean", True, 256)
@@ -60,7 +60,7 @@ def test_a_plain_checkpoint_without_the_layout_is_mean_pooled_and_not_normalised
 
 def test_export_and_quantize_keep_an_embedding_models_pooling(tmp_path):
     from bertforge.cli import main
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import Pooling, read_pooling
     tiny = make_tiny_checkpoint(tmp_path / "tiny", seed=4)

@@ -1,6 +1,6 @@
 """``bertforge serve`` over real HTTP on loopback: the server runs as a subprocess on a free port.
 
-Truths used: the offline code paths on the same dirs — :mod:`bertforge.evaluate.embedded`'s mean-pooled
+Truths used: the offline code paths on the same dirs — :mod:`bertforge.runtime.embedder`'s mean-pooled
 vectors (``embed-eval``), the runner's logits with softmax / sigmoid (``predict``), the NER and QA adapters'
 decoding (``evaluate``) and the tokenizer's own ids — and the limits' documented status codes.
 """
@@ -169,7 +169,7 @@ def _unit(x):
 
 # ------------------------------------------------------------------------------------------ routes
 def test_embed_equals_offline_embeddings_for_fp32_onnx_int8_and_minilm(main_server, dirs, minilm_dir):
-    from bertforge.evaluate.embedded import load_embedder
+    from bertforge.runtime.embedder import load_embedder
     p = main_server.port
     for name, path in (("emb", dirs["emb"]), ("onnx", dirs["onnx"]), ("int8", dirs["int8"]),
                        ("minilm", minilm_dir)):

@@ -61,7 +61,7 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     from sentence_transformers import SentenceTransformer
 
     from bertforge.cli import main
-    from bertforge.evaluate.embedded import Embedder, load_embedder
+    from bertforge.runtime.embedder import Embedder, load_embedder
     from bertforge.runtime import load_runner
     _, out = static
     texts = [s for s, _ in sentences(12, 3)] + ["zzz qqq unknownword", "the"]

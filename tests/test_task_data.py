@@ -9,7 +9,7 @@ import pytest
 from bertforge.data.readers import read_examples
 from bertforge.tasks import TASKS, get_task
 from bertforge.errors import ConfigError, DataError
-from bertforge.evaluate.metrics import compute
+from bertforge.metrics.task import compute
 
 from helpers import sentences, write_file
 

@@ -36,7 +36,7 @@ LAYER_MAPS = ("uniform", "pkd_skip", "pkd_last", "last")
 #: :data:`bertforge.runtime.base.BACKENDS` (``bench --backend``)
 BACKENDS = ("auto", "torch", "onnxruntime", "transformers")
 
-#: :data:`bertforge.evaluate.retrieval.INDEX_KINDS` (``retrieval-eval --index``; ``exact`` is numpy search)
+#: :data:`bertforge.metrics.retrieval.INDEX_KINDS` (``retrieval-eval --index``; ``exact`` is numpy search)
 INDEX_KINDS = ("flat", "hnsw", "ivf")
 
 #: :data:`bertforge.compress.int8.TARGETS` (``quantize --target``: the CPU kinds an INT8 graph is made for)

@@ -14,7 +14,7 @@
 :func:`build_corpus` turns the first two into pretraining/distillation text files in the standard
 BERT layout (one sentence per line, a blank line between documents) and keeps a held-out slice of
 whole documents for evaluation. The Lee 50 documents and the Pang–Lee sentences are evaluation data
-only (:mod:`bertforge.evaluate.embedded`); they never enter the corpus.
+only (:mod:`bertforge.runtime.embedder`); they never enter the corpus.
 """
 from __future__ import annotations
 

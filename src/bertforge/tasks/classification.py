@@ -8,7 +8,7 @@
 * reader: :func:`bertforge.data.readers.read_examples` (files) and ``read_hub`` (hub datasets).
 * head: :class:`SequenceClassificationHead` (Devlin et al. 2018 §4.1), saved as ``…ForSequenceClassification``.
 * adapter: :class:`SequenceAdapter` (kinds ``classification`` and ``regression``).
-* metrics: :mod:`bertforge.evaluate.metrics` (accuracy, F1, MCC, Pearson, Spearman); a classifier whose
+* metrics: :mod:`bertforge.metrics.task` (accuracy, F1, MCC, Pearson, Spearman); a classifier whose
   every prediction is one class is flagged with the majority-class baseline's score (:func:`collapse_check`).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..config import ModelConfig
 from ..data.collate import PadCollator, encode_examples
 from ..data.readers import read_examples
 from ..errors import DataError
-from ..evaluate.metrics import compute
+from ..metrics.task import compute
 from ..models.activations import get_activation
 from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
@@ -84,7 +84,7 @@ TASKS = [
          test_layout=_PAIR_TEST),
 ]
 
-#: metrics (keys of :data:`bertforge.evaluate.metrics.METRICS`) that apply to each kind of task
+#: metrics (keys of :data:`bertforge.metrics.task.METRICS`) that apply to each kind of task
 KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pearson", "spearman"),
                 "multi_label_classification": ("macro_f1", "micro_f1", "exact_match", "macro_ap")}
 
@@ -220,11 +220,11 @@ def collapse_check(pred, ref, metric: str, num_labels=None) -> dict:
     """Whether a classifier collapsed to one class: ``{"collapsed": c, "majority_baseline": score}`` when every
     prediction in ``pred`` is class id ``c`` while the references ``ref`` hold more than one class (a model
     that answers one class whatever the input: too high a learning rate, too few steps or too little data);
-    ``score`` is ``metric`` (a key of :data:`bertforge.evaluate.metrics.METRICS`) of the majority-class
+    ``score`` is ``metric`` (a key of :data:`bertforge.metrics.task.METRICS`) of the majority-class
     baseline — every example given the most frequent class of ``ref`` (the lowest id on a tie) — on the
     same ``ref``. ``{}`` otherwise, also for fewer than 2 examples (one prediction is always one class).
 
-    Inputs: 1-D arrays of class ids, same length; ``num_labels`` as in :func:`~bertforge.evaluate.metrics.compute`.
+    Inputs: 1-D arrays of class ids, same length; ``num_labels`` as in :func:`~bertforge.metrics.task.compute`.
     """
     pred, ref = np.asarray(pred), np.asarray(ref)
     if len(pred) < 2 or len(np.unique(pred)) != 1 or len(np.unique(ref)) < 2:
@@ -272,7 +272,7 @@ class SequenceAdapter(TaskAdapter):
         return logits[:, 0] if self.task.kind == "regression" else logits.argmax(-1)
 
     def evaluate(self, model, dataset, batch_size=64) -> dict:
-        """The task's metrics (:func:`bertforge.evaluate.metrics.compute`); for a classifier whose every
+        """The task's metrics (:func:`bertforge.metrics.task.compute`); for a classifier whose every
         prediction is one class, also ``collapsed`` and ``majority_baseline`` (:func:`collapse_check`)."""
         pred = self._decode(self.predict_logits(model, dataset, batch_size))
         ref = np.array([d["labels"] for d in dataset])

@@ -13,7 +13,7 @@
   2022, eq. 2), so the first d dimensions alone are an embedding.
 * hard negatives: :func:`mine_hard_negatives` ranks the corpus of positives with the model being trained
   (before training) and takes, per query, the best-ranked passages that are not its positive.
-* metrics: :func:`bertforge.evaluate.retrieval.retrieval_metrics` (NDCG@10, MRR@10, Recall@k).
+* metrics: :func:`bertforge.metrics.retrieval.retrieval_metrics` (NDCG@10, MRR@10, Recall@k).
 
 A batch holds C texts per example: ``input_ids`` (B, C, T) (query, positive, negatives; T the longest in the
 batch); :class:`~bertforge.task_model.TaskModel` encodes the B·C rows in one pass (unpadded by the CPU
@@ -518,7 +518,7 @@ class RetrievalAdapter(TaskAdapter):
 
     def embed(self, model, texts, batch_size: int = 64) -> np.ndarray:
         """(N, H) embeddings of ``texts``: a PyTorch model with this adapter's pooling, or a runner of
-        :mod:`bertforge.runtime` through :class:`bertforge.evaluate.embedded.Embedder` (the dir's pooling)."""
+        :mod:`bertforge.runtime` through :class:`bertforge.runtime.embedder.Embedder` (the dir's pooling)."""
         s = self.settings
         if not isinstance(model, torch.nn.Module):
             from ..models.pooling import read_pooling
@@ -528,12 +528,12 @@ class RetrievalAdapter(TaskAdapter):
 
     def evaluate(self, model, dataset, batch_size: int = 64) -> dict:
         """Retrieval metrics of ``model`` on ``dataset`` (a :class:`RetrievalSet`, or :class:`Pairs`: their
-        positives are the corpus): exact search over the corpus, :func:`bertforge.evaluate.retrieval.
+        positives are the corpus): exact search over the corpus, :func:`bertforge.metrics.retrieval.
         retrieval_metrics`; with Matryoshka dims also ``ndcg@10@<dim>`` for each smaller dim. With
         ``truncate_dim`` the headline metrics (``ndcg@10`` …, the one that picks the best checkpoint) are those
         of the dim the saved dir serves, as ``retrieval-eval`` of that dir reports them, and the full width's
         NDCG@10 is ``ndcg@10@<width>``."""
-        from ..evaluate.retrieval import exact_search, retrieval_metrics, run_from_topk
+        from ..metrics.retrieval import exact_search, retrieval_metrics, run_from_topk
         rs = dataset if isinstance(dataset, RetrievalSet) else pairs_to_retrieval_set(dataset.examples)
         if isinstance(model, torch.nn.Module):
             model.eval()

@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...evaluate.bench import bench, check_bench_args
+    from ...runtime.bench import bench, check_bench_args
     check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
     rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
                 args.warmup, args.iters, args.min_seconds, args.int8)

@@ -198,7 +198,7 @@ def embed_corpus(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     """Embed the shards of ``plan`` this rank owns into ``out`` (see the module docstring). ``rank`` /
     ``world_size``: default the ``torchrun`` environment (joined with gloo); given explicitly, no process
     group is used (the split can be run rank by rank in one process)."""
-    from ...evaluate.embedded import load_embedder
+    from ...runtime.embedder import load_embedder
     from ...io import append_jsonl, atomic_write_text
     ctx = None
     if rank is None:
@@ -214,7 +214,7 @@ def embed_corpus(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
 
     embedder = load_embedder(model_dir, threads=args.threads) if args.backend == "auto" else None
     if embedder is None:
-        from ...evaluate.embedded import Embedder
+        from ...runtime.embedder import Embedder
         from ...runtime import load_runner
         embedder = Embedder(load_runner(model_dir, backend=args.backend, threads=args.threads))
     if not embedder.can_embed:
@@ -295,14 +295,14 @@ def read_shards(out) -> tuple:
 
 
 def build_shard_index(out: Path, plan: dict, kind: str) -> dict:
-    """A faiss index (:func:`bertforge.evaluate.retrieval.build_index`, cosine) over every shard of ``out``,
+    """A faiss index (:func:`bertforge.metrics.retrieval.build_index`, cosine) over every shard of ``out``,
     built from the first shard and extended shard by shard (memory: the index plus one shard), written to
     ``out/index.faiss`` (atomically) with ``index.json`` (kind, vectors, shard order; row i of the index is
     record i of the manifest's order)."""
     import faiss
     import numpy as np
 
-    from ...evaluate.retrieval import build_index, normalize_rows
+    from ...metrics.retrieval import build_index, normalize_rows
     from ...io import atomic_write_text, owner_tag
     index = None
     for s in plan["shards"]:

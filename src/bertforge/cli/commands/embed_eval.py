@@ -60,8 +60,8 @@ def parse_model_arg(spec: str) -> tuple:
 def run(args) -> int:
     import torch
 
-    from ...evaluate.embedded import evaluate_embedders, load_embedder
-    from ...evaluate.bench import check_threads
+    from ...runtime.embedder import evaluate_embedders, load_embedder
+    from ...runtime.bench import check_threads
     from ._common import check_out_file, resolve_model_dir
     check_threads(args.threads)
     for k in ("seq_len", "batch_size", "rounds", "iters", "lee_max_seq_len", "max_seq_len", "max_eval_samples"):

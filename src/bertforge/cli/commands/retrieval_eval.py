@@ -44,7 +44,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ...data.beir import read_beir
-    from ...evaluate.bench import check_threads
+    from ...runtime.bench import check_threads
     from ._common import check_out_file, resolve_model_dir
     check_threads(args.threads)
     for k in ("batch_size", "max_seq_len", "top_k", "dim"):
@@ -58,7 +58,7 @@ def run(args) -> int:
     data = read_beir(args.data, args.split)
     import torch
 
-    from ...evaluate.embedded import evaluate_retrieval, load_embedder
+    from ...runtime.embedder import evaluate_retrieval, load_embedder
     if args.threads:
         torch.set_num_threads(args.threads)
     emb = load_embedder(args.model, None, args.tokenizer, threads=args.threads, dim=args.dim)

@@ -9,7 +9,7 @@ texts/s (texts in 200 answers per wall second of its bursts), latency p50/p95/p9
 then stops the server (SIGTERM). Prints one JSON object; --out also writes it to a file. Exit 1 when any
 request got no 200 answer.
 
-The load generator is bertforge.evaluate.loadgen (asyncio, HTTP/1.1 keep-alive; loopback only; bounded by
+The load generator is bertforge.runtime.loadgen (asyncio, HTTP/1.1 keep-alive; loopback only; bounded by
 --requests and --max-seconds). `bertforge demo` ends with this verb on its teacher and INT8 student.
 
 Examples:
@@ -89,7 +89,7 @@ def _serve_flags() -> set:
 
 
 def run(args) -> int:
-    from ...evaluate import loadgen as lg
+    from ...runtime import loadgen as lg
     from ._common import check_out_file, print_json
     for flag, v in (("--requests", args.requests), ("--concurrency", args.concurrency),
                     ("--texts-per-request", args.texts_per_request), ("--rounds", args.rounds)):

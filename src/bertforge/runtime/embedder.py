@@ -29,9 +29,9 @@ import numpy as np
 from ..data.collate import length_sorted_batches
 from ..data.embedded import lee_corpus, polarity_sentences
 from ..errors import CheckpointError, ConfigError
-from .metrics import compute
+from ..metrics.task import compute
 from ..checkpoint.read import resolve_model_dir
-from ..runtime import load_runner
+from . import load_runner
 from ..tasks import adapter_for, get_task
 from ..tokenizer import encode_texts, pad_id
 
@@ -182,11 +182,11 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
 def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: int = 256,
                        top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False) -> dict:
     """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
-    (:class:`bertforge.evaluate.embedded.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
-    score. Returns the metrics of :func:`bertforge.evaluate.retrieval.retrieval_metrics` plus ``documents``,
+    (:class:`bertforge.runtime.embedder.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
+    score. Returns the metrics of :func:`bertforge.metrics.retrieval.retrieval_metrics` plus ``documents``,
     ``dim``, ``index``, ``docs_per_s`` / ``queries_per_s`` (encoding throughput, texts/s) and ``search_s``;
     with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
-    from ..evaluate.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
+    from ..metrics.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
     doc_ids, q_ids = list(data.corpus), list(data.queries)
     t0 = time.perf_counter()
     dv = embedder.embed([data.corpus[d] for d in doc_ids], max_seq_len, batch_size)
@@ -216,17 +216,17 @@ def heldout_agreement(embedders: list, documents: list, reference: Optional[str]
     ``max_passages``; the middle sentence is the query of the others). Each embedder embeds the passages and queries; per embedder:
 
     * ``heldout_ndcg@10``, ``heldout_mrr@10``, ``heldout_recall@1`` — that retrieval set, exact cosine search
-      (:func:`bertforge.evaluate.retrieval.retrieval_metrics`);
+      (:func:`bertforge.metrics.retrieval.retrieval_metrics`);
     * ``agreement_spearman`` — Spearman ρ between its and the reference's cosine similarities over all passage
       pairs; ``agreement_overlap@10`` — mean share of each passage's 10 nearest passages that the reference
-      also puts there (:func:`bertforge.evaluate.retrieval.agreement`);
+      also puts there (:func:`bertforge.metrics.retrieval.agreement`);
     * ``heldout_passages``.
 
     ``reference``: the embedder the others are compared with (default: the first, the teacher). Returns
     ``{name: {field: value}}``.
     """
     from ..data.beir import passage_set
-    from .retrieval import agreement
+    from ..metrics.retrieval import agreement
     data = passage_set(documents, sentences_per_passage, max_passages)
     ref = reference or embedders[0].name
     out, vecs = {}, {}

@@ -22,8 +22,8 @@ import torch
 from ..errors import ConfigError, require_at_least
 from ..hardware import cpu_flags as all_flags
 from ..checkpoint.read import check_seq_len, read_config
-from ..runtime import load_runner
-from ..runtime.onnx import graph_is_int8
+from . import load_runner
+from .onnx import graph_is_int8
 
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
           "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
