@@ -35,8 +35,8 @@ def worker(a) -> None:
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
     from bertforge.task_model import TaskModel
-    from bertforge.train.rng import set_seed
-    from bertforge.train.trainer import Trainer
+    from bertforge.engine.train.rng import set_seed
+    from bertforge.engine.train.trainer import Trainer
     world = int(os.environ.get("WORLD_SIZE", "1"))
     set_seed(0)
     cfg = ModelConfig(vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers,

@@ -81,7 +81,7 @@ def main() -> None:
                "steps_per_round": args.steps, "rounds": args.rounds,
                "mean_tokens_per_example": float(sum(int(b["attention_mask"].sum()) for b in batches)
                                                 / sum(b["input_ids"].shape[0] for b in batches))}
-    from bertforge.train.precision import native_bf16
+    from bertforge.engine.train.precision import native_bf16
     for precision in ("fp32", "bf16"):
         if precision == "bf16" and not native_bf16("cpu"):
             print("bf16: skipped — no native bf16 on this CPU (avx512_bf16/amx_bf16); emulated bf16 matmuls "

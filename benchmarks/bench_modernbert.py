@@ -125,11 +125,11 @@ def main() -> int:
     transformers.logging.set_verbosity_error()
     from bertforge.hardware import cpu_flags
     from bertforge.checkpoint import resolve_model_dir
-    from bertforge.kernels import apply_kernels
-    from bertforge.kernels.allocator import keep_freed_memory
+    from bertforge.engine.kernels import apply_kernels
+    from bertforge.engine.kernels.allocator import keep_freed_memory
     from bertforge.task_model import TaskModel
     from bertforge.tokenizer import load_tokenizer
-    from bertforge.train.optim import make_optimizer
+    from bertforge.engine.train.optim import make_optimizer
     kept = keep_freed_memory()  # as the bertforge Trainer does on CPU; process-wide, so for both sides
     tok = load_tokenizer(resolve_model_dir("minilm"))
     vocab, mask_id = tok.get_vocab_size(), tok.token_to_id("[MASK]")

@@ -13,7 +13,7 @@ first, compiling step is a warm-up and not timed). ``--variants`` picks which.
 Optimizer: ours = the bertforge Trainer's AdamW (fused kernel); reference = torch AdamW(fused=True), which is
 what transformers' Trainer uses by default (optim="adamw_torch_fused").
 Allocator: the process runs with the glibc ``malloc`` settings the bertforge Trainer applies on CPU
-(``impl.keep_freed_memory``, bertforge/kernels/allocator.py: freed blocks up to 32 MiB stay in the process);
+(``impl.keep_freed_memory``, bertforge/engine/kernels/allocator.py: freed blocks up to 32 MiB stay in the process);
 they are process-wide, so the reference steps run under them too.
 Both in FP32 and bf16 autocast. Interleaved rounds (ours, reference, ours, …); the median step time
 of each is reported, with tokens/s = batch·seq / step time and the ratio ours/reference.
@@ -178,7 +178,7 @@ class HFElectra(torch.nn.Module):
 def prepared(model, kernels: str, compile_: bool):
     """``model`` as the Trainer prepares it for ``impl.kernels`` / ``impl.compile``: (module to call, module
     whose parameters the optimizer steps)."""
-    from bertforge.kernels import apply_kernels
+    from bertforge.engine.kernels import apply_kernels
     apply_kernels(model, kernels)
     return (torch.compile(model) if compile_ else model), model
 
@@ -188,7 +188,7 @@ def step_fn(model, make_batch, dtype, electra_ref=False, params_of=None):
         # the reference: torch AdamW as transformers' Trainer builds it by default (optim="adamw_torch_fused")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     else:  # ours: the optimizer the bertforge Trainer builds
-        from bertforge.train.optim import make_optimizer
+        from bertforge.engine.train.optim import make_optimizer
         opt = make_optimizer(params_of or model, lr=1e-4, weight_decay=0.01)
 
     def step():
@@ -271,7 +271,7 @@ def main() -> int:
         ap.error(f"--variants: choose from {', '.join(VARIANTS)}")
     if a.threads:
         torch.set_num_threads(a.threads)
-    from bertforge.kernels.allocator import keep_freed_memory
+    from bertforge.engine.kernels.allocator import keep_freed_memory
     kept = keep_freed_memory()  # as the bertforge Trainer does on CPU; process-wide, so for both sides
     import transformers
     transformers.logging.set_verbosity_error()
@@ -296,12 +296,12 @@ def main() -> int:
     fl_mlm = {v: f_ours_mlm if v == "cpu" else f_plain_mlm for v in VARIANTS}
     fl_el = {v: f_ours_el if v == "cpu" else f_plain_el for v in VARIANTS}
     ratios = {}
-    from bertforge.train.precision import native_bf16
+    from bertforge.engine.train.precision import native_bf16
     for dtype in a.dtypes.split(","):
         emulated = dtype == "bf16" and not native_bf16("cpu")
         if emulated and not a.emulated_bf16:  # emulated bf16 GEMMs: ~100x slower, both sides
             lines.append("bf16: skipped — this CPU has no native bf16 (avx512_bf16/amx_bf16); its emulated bf16 "
-                         "matmuls are ~100x slower than FP32 on both sides (bertforge/train/precision.py); "
+                         "matmuls are ~100x slower than FP32 on both sides (bertforge/engine/train/precision.py); "
                          "--emulated-bf16 times them anyway")
             print(lines[-1], flush=True)
             continue

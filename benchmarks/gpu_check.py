@@ -84,7 +84,7 @@ def measure(model, batch: dict, dtype: str, compiled: bool, rounds: int, iters: 
     dev = torch.device("cuda")
     model = model.to(dev).train()
     if type(model).__module__.startswith("bertforge"):  # as the Trainer does: impl.kernels=auto (plain on a GPU)
-        from bertforge.kernels import apply_kernels
+        from bertforge.engine.kernels import apply_kernels
         model = apply_kernels(model, "auto")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     fwd = torch.compile(model) if compiled else model

@@ -6,11 +6,11 @@ import textwrap
 import pytest
 import torch
 
-from bertforge.kernels import allocator
+from bertforge.engine.kernels import allocator
 
 _PROBE = textwrap.dedent("""
     import resource, sys, torch
-    from bertforge.kernels import allocator
+    from bertforge.engine.kernels import allocator
     if sys.argv[1] == "keep":
         assert allocator.keep_freed_memory()
     else:  # glibc's initial thresholds (128 KiB), fixed: what a process gets before its first large free
@@ -49,7 +49,7 @@ def test_trainer_applies_it_on_cpu_unless_turned_off(tmp_path, monkeypatch):
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
     from bertforge.task_model import TaskModel
-    from bertforge.train import trainer as trainer_mod
+    from bertforge.engine.train import trainer as trainer_mod
 
     calls = []
     monkeypatch.setattr(trainer_mod, "keep_freed_memory", lambda: calls.append(1) or True)
@@ -75,7 +75,7 @@ def test_keep_freed_memory_is_idempotent_and_reports_glibc():
 
 _TRIM_PROBE = textwrap.dedent("""
     import sys
-    from bertforge.kernels import allocator
+    from bertforge.engine.kernels import allocator
     assert allocator.tame_malloc()  # bertforge serve's setting
     def rss():
         for ln in open("/proc/self/status"):

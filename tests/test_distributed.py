@@ -44,8 +44,8 @@ class _Lin(torch.nn.Module):
 
 def _trainer(monkeypatch, tmp_path, rank, world, n=37, batch=8, accum=2):
     from bertforge.config import Recipe
-    from bertforge.train import distributed as du
-    from bertforge.train import trainer as tr
+    from bertforge.engine.train import distributed as du
+    from bertforge.engine.train import trainer as tr
     monkeypatch.setattr(du, "init_distributed", lambda: du.DistContext(rank, world))
     monkeypatch.setattr(du, "wrap_model", lambda m, ctx, parallel="ddp": m)
     r = Recipe()
@@ -201,8 +201,8 @@ def test_prebatched_dataset_gives_each_rank_its_own_items(monkeypatch, tmp_path)
     """Token-count batches (translation): items are whole batches, so under W ranks the global micro-batch
     is W items and rank r trains on item r of it — together the single process's items, in order."""
     from bertforge.config import Recipe
-    from bertforge.train import distributed as du
-    from bertforge.train import trainer as tr
+    from bertforge.engine.train import distributed as du
+    from bertforge.engine.train import trainer as tr
 
     class Batches(list):
         prebatched = True

@@ -161,7 +161,7 @@ def test_packed_path_equals_padded_path_forward_and_backward():
     cfg = ModelConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=40, num_labels=2)
     torch.manual_seed(0)
-    from bertforge.kernels import apply_kernels
+    from bertforge.engine.kernels import apply_kernels
     model = apply_kernels(TaskModel(cfg, head="sequence_classification"), "cpu")  # the unpadded path is a kernel
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):

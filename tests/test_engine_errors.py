@@ -1,6 +1,6 @@
 """The training engine states facts; the CLI words the advice with its flags.
 
-Errors raised under ``bertforge.train`` name recipe keys and paths, never a CLI flag; they carry a
+Errors raised under ``bertforge.engine.train`` name recipe keys and paths, never a CLI flag; they carry a
 ``reason`` and the ``facts`` from which the CLI builds its message (the CLI's messages are unchanged); and
 no production module reads a test hook from the environment."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from bertforge.cli.commands._resume_policy import word_error
 from bertforge.config import load_recipe
 from bertforge.errors import ConfigError, TrainingError
-from bertforge.train.trainer import Trainer
+from bertforge.engine.train.trainer import Trainer
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 

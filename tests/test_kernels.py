@@ -17,7 +17,7 @@ from torch import nn
 
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.errors import ConfigError
-from bertforge.kernels import CPU_KERNELS, apply_kernels, kernels_in_use, resolve_kernels
+from bertforge.engine.kernels import CPU_KERNELS, apply_kernels, kernels_in_use, resolve_kernels
 from bertforge.task_model import TaskModel
 from bertforge.objectives.electra import ElectraPretrainModel
 from bertforge.objectives.rtd import generator_config

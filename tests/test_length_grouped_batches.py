@@ -6,7 +6,7 @@ import torch
 
 from bertforge.config import ModelConfig
 from bertforge.task_model import TaskModel
-from bertforge.train.sampler import EpochSampler, item_length
+from bertforge.engine.train.sampler import EpochSampler, item_length
 
 
 def _lengths(n, seed=0):

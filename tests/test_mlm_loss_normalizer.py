@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from bertforge.config import ModelConfig
 from bertforge.task_model import TaskModel
-from bertforge.train.distributed import loss_normalizer, shard_batch
+from bertforge.engine.train.distributed import loss_normalizer, shard_batch
 
 
 def _model():

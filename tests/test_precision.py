@@ -8,7 +8,7 @@ from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
 from bertforge.task_model import TaskModel
-from bertforge.train import precision, trainer as trainer_mod
+from bertforge.engine.train import precision, trainer as trainer_mod
 
 
 def test_native_bf16_from_cpu_flags():

@@ -226,7 +226,7 @@ class _Toy(torch.nn.Module):
 
 def _toy_run(tmp_path, nan_at, max_steps=6):
     from bertforge.config import Recipe
-    from bertforge.train.trainer import Trainer
+    from bertforge.engine.train.trainer import Trainer
     r = Recipe()
     r.train.batch_size, r.train.max_steps, r.train.save_every, r.train.log_every = 4, max_steps, 2, 1
     r.impl.progress = False

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from bertforge.train.distributed import DistContext
-from bertforge.train.running import RunningMeans
+from bertforge.engine.train.distributed import DistContext
+from bertforge.engine.train.running import RunningMeans
 
 
 def test_device_sums_equal_host_float_sums_bit_for_bit():

@@ -8,8 +8,8 @@ from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
 from bertforge.errors import ConfigError
 from bertforge.task_model import TaskModel
-from bertforge.train.optim import lr_lambda
-from bertforge.train.trainer import Trainer
+from bertforge.engine.train.optim import lr_lambda
+from bertforge.engine.train.trainer import Trainer
 
 
 def test_linear_warmup_then_decay_values():
@@ -96,7 +96,7 @@ def test_an_unknown_metric_for_best_is_named_once(tmp_path, capsys):
     from bertforge.config import ModelConfig, load_recipe
     from bertforge.data.collate import PadCollator
     from bertforge.task_model import TaskModel
-    from bertforge.train.trainer import Trainer
+    from bertforge.engine.train.trainer import Trainer
     cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                       intermediate_size=32, max_position_embeddings=32, num_labels=2)
     data = [{"input_ids": [3, 4, 5], "token_type_ids": [0, 0, 0], "labels": 1}] * 8

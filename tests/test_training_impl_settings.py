@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertforge.config import load_recipe
-from bertforge.train.trainer import Trainer
+from bertforge.engine.train.trainer import Trainer
 
 
 class _Regressor(torch.nn.Module):

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertforge.kernels import apply_kernels
-from bertforge.kernels.cpu import attention_product, vocab_cross_entropy
-from bertforge.kernels.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
+from bertforge.engine.kernels import apply_kernels
+from bertforge.engine.kernels.cpu import attention_product, vocab_cross_entropy
+from bertforge.engine.kernels.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
 from bertforge.models.attention import padding_mask_bias
 from bertforge.objectives.rtd import sample_from_logits
 
@@ -62,7 +62,7 @@ def test_float_mask_and_byte_mask_paths_agree_bit_for_bit(dtype):
     """FP32/FP64 dropout multiplies by a 0-or-scale float mask, bf16 by the 1-byte mask then the scale; the
     float mask is the byte mask times the scale (same seed), and each path's output is exactly
     x·keep·scale with the keep drawn by keep_mask."""
-    from bertforge.kernels.dropout import scaled_keep_mask
+    from bertforge.engine.kernels.dropout import scaled_keep_mask
     torch.manual_seed(3)
     keep, scale = keep_mask((64, 33), 0.2)
     torch.manual_seed(3)
@@ -177,7 +177,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
 
 
 def test_reused_buffer_is_reused_only_when_nothing_shares_it():
-    from bertforge.kernels.scratch import ReusedBuffer
+    from bertforge.engine.kernels.scratch import ReusedBuffer
     for make_alias in (lambda t: t.detach(), lambda t: t[1:3], lambda t: t.t(), lambda t: t.view(-1)):
         buf = ReusedBuffer()
         a = buf.empty((4, 5), torch.float32, "cpu")
@@ -195,7 +195,7 @@ def test_reused_buffer_is_reused_only_when_nothing_shares_it():
 def test_reused_buffer_has_headroom_for_a_slightly_larger_request():
     """The MLM logits' row count (masked tokens) varies from step to step: a request up to 1/8 larger than
     the first is served from the same block; a larger one gets a new block."""
-    from bertforge.kernels.scratch import ReusedBuffer
+    from bertforge.engine.kernels.scratch import ReusedBuffer
     buf = ReusedBuffer()
     a = buf.empty((600, 40), torch.float32, "cpu")
     first = a.data_ptr()
@@ -314,7 +314,7 @@ def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow
 
 def _plain_torch(mp):
     """Route every CPU training kernel back to plain PyTorch ops (the independent reference)."""
-    from bertforge.kernels import cpu
+    from bertforge.engine.kernels import cpu
     mp.setattr(cpu, "fused_self_attention", lambda *a, **k: None)
     mp.setattr(cpu, "_GELU_APPROXIMATE", {})
     mp.setattr(cpu, "token_embedding", lambda emb, ids: emb(ids))
@@ -448,7 +448,7 @@ def test_tied_weight_gradient_is_one_tensor_and_never_leaks_across_backward_pass
 
 
 def test_fused_self_attention_applies_only_to_cpu_fp32_training_with_dropout():
-    from bertforge.kernels.cpu import fused_self_attention
+    from bertforge.engine.kernels.cpu import fused_self_attention
     qkv = torch.randn(2, 5, 24, requires_grad=True)
     assert fused_self_attention(qkv, 2, None, 0.1) is not None
     assert fused_self_attention(qkv, 2, None, 0.0) is None  # no dropout: SDPA's fused kernel is faster

@@ -82,7 +82,7 @@ def test_translate_train_then_decode_learns_toy_language(toy, capsys, monkeypatc
                "--threads", "1"])
     assert rc == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["beam"] == 4
     # --bf16 on a CPU without native bf16: decoding warns as training does (simulated CPU flags)
-    from bertforge.train import precision
+    from bertforge.engine.train import precision
     monkeypatch.setattr(precision, "cpu_flags", lambda: ["avx2", "fma"])
     rc = main(["translate", "decode", "--model", str(out), "--input", f["vsrc"], "--beam", "1", "--bf16",
                "--threads", "1"])
@@ -106,7 +106,7 @@ def test_noam_factor_gives_paper_learning_rate():
                            valid_tgt="d")
     r = build_translate_recipe(a)
     assert r.train.lr == pytest.approx(512 ** -0.5 * 4000 ** -0.5)
-    from bertforge.train.optim import lr_lambda
+    from bertforge.engine.train.optim import lr_lambda
     f = lr_lambda("inverse_sqrt", 4000, 10**6)
     for step in (1, 100, 4000, 10000, 50000):  # lr(step) = d^-0.5 · min(step^-0.5, step · warmup^-1.5)
         want = 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)

@@ -33,7 +33,7 @@ FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 POOLINGS = ("cls", "mean")  # ModernBERT's classifier_pooling
 SHARING = ("none", "attention", "ffn", "all")
-KERNELS = ("auto", "cpu", "none")  # impl.kernels (bertforge.kernels.apply_kernels)
+KERNELS = ("auto", "cpu", "none")  # impl.kernels (bertforge.engine.kernels.apply_kernels)
 
 
 @dataclass
@@ -236,7 +236,7 @@ class TrainConfig:
     pos_weight: Optional[str] = None
     focal_gamma: float = 0.0
     deterministic: bool = False
-    # batches of texts of similar length (train/sampler.py, as transformers' group_by_length): less padding,
+    # batches of texts of similar length (engine/train/sampler.py, as transformers' group_by_length): less padding,
     # other batch compositions; None = the data's choice (on for embedding_mse distillation's single texts)
     group_by_length: Optional[bool] = None
 
@@ -244,7 +244,7 @@ class TrainConfig:
 @dataclass
 class ImplConfig:
     """Only speed. ``dtype`` bfloat16 turns on CPU/GPU autocast; ``auto`` uses it where the device multiplies
-    bf16 natively (train/precision.py), else float32."""
+    bf16 natively (engine/train/precision.py), else float32."""
 
     dtype: str = "float32"  # float32 | bfloat16 | auto
     threads: Optional[int] = None
@@ -253,8 +253,8 @@ class ImplConfig:
     device: str = "auto"
     progress: bool = True
     parallel: str = "ddp"  # under torchrun: ddp | fsdp (sharded params/grads/optimizer state)
-    keep_freed_memory: bool = True  # CPU: glibc malloc keeps freed blocks ≤ 32 MiB (kernels/allocator.py)
-    #: which implementation of the encoder's layers runs (bertforge.kernels): ``cpu`` = the CPU training and
+    keep_freed_memory: bool = True  # CPU: glibc malloc keeps freed blocks ≤ 32 MiB (engine/kernels/allocator.py)
+    #: which implementation of the encoder's layers runs (bertforge.engine.kernels): ``cpu`` = the CPU training and
     #: inference kernels, ``none`` = the plain PyTorch modules, ``auto`` = ``cpu`` when the model's parameters
     #: are on a CPU, else plain. Speed only: both compute the same function (same weights, same outputs up
     #: to float rounding; dropout masks come from another random stream)

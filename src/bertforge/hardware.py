@@ -1,6 +1,6 @@
 """What this machine's CPU can do: the feature flags the kernel reports (``/proc/cpuinfo``).
 
-Read by the engine (bf16 autocast only where the CPU multiplies bf16 natively, train/precision.py), by
+Read by the engine (bf16 autocast only where the CPU multiplies bf16 natively, engine/train/precision.py), by
 compression (7-bit ONNX weights where the CPU lacks VNNI, compress/onnx.py) and by the benchmarks, which
 print the flags beside every figure.
 """

@@ -1,6 +1,6 @@
 """The distiller: an objective module whose ``forward(**batch)`` returns ``loss`` + ``terms``.
 
-It is trained by the one :class:`~bertforge.train.trainer.Trainer` like any model. It holds the student
+It is trained by the one :class:`~bertforge.engine.train.trainer.Trainer` like any model. It holds the student
 (trainable), the learned projections W (student H → teacher H; one per term, shared by its layer pairs as
 TinyBERT eq. 8's single W_h) and, outside its parameter tree, one or
 more frozen teachers (``requires_grad=False``, always in eval mode, never saved in checkpoints).

@@ -166,7 +166,7 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
     ``loss_normalizer`` (a number or 0-d tensor; default N, the mean over this batch's targets) is the
     divisor of the summed loss. A data-parallel trainer whose ranks each see a shard of one global batch
     passes ``global target count / world size``, so that the average of the ranks' gradients is the
-    gradient of the mean over the global batch (:func:`bertforge.train.distributed.loss_normalizer`).
+    gradient of the mean over the global batch (:func:`bertforge.engine.train.distributed.loss_normalizer`).
     """
     if labels is None:
         return {"logits": head(hidden)}

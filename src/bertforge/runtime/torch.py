@@ -19,14 +19,14 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..kernels import apply_kernels
+from ..engine.kernels import apply_kernels
 from .base import Runner, check_threads, split_qa, to_numpy
 
 
 def prepare(model: torch.nn.Module) -> torch.nn.Module:
     """Ready ``model`` for inference: eval mode (dropout off). The one place a runner's PyTorch model is
     prepared, so inference speed paths are switched on here for every caller."""
-    return apply_kernels(model.eval(), "auto")  # speed only: CPU kernels on a CPU (bertforge.kernels)
+    return apply_kernels(model.eval(), "auto")  # speed only: CPU kernels on a CPU (bertforge.engine.kernels)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -190,7 +190,7 @@ _BIG = ThreadPoolExecutor(1, thread_name_prefix="bertforge-tokenize")
 
 
 def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs) -> list:
-    from ..kernels.allocator import trim
+    from ..engine.kernels.allocator import trim
     try:
         out, err = model.encode(texts, truncate, pairs), None
     except InputError as e:

@@ -29,12 +29,12 @@ from typing import Optional
 
 import numpy as np
 
-from ..kernels.allocator import trim
+from ..engine.kernels.allocator import trim
 
 #: what an item asks of the forward pass: a pooled embedding (H,), sequence logits (C,), token logits
 #: (T, C) or QA start/end logits (2, T)
 KINDS = ("embed", "logits", "token_logits", "qa_logits")
-#: a busy worker calls ``malloc_trim`` (:func:`bertforge.kernels.allocator.trim`) when its queue runs empty, at
+#: a busy worker calls ``malloc_trim`` (:func:`bertforge.engine.kernels.allocator.trim`) when its queue runs empty, at
 #: most once per TRIM_EVERY_S seconds; an idle one TRIM_IDLE_S seconds after its last batch
 TRIM_EVERY_S = 1.0
 TRIM_IDLE_S = 0.5
@@ -167,7 +167,7 @@ class ModelWorker:
 
     async def _trim(self, loop) -> None:
         """Hand the heap pages the last batches freed back to the system, on the worker thread (a flat RSS;
-        glibc keeps them otherwise, fragmented among live blocks — kernels/allocator.py)."""
+        glibc keeps them otherwise, fragmented among live blocks — engine/kernels/allocator.py)."""
         self._trimmed, self._dirty = time.perf_counter(), False
         await loop.run_in_executor(self.executor, trim)
 

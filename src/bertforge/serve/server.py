@@ -94,7 +94,7 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
     from .app import build_app
     if not grace >= 0:
         raise ConfigError(f"--grace {grace}: pass a number of seconds ≥ 0")
-    from ..kernels.allocator import tame_malloc
+    from ..engine.kernels.allocator import tame_malloc
     tame_malloc()  # before the models load: large buffers are mapped and returned (a flat RSS)
     sock = bind_socket(host, port)
     try:

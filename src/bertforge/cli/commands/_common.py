@@ -111,7 +111,7 @@ def check_recipe(r: Recipe) -> Recipe:
     """The checks every training command makes on its final recipe (one-line ConfigError each): dtype (``auto``
     resolved), batch size, gradient accumulation, learning rate, epochs, step and length limits, schedule,
     parallel mode."""
-    from ...train.precision import DTYPES, resolve_dtype
+    from ...engine.train.precision import DTYPES, resolve_dtype
     if r.impl.dtype not in DTYPES:
         raise ConfigError(f"impl.dtype={r.impl.dtype!r}; choose one of {', '.join(DTYPES)}")
     r.impl.dtype = resolve_dtype(r.impl.dtype, r.impl.device)  # the saved recipe records what ran
@@ -137,8 +137,8 @@ def check_recipe(r: Recipe) -> Recipe:
         require_at_least(flag, value, minimum, note)
     from ...errors import require_number
     require_number("train.warmup_ratio", r.train.warmup_ratio, 0, 1)
-    from ...train.distributed import PARALLEL
-    from ...train.optim import lr_lambda
+    from ...engine.train.distributed import PARALLEL
+    from ...engine.train.optim import lr_lambda
     lr_lambda(r.train.schedule, 1, 2)  # raises ConfigError naming the valid schedules
     if getattr(r.impl, "parallel", "ddp") not in PARALLEL:
         raise ConfigError(f"impl.parallel={r.impl.parallel!r}; choose one of {', '.join(PARALLEL)}")

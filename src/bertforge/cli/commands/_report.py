@@ -37,7 +37,7 @@ def training_plan(verb: str, counts: dict, trainer) -> str:
         verb: ``finetune``, ``distill`` …
         counts: :meth:`bertforge.tasks.base.TaskAdapter.counts` of the training set (``read``, ``read_unit``,
             ``items``, ``item_unit``, ``max_seq_len``).
-        trainer: the :class:`~bertforge.train.trainer.Trainer` built on those items (``total_steps``,
+        trainer: the :class:`~bertforge.engine.train.trainer.Trainer` built on those items (``total_steps``,
             ``steps_per_epoch``, ``cfg.batch_size``, ``cfg.grad_accum_steps``).
     """
     read, items = counts["read"], counts["items"]

@@ -1,6 +1,6 @@
 """When a run folder may be resumed, and how the CLI words the training engine's errors.
 
-``--resume`` continues the latest checkpoint of ``--out``. The engine (:mod:`bertforge.train.checkpoint`)
+``--resume`` continues the latest checkpoint of ``--out``. The engine (:mod:`bertforge.engine.train.checkpoint`)
 refuses a checkpoint whose data position would mean something else (another seed, training-set size, batch
 size, accumulation or process layout, or other source model files); the CLI adds its policy on top, before
 a verb builds its model: the run must be of the same verb, and must keep what the model is and what it
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...errors import BertforgeError, CheckpointError, ConfigError
-from ...train.checkpoint import check_state, latest_checkpoint, read_state
+from ...engine.train.checkpoint import check_state, latest_checkpoint, read_state
 
 #: recipe values a resumed run may change (limits, logging, speed) without changing what it trains on
 _RESUMABLE = ("train.max_steps", "train.epochs", "train.max_minutes", "train.eval_every", "train.save_every",

@@ -30,8 +30,8 @@ EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
 
 
 def apply_kernels(model, kernels):
-    """:func:`bertforge.kernels.apply_kernels`, imported on first use (the parser loads without torch)."""
-    from ...kernels import apply_kernels as apply
+    """:func:`bertforge.engine.kernels.apply_kernels`, imported on first use (the parser loads without torch)."""
+    from ...engine.kernels import apply_kernels as apply
     return apply(model, kernels)
 
 
@@ -566,7 +566,7 @@ def build_student_model(opts: Options, data: Data, teacher_dirs, seed: int, note
     the same in every run and on every rank; its head follows the teacher's. ``notes``: say which weights
     start fresh (not on ``--resume``, whose checkpoint replaces them)."""
     from ...distill.student import build_student
-    from ...train.rng import set_seed
+    from ...engine.train.rng import set_seed
     set_seed(seed)
     return build_student(opts.student, data.teachers[0], head=data.head, head_config=data.head_config,
                          teacher_dir=str(teacher_dirs[0]), notes=notes)
@@ -741,7 +741,7 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
           resume: bool) -> dict:
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
     student (HF layout, the teacher's tokenizer) plus the projections W."""
-    from ...train.trainer import Trainer
+    from ...engine.train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
         recipe.train.metric_for_best = data.task.metrics[0]

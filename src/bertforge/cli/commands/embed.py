@@ -202,14 +202,14 @@ def embed_corpus(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     from ...io import append_jsonl, atomic_write_text
     ctx = None
     if rank is None:
-        from ...train.distributed import init_distributed
+        from ...engine.train.distributed import init_distributed
         ctx = init_distributed()
         rank, world_size = ctx.rank, ctx.world_size
     world_size = world_size or 1
 
     def barrier():
         if ctx is not None:
-            from ...train.distributed import barrier as b
+            from ...engine.train.distributed import barrier as b
             b(ctx)
 
     embedder = load_embedder(model_dir, threads=args.threads) if args.backend == "auto" else None

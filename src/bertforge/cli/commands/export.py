@@ -42,8 +42,8 @@ def run(args) -> int:
         return _export_static(args, model_dir)
     run_dir = RunDir(args.out, inputs=(model_dir,), overwrite=args.overwrite)
     model = load_pretrained(model_dir).eval()
-    from ...kernels import apply_kernels
-    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
+    from ...engine.kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.engine.kernels)
     with run_dir as work:
         rec = deploy(model, work, source_dir=model_dir, optimize=not args.no_optimize, quantize=args.int8,
                      fused=not args.no_fused, per_channel=not args.per_tensor, fusions=args.fusions or "lean",

@@ -121,7 +121,7 @@ def _resumed_meta(out) -> dict:
     ``--resume`` continues: its latest checkpoint's, else its final model's; {} when there is none."""
     import json
 
-    from ...train.checkpoint import latest_checkpoint
+    from ...engine.train.checkpoint import latest_checkpoint
     ckpt = latest_checkpoint(Path(out) / "checkpoints") if out else None
     for d in ([ckpt] if ckpt else []) + ([Path(out)] if out else []):
         try:
@@ -145,7 +145,7 @@ def _check_family(model_dir, hf_cfg) -> None:
 def run(args) -> int:
     from ...checkpoint.read import load_pretrained
     from ...tasks import task_spec
-    from ...train.trainer import Trainer
+    from ...engine.train.trainer import Trainer
     from ._report import CollapseWarning, print_training_plan
     from ._resume_policy import check_batch_fits
     from ._sources import Sources
@@ -161,7 +161,7 @@ def run(args) -> int:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, sources, recipe)  # before the model is built
     with run_dir as work:
-        from ...train.rng import set_seed
+        from ...engine.train.rng import set_seed
         set_seed(recipe.train.seed)  # a fresh head starts from the same weights in every run and rank
         # on --resume the checkpoint's weights replace these: no note about a head that starts fresh
         model = load_pretrained(model_dir, head=adapter.head, notes=not args.resume, **adapter.head_config(),

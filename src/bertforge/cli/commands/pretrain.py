@@ -150,7 +150,7 @@ def run(args) -> int:
     from ...objectives.pretrain import (OBJECTIVES, build_model, evaluate_mlm, model_config, resolve_options,
                                        unigram_top_id)
     from ...tokenizer import special_tokens
-    from ...train.trainer import Trainer
+    from ...engine.train.trainer import Trainer
     from ...data.tokenizers_train import KINDS
 
     from ._sources import Sources
@@ -220,7 +220,7 @@ def run(args) -> int:
         from ._resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built
     with run_dir as work:
-        from ...train.rng import set_seed
+        from ...engine.train.rng import set_seed
         set_seed(recipe.train.seed)  # the same initial weights in every run and on every rank
         model = build_model(opts, config)
         uni = unigram_top_id(corpus, train_mask, list(ids.values()))

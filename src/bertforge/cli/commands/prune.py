@@ -288,8 +288,8 @@ def run(args) -> int:
     args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
     tok = load_tokenizer(model_dir)
     model = load_pretrained(model_dir).eval()
-    from ...kernels import apply_kernels
-    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
+    from ...engine.kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.engine.kernels)
     if args.magnitude is None and not args.data:
         raise ConfigError("head/FFN pruning needs --data (a task file or plain text) to score importance")
     torch.manual_seed(args.seed)

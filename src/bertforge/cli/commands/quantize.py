@@ -86,8 +86,8 @@ def run(args) -> int:
     if args.backend == "onnxruntime":  # calibration texts read before anything is written
         gate = gate_spec(model_dir, args, eval_data)
     model = load_pretrained(model_dir).eval()
-    from ...kernels import apply_kernels
-    apply_kernels(model, "auto")  # speed only (bertforge.kernels)
+    from ...engine.kernels import apply_kernels
+    apply_kernels(model, "auto")  # speed only (bertforge.engine.kernels)
     src_mb = round((model_dir / "model.safetensors").stat().st_size / 2**20, 3) \
         if (model_dir / "model.safetensors").is_file() else None
     rec = {"model": str(model_dir), "out": str(run_dir.out), "backend": args.backend, "fp32_file_mb": src_mb}

@@ -200,7 +200,7 @@ def run_train(args) -> int:
         unwrap_collate,
     )
     from ...models.seq2seq import TransformerConfig, TransformerSeq2Seq
-    from ...train.trainer import Trainer
+    from ...engine.train.trainer import Trainer
     r = build_translate_recipe(args)
     sec = r.extra["translate"]
     src, tgt = read_parallel(args.src, args.tgt)
@@ -307,7 +307,7 @@ def run_decode(args) -> int:
         if args.reference and Path(args.reference).resolve() == Path(args.output).resolve():
             raise ConfigError(f"--output {args.output} is the --reference file; choose another --output")
     if args.bf16:
-        from ...train.precision import warn_if_emulated
+        from ...engine.train.precision import warn_if_emulated
         warn_if_emulated("bfloat16")
     model = TransformerSeq2Seq.from_pretrained(args.model)
     model.explicit_attention = bool(args.bf16)

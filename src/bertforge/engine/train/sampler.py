@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..errors import ConfigError, DataError
+from ...errors import ConfigError, DataError
 
 from .distributed import loss_normalizer, shard_batch
 from .rng import seeded
@@ -120,7 +120,7 @@ class GlobalMicroBatches(Dataset):
             and collates them alone (each rank its own items, as token-count batches need).
 
     Under ``world > 1`` a batch whose ``labels`` are token-level targets also carries ``loss_normalizer``
-    (:func:`bertforge.train.distributed.loss_normalizer`), which the model's forward receives.
+    (:func:`bertforge.engine.train.distributed.loss_normalizer`), which the model's forward receives.
     """
 
     def __init__(self, dataset, collate_fn: Callable, order: list, size: int, seed: int, epoch: int,

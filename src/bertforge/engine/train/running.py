@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import atomic_write_text
+from ...io import atomic_write_text
 from . import distributed as dist_utils
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..config import KERNELS
-from ..errors import ConfigError
-from ..models.attention import MultiHeadAttention
-from ..models.embeddings import Embeddings
-from ..models.encoder import Encoder, EncoderLayer, FeedForward
-from ..objectives.mlm import MLMPrediction
+from ...config import KERNELS
+from ...errors import ConfigError
+from ...models.attention import MultiHeadAttention
+from ...models.embeddings import Embeddings
+from ...models.encoder import Encoder, EncoderLayer, FeedForward
+from ...objectives.mlm import MLMPrediction
 from . import cpu
 from .dropout import Dropout as CpuDropout
 

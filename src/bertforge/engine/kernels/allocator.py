@@ -12,7 +12,7 @@ docs/pretraining.md.
 :func:`keep_freed_memory` raises both thresholds (``mallopt(M_MMAP_THRESHOLD, 32 MiB)`` — the largest
 value glibc accepts — and ``mallopt(M_TRIM_THRESHOLD, …)``), so blocks up to 32 MiB come from the heap
 and freed memory stays there for the next step. Blocks above 32 MiB are still mapped per allocation; the
-MLM logits use :class:`bertforge.kernels.scratch.ReusedBuffer` for that. The cost: the process keeps its
+MLM logits use :class:`bertforge.engine.kernels.scratch.ReusedBuffer` for that. The cost: the process keeps its
 peak heap size instead of shrinking between steps. This is the CPU counterpart of PyTorch's CUDA caching
 allocator, and an ``impl`` setting (``impl.keep_freed_memory``, default on): numbers are unchanged.
 

@@ -28,9 +28,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..config import Recipe
-from ..errors import ConfigError, TrainingError
-from ..io import _explain, append_jsonl
+from ...config import Recipe
+from ...errors import ConfigError, TrainingError
+from ...io import _explain, append_jsonl
 from ..kernels import apply_kernels
 from ..kernels.allocator import keep_freed_memory
 from . import checkpoint as ckpt
@@ -48,7 +48,7 @@ class Trainer:
     Args:
         model: ``forward(**batch)`` → object with ``.loss`` and optional ``.terms``. Under W > 1 processes a
             batch with token-level ``labels`` (B, T) also carries ``loss_normalizer`` (global count of targets
-            / W, :func:`bertforge.train.distributed.loss_normalizer`) when ``forward`` accepts it (by name or
+            / W, :func:`bertforge.engine.train.distributed.loss_normalizer`) when ``forward`` accepts it (by name or
             ``**kwargs``): a loss that is a mean over those targets divides its sum by it.
         train_dataset: a map-style dataset (``len`` + ``__getitem__``) of examples.
         collate_fn: list of examples → batch dict of tensors. It may draw random numbers (dynamic
@@ -56,7 +56,7 @@ class Trainer:
             any number of processes draw the same masks. Tensors whose first dimension is the batch are
             split across ranks; others are passed to every rank unchanged.
         recipe: the resolved recipe; ``train`` and ``impl`` sections are read here.
-        out_dir: run directory (created; layout in :mod:`bertforge.train.checkpoint`).
+        out_dir: run directory (created; layout in :mod:`bertforge.engine.train.checkpoint`).
         eval_fn: ``eval_fn(model) -> dict`` of metrics, called (on rank 0) every ``train.eval_every``
             steps and at the end; ``train.metric_for_best`` names the key that picks the best checkpoint
             (higher is better unless it contains "loss").
@@ -90,7 +90,7 @@ class Trainer:
         if self.is_main:
             warn_if_emulated(self.dtype, self.device.type)
         if self.device.type == "cpu" and getattr(self.impl, "keep_freed_memory", True):
-            keep_freed_memory()  # no page faults on re-allocating last step's tensors (kernels/allocator.py)
+            keep_freed_memory()  # no page faults on re-allocating last step's tensors (engine/kernels/allocator.py)
         if self.cfg.deterministic:
             dist_utils.set_deterministic()
         set_seed(self.cfg.seed)
@@ -163,7 +163,7 @@ class Trainer:
 
     def _batches(self, epoch: int, skip: int):
         """Yield this rank's share of the global micro-batches of ``epoch``, from optimizer step ``skip`` on
-        (order: :mod:`bertforge.train.sampler`), collated in ``impl.num_workers`` worker processes if > 0."""
+        (order: :mod:`bertforge.engine.train.sampler`), collated in ``impl.num_workers`` worker processes if > 0."""
         accum, n_micro = self.cfg.grad_accum_steps, self.steps_per_epoch * self.cfg.grad_accum_steps
         self.sampler.set_epoch(epoch)
         items = GlobalMicroBatches(self.train_dataset, self.collate_fn,
@@ -195,7 +195,7 @@ class Trainer:
                 "running": {k: [float(s), int(c)] for k, (s, c) in self._running.reduce(self.ctx).items()}}
 
     def save_checkpoint(self) -> None:
-        """Write ``checkpoints/step-N`` (:meth:`bertforge.train.checkpoint.Checkpointer.save`): all of it or
+        """Write ``checkpoints/step-N`` (:meth:`bertforge.engine.train.checkpoint.Checkpointer.save`): all of it or
         nothing, keeping the last ``train.keep_checkpoints`` plus the best. A collective."""
         self.checkpoints.save(self.step, self._state(), self.cfg.keep_checkpoints, self.best_step)
 
@@ -205,7 +205,7 @@ class Trainer:
 
         Raises:
             CheckpointError: a file is missing (``reason="incomplete"``) or unreadable, or the checkpoint's data
-                position means something else in this run (:func:`bertforge.train.checkpoint.check_state`).
+                position means something else in this run (:func:`bertforge.engine.train.checkpoint.check_state`).
             ConfigError: the checkpoint is past this run's last step (``reason="past_end"``).
         """
         path = Path(path) if path else self.latest_checkpoint()

@@ -32,8 +32,8 @@ from typing import Callable, Optional
 
 import torch
 
-from ..errors import BertforgeError, CheckpointError, ConfigError, TrainingError
-from ..io import _explain, atomic_dir, atomic_write_text
+from ...errors import BertforgeError, CheckpointError, ConfigError, TrainingError
+from ...io import _explain, atomic_dir, atomic_write_text
 from . import distributed as dist_utils
 from .rng import rng_state, set_rng_state
 
@@ -115,7 +115,7 @@ def write_checkpoint(target: Path, save_model: Callable[[Path], None], optimizer
         save_model: writes the model files into the directory it is given (HF layout +
             ``trainer_model.safetensors``).
         optimizer_state, scheduler_state: ``state_dict()`` of each (tensors and plain containers).
-        rng: ``{"world_size": W, "ranks": [state of rank 0, …]}`` (:func:`bertforge.train.rng.rng_state`).
+        rng: ``{"world_size": W, "ranks": [state of rank 0, …]}`` (:func:`bertforge.engine.train.rng.rng_state`).
         state: JSON-able ``trainer_state.json`` content.
 
     Raises:
@@ -214,7 +214,7 @@ class Checkpointer:
         root: ``out_dir/checkpoints``.
         model: the (unwrapped) module being trained; under FSDP, sharded in place.
         optimizer, scheduler: their state is saved and restored with the model's.
-        ctx: the process group (:class:`bertforge.train.distributed.DistContext`).
+        ctx: the process group (:class:`bertforge.engine.train.distributed.DistContext`).
         save_fn: ``save_fn(module, dir)`` writes a module in HF layout.
         skeleton: under FSDP, a weightless ``deepcopy(model).to("meta")`` taken before sharding, from which a
             plain module is rebuilt to carry the gathered weights; None otherwise.

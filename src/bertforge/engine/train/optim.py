@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list:

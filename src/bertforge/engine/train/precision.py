@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..hardware import cpu_flags
+from ...hardware import cpu_flags
 
 #: /proc/cpuinfo flags of CPUs with native bf16 dot products
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")

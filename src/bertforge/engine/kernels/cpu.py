@@ -2,7 +2,7 @@
 :mod:`bertforge.models`, computed with less work, memory traffic and page faulting on a CPU.
 
 Each class here subclasses a plain module and replaces its ``forward`` (and nothing in its state):
-:func:`bertforge.kernels.apply_kernels` swaps a module's class in place, so parameters, ``state_dict`` and
+:func:`bertforge.engine.kernels.apply_kernels` swaps a module's class in place, so parameters, ``state_dict`` and
 hooks stay as they are. Under ``torch.compile`` every kernel steps aside and the plain ``forward`` runs.
 
 * :class:`CpuEncoder` — *unpadding* (as in ModernBERT, Warner et al. 2024 §2.1.3): on a right-padded batch
@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.activations import gelu_tanh
-from ..models.attention import MultiHeadAttention, attention_scores, causal_mask_bias, padding_mask_bias
-from ..models.embeddings import Embeddings
-from ..models.encoder import Encoder, EncoderLayer, EncoderOutput, FeedForward
-from ..objectives.mlm import EXP_FLOOR, MLMPrediction, centered_row_chunks, row_slices
+from ...models.activations import gelu_tanh
+from ...models.attention import MultiHeadAttention, attention_scores, causal_mask_bias, padding_mask_bias
+from ...models.embeddings import Embeddings
+from ...models.encoder import Encoder, EncoderLayer, EncoderOutput, FeedForward
+from ...objectives.mlm import EXP_FLOOR, MLMPrediction, centered_row_chunks, row_slices
 from .dropout import apply_mask, dropout, keep_mask, scaled_keep_mask
 from .scratch import ReusedBuffer, TiedGradient, share_tied_gradient, tied_gradient
 
@@ -54,7 +54,7 @@ def attention_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: O
 
     Without dropout this is :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels). With
     dropout on CPU, SDPA has no fused kernel and runs its math path; this path is the same math with the
-    cheap keep-mask of :mod:`bertforge.kernels.dropout` and the 1/(1−p) scale applied to the (smaller)
+    cheap keep-mask of :mod:`bertforge.engine.kernels.dropout` and the 1/(1−p) scale applied to the (smaller)
     context instead of the probabilities.
     """
     if dropout_p > 0.0 and q.device.type == "cpu":
@@ -641,14 +641,14 @@ class CpuMLMPrediction(MLMPrediction):
     training (:class:`_BiasedCrossEntropy`)."""
 
     def kernel_setup(self) -> None:
-        """Called by :func:`bertforge.kernels.apply_kernels` after the class swap."""
+        """Called by :func:`bertforge.engine.kernels.apply_kernels` after the class swap."""
         if "_logits_buffer" not in self.__dict__:
             self._logits_buffer = ReusedBuffer()  # scratch memory, not state: never saved
         if self._embedding:
             share_tied_gradient(self._embedding[0])
 
     def kernel_teardown(self) -> None:
-        """Called by :func:`bertforge.kernels.apply_kernels` before the class is swapped back."""
+        """Called by :func:`bertforge.engine.kernels.apply_kernels` before the class is swapped back."""
         self.__dict__.pop("_logits_buffer", None)
 
     def tie(self, word_embeddings: nn.Embedding) -> None:
