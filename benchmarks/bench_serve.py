@@ -80,7 +80,7 @@ def real_texts(data: Path, limit: int = 4000) -> tuple:
             for p in art["paragraphs"]:
                 squad += [q["question"].strip() for q in p["qas"] if q["question"].strip()]
     if not sst and not squad:
-        from bertforge.data.embedded import polarity_sentences
+        from bertforge.data.bundled import polarity_sentences
         texts = polarity_sentences()[0]
         return texts, f"{len(texts)} Pang–Lee polarity sentences (gensim; {data} has neither SST-2 nor SQuAD)"
     out = []

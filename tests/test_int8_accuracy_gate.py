@@ -49,7 +49,7 @@ def _save(model, path, minilm_dir):
 
 
 def _calib(tmp_path, n=64):
-    from bertforge.data.embedded import lee_background_documents
+    from bertforge.data.bundled import lee_background_documents
     lines = [doc for _, (doc,) in lee_background_documents()][:n]
     (tmp_path / "calib.txt").write_text("\n".join(t[:200] for t in lines) + "\n", encoding="utf-8")
     return tmp_path / "calib.txt"

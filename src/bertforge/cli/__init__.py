@@ -1,7 +1,8 @@
 """``bertforge <verb>`` — the command line.
 
 Each verb is a module in :mod:`bertforge.cli.commands` defining ``add_arguments(parser)`` and
-``run(args) -> int``; its docstring's first line is the help text. User errors
+``run(args) -> int``; its docstring's first line is the help text. The verb is the module's name with ``-`` for
+``_`` (``embed_eval.py`` → ``embed-eval``), except where :data:`_RENAMED` says otherwise. User errors
 (:class:`~bertforge.errors.BertforgeError`) print ``bertforge: error: <message>`` on one line and exit 2.
 
 Building the parser imports every command module but nothing heavy: a verb imports torch, numpy,
@@ -21,12 +22,16 @@ from .. import __version__
 from ..errors import BertforgeError
 
 
+#: command modules whose verb is not their name: users type the verb, so it stays when a module is renamed
+_RENAMED = {"bundled_corpus": "embedded-corpus"}
+
+
 def _verbs() -> dict:
     from . import commands
     out = {}
     for m in pkgutil.iter_modules(commands.__path__):
         if not m.name.startswith("_"):
-            out[m.name.replace("_", "-")] = f"bertforge.cli.commands.{m.name}"
+            out[_RENAMED.get(m.name, m.name.replace("_", "-"))] = f"bertforge.cli.commands.{m.name}"
     return out
 
 

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ..data.collate import length_sorted_batches
-from ..data.embedded import lee_corpus, polarity_sentences
+from ..data.bundled import lee_corpus, polarity_sentences
 from ..errors import CheckpointError, ConfigError
 from ..metrics.task import compute
 from ..checkpoint.read import resolve_model_dir

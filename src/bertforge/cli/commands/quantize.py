@@ -172,7 +172,7 @@ def gate_spec(model_dir, args, eval_data=None):
     elif eval_data is not None:
         items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
     else:
-        from ...data.embedded import lee_background_documents  # news sentences shipped by gensim
+        from ...data.bundled import lee_background_documents  # news sentences shipped by gensim
         sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
         items = _encode(tok, sents[:n], max_len)
     collate = PadCollator(pad_id(tok))

@@ -69,7 +69,7 @@ def _texts(path) -> tuple:
         if not texts:
             raise BertforgeError(f"--texts {path} has no non-empty line")
         return texts, f"{len(texts)} lines of {p.name}"
-    from ...data.embedded import polarity_sentences
+    from ...data.bundled import polarity_sentences
     texts = polarity_sentences()[0]
     return texts, f"the {len(texts)} Pang–Lee polarity sentences (gensim)"
 

@@ -1,4 +1,5 @@
-"""The embedded default data: real English text shipped inside the ``gensim`` wheel (no network).
+"""The bundled default data: real English text shipped inside the ``gensim`` wheel (no network; the CLI calls it
+"the embedded default": ``bertforge embedded-corpus``, ``embed-eval``).
 
 ``gensim/test/test_data/`` holds
 

@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...data.embedded import build_corpus
+    from ...data.bundled import build_corpus
     if args.max_documents is not None:
         require_at_least("--max-documents", args.max_documents, 1)
     if not 0.0 < args.heldout_fraction < 1.0:
