@@ -12,8 +12,8 @@ import time
 import torch
 import transformers as T
 
-from bertforge.hardware import cpu_flags
 from bertforge.checkpoint import load_pretrained
+from bertforge.hardware import cpu_flags
 
 
 def main():

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from bertforge.checkpoint import load_pretrained
 from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
-from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 
 from helpers import sentences

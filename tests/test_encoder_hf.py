@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers as T
 
-from bertforge.config import ModelConfig
 from bertforge.checkpoint import load_pretrained
+from bertforge.config import ModelConfig
 from bertforge.task_model import TaskModel
 from bertforge.tokenizer import encode_texts, load_tokenizer
 

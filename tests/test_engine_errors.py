@@ -14,8 +14,8 @@ import torch
 
 from bertforge.cli.commands._resume_policy import word_error
 from bertforge.config import load_recipe
-from bertforge.errors import ConfigError, TrainingError
 from bertforge.engine.train.trainer import Trainer
+from bertforge.errors import ConfigError, TrainingError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 

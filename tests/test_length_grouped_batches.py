@@ -5,8 +5,8 @@ import random
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.task_model import TaskModel
 from bertforge.engine.train.sampler import EpochSampler, item_length
+from bertforge.task_model import TaskModel
 
 
 def _lengths(n, seed=0):

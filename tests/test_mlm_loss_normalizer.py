@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.config import ModelConfig
-from bertforge.task_model import TaskModel
 from bertforge.engine.train.distributed import loss_normalizer, shard_batch
+from bertforge.task_model import TaskModel
 
 
 def _model():

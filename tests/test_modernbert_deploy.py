@@ -6,13 +6,13 @@ of the same quantized graph in exact integer arithmetic (the scheme's own result
 """
 import torch
 
+from bertforge.checkpoint import load_pretrained
 from bertforge.compress.int8 import reference_run
 from bertforge.compress.onnx import deploy
 from bertforge.compress.prune import ffn_sizes, head_counts, prune_ffn, prune_heads
 from bertforge.compress.quantize import load_quantized, quantize_dynamic, save_quantized
 from bertforge.config import ModelConfig
 from bertforge.errors import ConfigError
-from bertforge.checkpoint import load_pretrained
 from bertforge.runtime import load_runner
 from bertforge.task_model import TaskModel
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 import transformers as T
 
-from bertforge.config import ModelConfig
 from bertforge.checkpoint import load_pretrained
+from bertforge.config import ModelConfig
 from bertforge.task_model import TaskModel
 
 HF_CLASSES = {"base": T.ModernBertModel, "mlm": T.ModernBertForMaskedLM,

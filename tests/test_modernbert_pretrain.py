@@ -10,8 +10,8 @@ import torch
 import transformers
 import yaml
 
-from bertforge.cli import main
 from bertforge.checkpoint import load_pretrained
+from bertforge.cli import main
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

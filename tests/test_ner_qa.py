@@ -9,6 +9,7 @@ import torch
 import transformers as T
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from bertforge.checkpoint import load_pretrained
 from bertforge.cli import main
 from bertforge.config import ModelConfig
 from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, encode_token_windows,
@@ -17,7 +18,6 @@ from bertforge.data.conll import (TokenExample, align_labels, detect_scheme, enc
 from bertforge.data.squad import (QAExample, decode_answers, encode_qa_windows, read_squad,
                                   split_by_article)
 from bertforge.errors import DataError
-from bertforge.checkpoint import load_pretrained
 from bertforge.task_model import TaskModel
 from bertforge.tasks.ner import entity_scores
 from bertforge.tasks.qa import exact_match, f1, normalize_answer, squad_scores

@@ -6,9 +6,9 @@ import torch
 from bertforge.cli.commands._common import check_recipe
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
+from bertforge.engine.train import precision, trainer as trainer_mod
 from bertforge.errors import ConfigError
 from bertforge.task_model import TaskModel
-from bertforge.engine.train import precision, trainer as trainer_mod
 
 
 def test_native_bf16_from_cpu_flags():

@@ -6,10 +6,10 @@ import yaml
 
 from bertforge.config import ModelConfig, load_recipe
 from bertforge.data.collate import PadCollator
-from bertforge.errors import ConfigError
-from bertforge.task_model import TaskModel
 from bertforge.engine.train.optim import lr_lambda
 from bertforge.engine.train.trainer import Trainer
+from bertforge.errors import ConfigError
+from bertforge.task_model import TaskModel
 
 
 def test_linear_warmup_then_decay_values():

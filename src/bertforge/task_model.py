@@ -12,9 +12,9 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .checkpoint.write import save_pretrained
 from .config import ModelConfig
 from .heads import head_class
-from .checkpoint.write import save_pretrained
 from .models.encoder import Encoder, EncoderOutput
 from .models.output import ModelOutput
 

@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint.write import config_to_hf
 from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..hardware import cpu_flags
-from ..checkpoint.write import config_to_hf
 from ..io import atomic_dir, atomic_write_text
 from ..models.encoder import EncoderOutput
 from ..tokenizer import copy_tokenizer_files

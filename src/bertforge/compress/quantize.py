@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError
 from ..checkpoint.read import _head_from_arch, config_from_hf, read_config
 from ..checkpoint.write import config_to_hf
+from ..errors import CheckpointError
 from ..io import atomic_dir
 from ..task_model import TaskModel
 from ..tokenizer import copy_tokenizer_files

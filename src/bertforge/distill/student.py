@@ -23,9 +23,9 @@ from typing import Optional
 
 import torch
 
+from ..checkpoint.read import load_pretrained
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..checkpoint.read import load_pretrained
 from ..task_model import TaskModel
 
 _PART = re.compile(r"^(\d+)([LHAI])$", re.IGNORECASE)

@@ -15,8 +15,8 @@ What differs from the post-LN BERT block of :mod:`.encoder`, each a small class 
   every real token (:class:`Unpadded`; ``Encoder.unpad`` switches it, speed only).
 
 The Hugging Face reference is ``transformers``' ``modeling_modernbert.py``; weight names map in
-:mod:`bertforge.checkpoint.write`. The task heads' transform (Linear → act → LayerNorm, ``ModernBertPredictionHead``)
-is :class:`PredictionHead`.
+:mod:`bertforge.checkpoint.write`. The task heads' transform (Linear → act → LayerNorm,
+``ModernBertPredictionHead``) is :class:`PredictionHead`.
 """
 from __future__ import annotations
 

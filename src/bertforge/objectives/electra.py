@@ -14,8 +14,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..config import ModelConfig
 from ..checkpoint.read import load_pretrained
+from ..config import ModelConfig
 from ..models.output import ModelOutput
 from ..task_model import TaskModel
 from .rtd import RTD_WEIGHT, generator_config, replace_tokens, sample_from_logits

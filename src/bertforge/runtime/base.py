@@ -118,7 +118,8 @@ class Runner(ABC):
 
     @property
     def max_length(self) -> Optional[int]:
-        """Token positions the model can embed (:func:`bertforge.checkpoint.read.token_positions`), None when unknown."""
+        """Token positions the model can embed (:func:`bertforge.checkpoint.read.token_positions`), None when
+        unknown."""
         if not self.config:
             return None
         from ..checkpoint.read import token_positions

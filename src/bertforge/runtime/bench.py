@@ -19,9 +19,9 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ..checkpoint.read import check_seq_len, read_config
 from ..errors import ConfigError, require_at_least
 from ..hardware import cpu_flags as all_flags
-from ..checkpoint.read import check_seq_len, read_config
 from . import load_runner
 from .onnx import graph_is_int8
 

@@ -26,14 +26,14 @@ from typing import Optional
 
 import numpy as np
 
-from ..data.collate import length_sorted_batches
+from ..checkpoint.read import resolve_model_dir
 from ..data.bundled import lee_corpus, polarity_sentences
+from ..data.collate import length_sorted_batches
 from ..errors import CheckpointError, ConfigError
 from ..metrics.task import compute
-from ..checkpoint.read import resolve_model_dir
-from . import load_runner
 from ..tasks import adapter_for, get_task
 from ..tokenizer import encode_texts, pad_id
+from . import load_runner
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

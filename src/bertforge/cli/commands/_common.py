@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 def resolve_model_dir(name: str) -> Path:
-    """:func:`bertforge.checkpoint.read.resolve_model_dir` (``minilm``, a hub name or a checkpoint path → a dir), imported
-    on first use so that the verbs' parsers load without torch."""
+    """:func:`bertforge.checkpoint.read.resolve_model_dir` (``minilm``, a hub name or a checkpoint path → a
+    dir), imported on first use so that the verbs' parsers load without torch."""
     from ...checkpoint.read import resolve_model_dir as resolve
     return resolve(name)
 
