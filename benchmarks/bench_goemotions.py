@@ -58,7 +58,7 @@ def threshold_study(model_dir: Path, heldout: Path, threads: int) -> dict:
     import numpy as np
     import torch
     torch.set_num_threads(threads)
-    from bertforge.cli.commands.evaluate import load_for_task
+    from bertforge.pipelines.evaluate import load_for_task
     from bertforge.tasks.multilabel import active_thresholds, multilabel_metrics, tune_thresholds
     _, task, adapter, runner = load_for_task(str(model_dir), None)
     data = adapter.load(heldout)

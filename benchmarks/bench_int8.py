@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     import transformers
     transformers.utils.logging.disable_progress_bar()
     os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
-    from bertforge.cli.commands.evaluate import load_for_task
+    from bertforge.pipelines.evaluate import load_for_task
     from bertforge.data.beir import read_beir
     from bertforge.runtime import bench as bb
     from bertforge.runtime.embedder import evaluate_retrieval, load_embedder

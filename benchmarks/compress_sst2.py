@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     logging.getLogger().setLevel(logging.ERROR)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertforge.cli.commands.evaluate import load_for_task
+    from bertforge.pipelines.evaluate import load_for_task
     from bertforge.cli.commands.prune import plot_curve
     from bertforge.compress import onnx as bo
     from bertforge.compress import prune as P

@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertforge"
 
 #: the layers, lowest first
-LAYERS = ("core", "engine", "runtime", "cli")
+LAYERS = ("core", "engine", "runtime", "pipelines", "cli")
 
 #: folder under src/bertforge → its layer; "" is the modules at the top of the package. A new folder gets a
 #: row here (the test below fails until it has one).
@@ -31,6 +31,7 @@ FOLDER_LAYER = {
     "tasks": "core",
     "engine": "engine",
     "runtime": "runtime",
+    "pipelines": "pipelines",  # the Python API the CLI calls
     "cli": "cli",
     "serve": "cli",  # the HTTP front end, beside the command line (cli/)
 }

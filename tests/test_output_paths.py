@@ -104,7 +104,7 @@ def test_overwrite_never_removes_other_files_or_the_working_directory(workspace,
 def test_a_failed_run_leaves_a_new_out_as_it_found_it(tmp_path):
     """RunDir of a training run → failure: a dir the run created is removed, an empty one emptied, one
     holding a saved checkpoint kept for --resume."""
-    from bertforge.cli.commands._rundir import RunDir
+    from bertforge.pipelines.rundir import RunDir
 
     def fail(out, write):
         with pytest.raises(RuntimeError):
@@ -157,5 +157,5 @@ def test_overwrite_replaces_only_a_real_run_or_model(tmp_path, cli_error):
             line = cli_error([str(a) for a in argv], mine)
             assert "not a bertforge run" in line, line
         assert (mine / "notes.txt").read_text() == "precious"
-    from bertforge.cli.commands._rundir import replaceable_output
+    from bertforge.pipelines.rundir import replaceable_output
     assert replaceable_output(model) and not replaceable_output(tmp_path / "mine-config.json")

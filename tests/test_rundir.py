@@ -1,4 +1,4 @@
-"""RunDir, the life of a verb's --out folder: check, stage, swap in, clean up (cli/commands/_rundir.py).
+"""RunDir, the life of a verb's --out folder: check, stage, swap in, clean up (pipelines/rundir.py).
 
 The truth in each test is the file system itself: which folders exist beside --out and what their files hold.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.cli.commands._rundir import RunDir
+from bertforge.pipelines.rundir import RunDir
 from bertforge.errors import BertforgeError
 from bertforge.io import owner_tag
 
@@ -138,7 +138,7 @@ def test_the_out_rules(tmp_path, monkeypatch):
 _KILLED_CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from bertforge.cli.commands._rundir import RunDir
+    from bertforge.pipelines.rundir import RunDir
     with RunDir(Path(sys.argv[1]), overwrite=True, resume=False) as work:
         (work / "config.json").write_text("half")
         print(work, flush=True)

@@ -9,9 +9,13 @@ __version__ = "0.1.0"
 #: public names → the module that defines them, imported on first use (PEP 562), so that `import bertforge`
 #: (and the CLI's start-up, where Ctrl-C must already be handled) does not load torch up front
 _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained": ".checkpoint.read",
-         "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model"}
+         "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model",
+         # the Python API (pipelines/, docs/python.md)
+         "quantize": ".pipelines.quantize", "export": ".pipelines.export", "evaluate": ".pipelines.evaluate",
+         "embed": ".pipelines.embed"}
 
-__all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained"]
+__all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
+           "quantize", "export", "evaluate", "embed"]
 
 
 def __getattr__(name: str):

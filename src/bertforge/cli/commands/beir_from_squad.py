@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ...data.beir import squad_to_beir
-    from ._rundir import enclosing_output, holds_output
+    from ...pipelines.rundir import enclosing_output, holds_output
     out = Path(args.out_dir)
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out-dir {out} is a file; pass a new folder")

@@ -23,7 +23,7 @@ from ...errors import ConfigError
 from ..names import DISTILL_METHODS, DISTILL_STAGES, DISTILL_TABLE_METHODS, LAYER_MAPS, Choices
 from ._common import (add_recipe_args, add_train_args, build_recipe, check_cache_dir, check_flags_agree,
                       print_json, resolve_model_dir)
-from ._rundir import RunDir
+from ...pipelines.rundir import RunDir
 
 #: the methods of :data:`bertforge.distill.distiller.EMBEDDING_METHODS` (sentence embeddings; docs/search.md)
 EMBEDDING_METHODS = ("embedding_mse", "margin_mse")

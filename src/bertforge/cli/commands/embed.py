@@ -158,14 +158,14 @@ def _key(model_dir: Path, inputs: list, args, dim: int, pooling) -> dict:
 
 def check_out(out: Path, model_dir: Path) -> None:
     """``--out`` rules: a directory path outside the model dir and not inside another run, model or embedding
-    output (as :class:`~bertforge.cli.commands._rundir.RunDir` checks); a non-empty one must be an earlier embed
+    output (as :class:`~bertforge.pipelines.rundir.RunDir` checks); a non-empty one must be an earlier embed
     output (``manifest.json``)."""
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"--out {out} is a file; pass a directory path")
     res, src = out.resolve(), model_dir.resolve()
     if res == src or src in res.parents or res in src.parents:
         raise BertforgeError(f"--out {out} overlaps the model dir {model_dir}; choose an --out outside it")
-    from ._rundir import enclosing_output
+    from ...pipelines.rundir import enclosing_output
     parent = enclosing_output(res) or next((p for p in res.parents if (p / "manifest.json").is_file()), None)
     if parent is not None:
         raise BertforgeError(f"--out {out} is inside {parent}, which holds a bertforge run, model or embedding; "

@@ -11,7 +11,7 @@ from pathlib import Path
 from ...errors import ConfigError, DataError
 from ..names import TASK_NAMES
 from ._common import add_recipe_args, add_train_args, build_recipe, print_json, resolve_model_dir
-from ._rundir import RunDir
+from ...pipelines.rundir import RunDir
 
 #: what ``--max-train-samples`` counts, per kind of task (the help text and docs/ner_qa.md say the same)
 MAX_TRAIN_SAMPLES_HELP = ("use only the first N training records: rows (classification, regression), sentences "

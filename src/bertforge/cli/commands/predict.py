@@ -13,7 +13,7 @@ from pathlib import Path
 from ...errors import ConfigError, require_at_least
 from ...io import atomic_write_text
 from ._common import check_out_file
-from .evaluate import add_multilabel_args, load_for_task
+from .evaluate import add_multilabel_args
 
 
 def add_arguments(p) -> None:
@@ -44,6 +44,7 @@ def run(args) -> int:
         named = TASKS.get(ALIASES.get(args.task.lower(), args.task.lower()))
         if named is not None:
             _check_glue_format(named)
+    from ...pipelines.evaluate import load_for_task
     model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len,
                                                      getattr(args, "threshold", None),
                                                      getattr(args, "labels_file", None))

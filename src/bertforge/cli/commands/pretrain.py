@@ -23,7 +23,7 @@ from ...errors import BertforgeError, ConfigError, DataError, require_at_least
 from ..names import OBJECTIVE_NAMES, SIZE_NAMES, Choices
 from ._common import (add_train_args, apply_train_flags, check_cache_dir, check_flags_agree, check_recipe,
                       print_json, resolve_model_dir)
-from ._rundir import RunDir
+from ...pipelines.rundir import RunDir
 
 
 def add_arguments(p) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from ...errors import ConfigError, DataError, require_at_least
 from ...io import json_safe
 from ._common import print_json, resolve_model_dir
-from ._rundir import RunDir
+from ...pipelines.rundir import RunDir
 
 
 def add_arguments(p) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, DataError, require_number
 from ._common import add_train_args, apply_train_flags, print_json
-from ._rundir import RunDir
+from ...pipelines.rundir import RunDir
 
 #: the defaults of `translate train` (mirrored in recipes/translate/small.yaml; a test keeps them equal)
 DEFAULT_RECIPE = {

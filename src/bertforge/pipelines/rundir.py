@@ -37,8 +37,8 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from ...errors import BertforgeError
-from ...io import _explain, remove_stale_siblings, staging_dir, swap_in
+from ..errors import BertforgeError
+from ..io import _explain, remove_stale_siblings, staging_dir, swap_in
 
 #: what a folder bertforge wrote holds at its top: a run, a checkpoint, or an exported graph
 OUTPUT_MARKERS = ("recipe.yaml", "config.json", "checkpoints", "model.onnx")

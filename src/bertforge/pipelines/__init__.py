@@ -1,0 +1,16 @@
+"""The Python API: one function per job, typed options in, a result out, the run folder's life included
+(:mod:`bertforge.pipelines.rundir`). The command line (``bertforge.cli``) parses flags, words errors and calls
+these; a notebook calls them directly (docs/python.md).
+
+=================  ===========================================  ==========================
+function           does                                         returns
+=================  ===========================================  ==========================
+``quantize``       INT8 for a CPU kind, with the accuracy gate  :class:`QuantizeResult`
+``export``         ONNX export (+ ORT optimisation)             :class:`ExportResult`
+``evaluate``       a model dir's task metrics on labelled data  :class:`EvalResult`
+``embed``          sentence embeddings of texts                 ``(N, d)`` float32 array
+=================  ===========================================  ==========================
+
+The functions are exported as ``bertforge.quantize``, ``bertforge.export``, ``bertforge.evaluate`` and
+``bertforge.embed`` (loaded on first use); each module here holds one of them with its option and result types.
+"""
