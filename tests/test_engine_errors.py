@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge.cli.commands._resume_policy import word_error
+from bertforge.pipelines.resume_policy import word_error
 from bertforge.config import load_recipe
 from bertforge.engine.train.trainer import Trainer
 from bertforge.errors import ConfigError, TrainingError

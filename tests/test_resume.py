@@ -427,7 +427,7 @@ def test_load_pretrained_returns_a_model_ready_for_inference(setup):
 def test_resume_ignores_settings_only_one_version_records():
     """A run started before pretrain.max_ngram existed (or whose recipe recorded model.embedding_size for
     an E = H family) still resumes; a recorded value that changed is still named."""
-    from bertforge.cli.commands._resume_policy import _recipe_changes
+    from bertforge.pipelines.resume_policy import _recipe_changes
     old = {"model": {"hidden_size": 32, "embedding_size": 64}, "pretrain": {"scheme": "token"}}
     assert _recipe_changes(old, {"model": {"hidden_size": 32}, "pretrain": {"scheme": "token", "max_ngram": 3}}) == ""
     assert "pretrain.scheme 'token' → 'ngram'" in _recipe_changes(old, {"model": {"hidden_size": 32},

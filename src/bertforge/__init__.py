@@ -12,10 +12,10 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model",
          # the Python API (pipelines/, docs/python.md)
          "quantize": ".pipelines.quantize", "export": ".pipelines.export", "evaluate": ".pipelines.evaluate",
-         "embed": ".pipelines.embed"}
+         "embed": ".pipelines.embed", "finetune": ".pipelines.finetune"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
-           "quantize", "export", "evaluate", "embed"]
+           "finetune", "quantize", "export", "evaluate", "embed"]
 
 
 def __getattr__(name: str):

@@ -274,7 +274,7 @@ class Recipe:
     extra: dict = field(default_factory=dict)  # verb-specific sections (objective, distill, …)
     #: what the run read, by the flag that names it (``--model``, ``--train``, ``--teacher #2`` …): a model dir
     #: as ``{path, sha256}`` (plus ``name`` for ``minilm`` or a hub id), a data file as ``{path, bytes,
-    #: sha256}``, a hub dataset as ``{name}`` (``bertforge.cli.commands._sources``); empty in recipes written by
+    #: sha256}``, a hub dataset as ``{name}`` (``bertforge.pipelines.sources``); empty in recipes written by
     #: hand and by older versions
     sources: dict = field(default_factory=dict)
     #: dotted keys the recipe file or a KEY=VALUE override set (not a verb's defaults): a value equal to a

@@ -6,7 +6,7 @@ one line and exits with status 2; library users catch ``BertforgeError``.
 
 An error raised below the CLI (the training engine, the core) states facts and advice in the library's
 own terms (recipe keys, paths); where the CLI words the advice with its flags instead, the error carries a
-machine-readable ``reason`` and the ``facts`` the CLI needs (see ``bertforge.cli.commands._resume_policy``).
+machine-readable ``reason`` and the ``facts`` the CLI needs (see ``bertforge.pipelines.resume_policy``).
 """
 from __future__ import annotations
 

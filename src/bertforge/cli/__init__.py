@@ -107,7 +107,7 @@ def _main(argv) -> int:
         return int(args._run(args) or 0)
     except BertforgeError as e:
         if getattr(e, "reason", None):  # the engine's facts, advised in the CLI's flags
-            from .commands._resume_policy import word_error
+            from ..pipelines.resume_policy import word_error
             msg = " ".join(word_error(e).split())
         else:
             msg = " ".join(str(e).split())

@@ -233,7 +233,7 @@ def run(args) -> int:
         if value is not None:
             raise ConfigError(f"{flag} is an option of --method static; drop it or add --method static")
     from ...distill.data import IndexedDataset
-    from ._sources import Sources, require
+    from ...pipelines.sources import Sources, require
     recipe = build_recipe(args, extra_sections=("distill",))
     prov = Sources(recipe, args.recipe)  # the inputs --recipe recorded; those this run reads
     args.teacher = require(prov.model_specs("--teacher", args.teacher),
@@ -262,7 +262,7 @@ def run(args) -> int:
         prov.record_model("--augment-mlm", opts.augment_mlm, opts.augment_mlm)
     prov.record(recipe)  # recipe.yaml: what the run read, so that --recipe alone re-runs it
     if args.resume:
-        from ._resume_policy import check_resume
+        from ...pipelines.resume_policy import check_resume
         check_resume(out, len(dataset), recipe.train, sources, recipe)  # before anything is written
     with run_dir as work:
         distiller, cache = build_distiller(args, opts, recipe, data, losses, student, teacher_dirs, work,
@@ -374,10 +374,10 @@ def resolve_teachers(args, opts: Options, recipe, inputs=None) -> list:
 # ---------------------------------------------------------------------------------------------- data
 def build_data(args, opts: Options, recipe, teacher_dirs, inputs=None) -> Data:
     """Load the teachers and the training data of the stage: labelled task examples (optionally augmented,
-    TinyBERT §3.3) or corpus sequences. ``inputs`` (:class:`bertforge.cli.commands._sources.Sources`) checks data
+    TinyBERT §3.3) or corpus sequences. ``inputs`` (:class:`bertforge.pipelines.sources.Sources`) checks data
     files taken from the recipe and records them; data paths are recorded resolved."""
     from ...tokenizer import load_tokenizer
-    from ._sources import Sources
+    from ...pipelines.sources import Sources
     inputs = inputs if inputs is not None else Sources(recipe, getattr(args, "recipe", None))
     tok = load_tokenizer(teacher_dirs[0])
     if opts.stage == "task":
@@ -681,9 +681,9 @@ def check_teacher_cache_dir(args, out: Path, inputs: tuple) -> None:
 
 def source_fingerprints(teacher_dirs, student_spec: str, inputs=None, teacher_specs=None) -> dict:
     """The input model dirs by flag, fingerprinted, so that ``--resume`` refuses other ones; ``inputs``
-    (:class:`bertforge.cli.commands._sources.Sources`) records them for ``recipe.yaml`` too (``teacher_specs``:
+    (:class:`bertforge.pipelines.sources.Sources`) records them for ``recipe.yaml`` too (``teacher_specs``:
     the teachers as given, ``minilm`` or a hub id kept by name)."""
-    from ._sources import Sources, numbered
+    from ...pipelines.sources import Sources, numbered
     inputs = inputs if inputs is not None else Sources(None)
     specs = list(teacher_specs or teacher_dirs)
     sources = {numbered("--teacher", i, len(teacher_dirs)): inputs.record_model(
@@ -742,7 +742,7 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
     student (HF layout, the teacher's tokenizer) plus the projections W."""
     from ...engine.train.trainer import Trainer
-    from ._report import CollapseWarning, print_training_plan
+    from ...pipelines.report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
         recipe.train.metric_for_best = data.task.metrics[0]
     eval_fn = CollapseWarning("distill", data.task, lambda m: data.adapter.evaluate(m.student, data.eval_ds),

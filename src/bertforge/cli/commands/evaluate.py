@@ -39,7 +39,7 @@ def run(args) -> int:
                       batch_size=args.batch_size, max_samples=args.max_samples,
                       threshold=getattr(args, "threshold", None), labels_file=getattr(args, "labels_file", None))
     metrics, task = result.metrics, result.task
-    from ._report import collapse_message
+    from ...pipelines.report import collapse_message
     warning = collapse_message(metrics, task)
     if warning:
         print(f"bertforge evaluate: {warning}", file=sys.stderr)

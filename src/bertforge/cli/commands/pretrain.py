@@ -153,7 +153,7 @@ def run(args) -> int:
     from ...engine.train.trainer import Trainer
     from ...data.tokenizers_train import KINDS
 
-    from ._sources import Sources
+    from ...pipelines.sources import Sources
     recipe = build_pretrain_recipe(args)
     inputs = Sources(recipe, args.recipe)  # what --recipe recorded; what this run reads
     recipe.data.corpus = inputs.data_paths("--corpus", recipe.data.corpus, given=args.corpus is not None)
@@ -217,7 +217,7 @@ def run(args) -> int:
     run_dir = RunDir(out, inputs=tok_inputs, overwrite=args.overwrite, resume=args.resume)
     inputs.record(recipe)  # recipe.yaml: what the run read, so that --recipe alone re-runs it
     if args.resume:
-        from ._resume_policy import check_resume
+        from ...pipelines.resume_policy import check_resume
         check_resume(out, len(train_ds), recipe.train, None, recipe)  # before the model is built
     with run_dir as work:
         from ...engine.train.rng import set_seed

@@ -112,7 +112,7 @@ def build_translate_recipe(args):
         d = int(r.model.get("d_model", 512))
         r.train.lr = float(sec["noam_factor"]) * d ** -0.5 * max(1, r.train.warmup_steps or 1) ** -0.5
     _check_translate_recipe(r, sec)
-    from ._sources import Sources
+    from ...pipelines.sources import Sources
     inputs = Sources(r, args.recipe)  # files not given come from the recipe, checked to be the ones it recorded
     for key, flag in FILE_FLAGS.items():
         given = getattr(args, key)
@@ -227,7 +227,7 @@ def run_train(args) -> int:
         model.explicit_attention = r.impl.dtype == "bfloat16"  # faster on CPU under bf16; same numbers
         ds = TokenBatchDataset(s_ids, t_ids, int(sec["max_tokens"]), seed=r.train.seed)
         if args.resume:
-            from ._resume_policy import check_resume
+            from ...pipelines.resume_policy import check_resume
             check_resume(work, len(ds), r.train, None, r)  # the run's verb, options, data size and batch
         prep_s = time.perf_counter() - t0
         if r.impl.progress:

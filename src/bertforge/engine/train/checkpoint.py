@@ -17,7 +17,7 @@ tensors and plain containers and are read with ``torch.load(weights_only=True)``
 ``trainer_state.json`` records the step, the best evaluation, and what fixes the data position (seed,
 training-set size, batch size, accumulation, processes): :func:`check_state` refuses to continue a
 checkpoint under other values, since its step would then point at other data. Whether a run directory
-*may* be resumed under a changed recipe is the CLI's policy (``bertforge.cli.commands._resume_policy``).
+*may* be resumed under a changed recipe is the CLI's policy (``bertforge.pipelines.resume_policy``).
 """
 from __future__ import annotations
 

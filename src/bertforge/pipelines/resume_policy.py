@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ...engine.train.checkpoint import check_state, latest_checkpoint, read_state
-from ...errors import BertforgeError, CheckpointError, ConfigError
+from ..engine.train.checkpoint import check_state, latest_checkpoint, read_state
+from ..errors import BertforgeError, CheckpointError, ConfigError
 
 #: recipe values a resumed run may change (limits, logging, speed) without changing what it trains on
 _RESUMABLE = ("train.max_steps", "train.epochs", "train.max_minutes", "train.eval_every", "train.save_every",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 
 def file_fingerprint(path) -> dict:
@@ -96,7 +96,7 @@ class Sources:
     def check_model(self, flag: str, rec: dict) -> None:
         """ConfigError unless the model dir recorded as ``rec`` for ``flag`` is still there with the same
         files (the same :func:`bertforge.io.dir_fingerprint`)."""
-        from ...checkpoint.read import resolve_model_dir
+        from ..checkpoint.read import resolve_model_dir
         d = resolve_model_dir(rec["name"]) if rec.get("name") else Path(rec["path"])
         shown = rec.get("name") or rec.get("path")
         if not Path(d).is_dir():
@@ -109,7 +109,7 @@ class Sources:
 
     def fingerprint_dir(self, d) -> dict:
         """:func:`bertforge.io.dir_fingerprint` of ``d``, computed once per run."""
-        from ...io import dir_fingerprint
+        from ..io import dir_fingerprint
         key = str(Path(d).resolve())
         if key not in self._dirs:
             self._dirs[key] = dir_fingerprint(d)
