@@ -126,3 +126,24 @@ def test_agreement_measures_each_kind_of_output():
     other[0, 2, 2] = 0.0  # the entity shrinks to token 1: span F1 0
     assert Q.agreement("token_classification", tok, tok, mask[:1], labels=tags) == 100.0
     assert Q.agreement("token_classification", tok, other, mask[:1], labels=tags) == 0.0
+
+
+def test_static_scheme_keeps_stdout_for_the_json_and_runs_as_int8(tmp_path, minilm_dir, capsys):
+    src = _save(_classifier(), tmp_path / "m", minilm_dir)
+    out = tmp_path / "s"
+    assert main(["quantize", "--model", str(src), "--out", str(out), "--calib", str(_calib(tmp_path, 16)),
+                 "--scheme", "s8s8-static", "--calibration", "percentile", "--max-drop", "100"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["scheme"] == "s8s8-static"  # ORT's progress went to stderr
+    from bertforge.runtime import load_runner
+    assert load_runner(out).precision == "int8"
+
+
+def test_a_named_scheme_that_saturates_on_the_target_is_written_with_a_warning(tmp_path, minilm_dir, capsys):
+    src = _save(_classifier(), tmp_path / "m", minilm_dir)
+    assert main(["quantize", "--model", str(src), "--out", str(tmp_path / "q"), "--calib", str(_calib(tmp_path, 16)),
+                 "--target", "avx2", "--scheme", "u8s8", "--max-drop", "100"]) == 0
+    out = capsys.readouterr()
+    rec = json.loads(out.out.strip().splitlines()[-1])
+    assert rec["exact_on_target"] is False and "saturates on avx2" in rec["warning"]
+    assert "warning: scheme u8s8 saturates on avx2" in out.err and "u8s8-7bit" in out.err

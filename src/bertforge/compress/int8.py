@@ -227,10 +227,13 @@ def _quantize_static(src, tmp, per_channel, exclude, batches, calibration) -> No
         def get_next(self):
             return next(self.it, None)
 
-    quantize_static(str(src), str(tmp), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                    nodes_to_exclude=list(exclude), calibrate_method=method,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    import contextlib
+    import sys
+    with contextlib.redirect_stdout(sys.stderr):  # ORT's calibrators print progress; stdout is the verb's JSON
+        quantize_static(str(src), str(tmp), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                        nodes_to_exclude=list(exclude), calibrate_method=method,
+                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
 
 
 def quantizable_nodes(graph) -> list:
@@ -425,7 +428,8 @@ def gate(fp32_path, dst, schemes: Sequence[Scheme], target: str, batches: list, 
          **agree_kw) -> GateResult:
     """Quantize ``fp32_path`` → ``dst`` with the first of ``schemes`` whose INT8 graph agrees with the FP32
     graph within ``max_drop`` points (:func:`agreement`, 100 − agreement ≤ ``max_drop``) on ``batches``;
-    where none does, keep the most sensitive nodes (:func:`node_sensitivity` under the last scheme) in FP32,
+    where none does, keep the most sensitive nodes (:func:`node_sensitivity` under the scheme that agreed best)
+    in FP32,
     one more at a time (1, 2, 4, … nodes), until it does.
 
     Raises:
@@ -444,11 +448,13 @@ def gate(fp32_path, dst, schemes: Sequence[Scheme], target: str, batches: list, 
         return a
 
     metric = AGREEMENT.get(kind, AGREEMENT["base"])
+    scores = []
     for s in schemes:
         a = attempt(s, [])
         if 100.0 - a <= max_drop:
             return GateResult(s.name, [], a, 100.0 - a, metric, n_texts, tries)
-    last = schemes[-1]
+        scores.append(a)
+    last = schemes[int(np.argmax(scores))]  # FP32 nodes are added to the scheme that agreed best
     sens = node_sensitivity(fp32_path, batches, last, target, per_channel)
     order = [r["node"] for r in sens]
     k, limit = 1, int(max_fp32_fraction * n_nodes)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..checkpoint import resolve_model_dir
-from ..errors import ConfigError, require_at_least
+from ..errors import BertforgeError, ConfigError, require_at_least
 from .rundir import RunDir
 
 
@@ -75,14 +75,7 @@ def quantize(model, out, **options) -> QuantizeResult:
 
 
 def _run(model, out, args) -> dict:
-    import numpy as np
-    from ..compress import onnx as bo
-    from ..compress import quantize as bq
-    from ..checkpoint.read import load_pretrained
-    model_dir = resolve_model_dir(str(model))
-    run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite)
-    if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
-        raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
+    # every option is checked before torch loads or anything is read
     if args.backend != "onnxruntime":  # graph options would be silently ignored by the torch backend
         used = [f for f, on in (("--reduce-range", args.reduce_range), ("--no-fused", args.no_fused),
                                 ("--fusions", args.fusions is not None), ("--target", args.target),
@@ -102,6 +95,14 @@ def _run(model, out, args) -> dict:
     _check_int8_args(args)
     require_at_least("--max-eval-samples", args.max_eval_samples, 1)
     require_at_least("--max-seq-len", args.max_seq_len, 2)
+    import numpy as np
+    from ..compress import onnx as bo
+    from ..compress import quantize as bq
+    from ..checkpoint.read import load_pretrained
+    model_dir = resolve_model_dir(str(model))
+    run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite)
+    if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
+        raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
     eval_data = None
     if args.eval:  # read and check the evaluation data before anything is written
         from .evaluate import load_for_task
@@ -120,10 +121,16 @@ def _run(model, out, args) -> dict:
     from ..runtime.torch import TorchRunner
     with run_dir as tmp:  # --out (or the dir it replaces) changes only once every check has run
         if args.backend == "onnxruntime":
-            rec.update(bo.deploy(model, tmp, source_dir=model_dir, quantize=True, fused=not args.no_fused,
-                                 per_channel=not args.per_tensor, fusions=args.fusions or "lean",
-                                 reduce_range=args.reduce_range, scheme=args.scheme, target=args.target,
-                                 gate=gate))
+            try:
+                rec.update(bo.deploy(model, tmp, source_dir=model_dir, quantize=True, fused=not args.no_fused,
+                                     per_channel=not args.per_tensor, fusions=args.fusions or "lean",
+                                     reduce_range=args.reduce_range, scheme=args.scheme, target=args.target,
+                                     gate=gate))
+            except BertforgeError as e:
+                hint = _saturation_note(args)
+                if hint:
+                    raise type(e)(f"{e}; {hint}") from None
+                raise
         else:
             qmodel = bq.quantize_dynamic(model, per_channel=not args.per_tensor)
             bq.save_quantized(qmodel, model, tmp, tokenizer_dir=model_dir)
@@ -139,7 +146,24 @@ def _run(model, out, args) -> dict:
             n = len(getattr(eval_data, "examples", eval_data))  # token tasks: sentences, not windows
             rec["eval"] = {"task": task.name, "n": n, "fp32": adapter.evaluate(fp32, eval_data),
                            "int8": adapter.evaluate(int8, eval_data)}
+    note = _saturation_note(args)
+    if note:  # an explicit scheme the target's kernels do not compute exactly: written, and said so
+        import sys
+        rec["warning"] = note
+        print(f"bertforge quantize: warning: {note}", file=sys.stderr)
     return rec
+
+
+def _saturation_note(args) -> Optional[str]:
+    """The warning for an explicitly named scheme that saturates on the target's kernels, else None."""
+    from ..compress.int8 import SCHEMES, default_scheme, exact_on, host_target
+    if not args.scheme or args.backend != "onnxruntime":
+        return None
+    target = args.target or host_target()
+    if exact_on(SCHEMES[args.scheme], target):
+        return None
+    return (f"scheme {args.scheme} saturates on {target} (u8×s8 pair sums in int16, vpmaddubsw); drop --scheme "
+            f"for {target}'s {default_scheme(target).name}")
 
 
 def _check_int8_args(args) -> None:
@@ -157,6 +181,9 @@ def _check_int8_args(args) -> None:
     require_at_least("--calib-samples", args.calib_samples, 1)
     if isinstance(args.calib, (list, tuple)) and not any(args.calib):
         raise ConfigError("calib holds no text; pass a list of calibration texts or a file")
+    if isinstance(args.calib, (str, Path)) and not Path(args.calib).is_file():
+        from ..errors import DataError
+        raise DataError(f"--calib {args.calib} is not a file; pass a text file with one text per line")
 
 
 def calibration_texts(path, limit: int) -> list:

@@ -27,7 +27,7 @@ from ..errors import CheckpointError
 from .base import INPUT_NAMES, Runner, check_threads, split_qa
 
 #: operators that only an INT8 (dynamically quantized) graph contains
-INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention")
+INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QLinearMatMul", "QuantizeLinear")  # dynamic; static QDQ
 
 
 def graph_is_int8(graph) -> bool:

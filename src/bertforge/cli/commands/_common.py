@@ -38,8 +38,8 @@ def add_int8_weight_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-tensor", action="store_true",
                    help="one INT8 weight scale per matrix (default: per output channel)")
     p.add_argument("--reduce-range", action="store_true",
-                   help="onnxruntime INT8: 7-bit weights; try it when INT8 accuracy drops on an x86 CPU "
-                        "without VNNI, whose u8×s8 kernels can saturate with 8-bit weights")
+                   help="onnxruntime INT8: 7-bit weights, the same as --scheme u8s8-7bit (already the default for "
+                        "an AVX2 CPU without VNNI, whose u8×s8 kernels saturate with 8-bit weights)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:

@@ -22,11 +22,13 @@ from ._common import add_int8_weight_args, print_json
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, help="FP32 checkpoint dir (HF layout) or 'minilm'")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="output dir (model.onnx or model.int8.safetensors, config, "
+                                                "tokenizer, onnx.json)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"])
     add_int8_weight_args(p)
     p.add_argument("--no-fused", action="store_true", help="onnxruntime: standard ONNX ops only")
-    p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8")
+    p.add_argument("--eval", help="labelled file: report the task metric of FP32 and INT8 (its texts also feed "
+                                  "the accuracy gate unless --calib is given)")
     p.add_argument("--task", help="task of --eval (default: the model's own)")
     p.add_argument("--max-eval-samples", type=int)
     p.add_argument("--max-seq-len", type=int)
@@ -34,14 +36,18 @@ def add_arguments(p) -> None:
                    help="ORT optimizer fusion set (lean: Attention only, faster on our CPU; all: every fusion)")
     from ..names import CALIBRATION_METHODS, INT8_SCHEMES, INT8_TARGETS
     p.add_argument("--target", choices=INT8_TARGETS,
-                   help="CPU kind the graph will run on (default: this machine's); picks the scheme")
+                   help="CPU kind the graph will run on (default: this machine's, from /proc/cpuinfo): avx2 = x86 "
+                        "without VNNI (e.g. AMD Zen 2/3), vnni = avx512_vnni or avx_vnni, amx = amx_int8, arm64; "
+                        "picks the scheme")
     p.add_argument("--scheme", choices=INT8_SCHEMES,
                    help="INT8 scheme (default: the target's: u8s8 on vnni/amx/arm64, u8s8-7bit on avx2)")
     p.add_argument("--calib", help="calibration texts for the accuracy gate, one per line (a tab splits a pair)")
-    p.add_argument("--calib-samples", type=int, help="calibration texts the gate runs (default 128)")
+    p.add_argument("--calib-samples", type=int, help="calibration texts the gate (and a static scheme's calibration) "
+                                                                    "runs (default 128)")
     p.add_argument("--max-drop", type=float,
-                   help="most points of FP32 agreement INT8 may lose on the calibration texts (labels agreeing, "
-                        "cosine × 100, span agreement; default 1.0)")
+                   help="most points (0-100) of FP32 agreement INT8 may lose on the calibration texts (labels "
+                        "agreeing, cosine × 100, span agreement; default 1.0); beyond it the most sensitive "
+                        "MatMuls stay FP32, and if half of them cannot meet it nothing is written")
     p.add_argument("--calibration", choices=CALIBRATION_METHODS, default=None,
                    help="static schemes: how activation ranges are calibrated (default minmax)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
