@@ -14,3 +14,10 @@ function           does                                         returns
 The functions are exported as ``bertforge.quantize``, ``bertforge.export``, ``bertforge.evaluate`` and
 ``bertforge.embed`` (loaded on first use); each module here holds one of them with its option and result types.
 """
+
+
+def resolve_model_dir(name):
+    """:func:`bertforge.checkpoint.read.resolve_model_dir`, imported on first call: a pipeline module loads
+    without torch, so its options are checked (and the CLI's errors worded) before torch loads."""
+    from ..checkpoint.read import resolve_model_dir as resolve
+    return resolve(name)

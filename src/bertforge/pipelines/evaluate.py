@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..checkpoint import resolve_model_dir
+from . import resolve_model_dir
 from ..errors import ConfigError, require_at_least
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
-from ..checkpoint import resolve_model_dir
+from . import resolve_model_dir
 from ..errors import ConfigError
 from .rundir import RunDir
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from ..checkpoint import resolve_model_dir
+from . import resolve_model_dir
 from ..errors import ConfigError, DataError
 from .recipe import build_recipe
 from .rundir import RunDir

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from ..checkpoint import resolve_model_dir
+from . import resolve_model_dir
 from ..errors import BertforgeError, ConfigError, require_at_least
 from .rundir import RunDir
 
