@@ -132,9 +132,13 @@ def test_latency_rounds_are_interleaved_and_measure_sleep():
     order = []
     fast.forward = lambda *a: (order.append("f"), time.sleep(0.001))
     slow.forward = lambda *a: (order.append("s"), time.sleep(0.006))
-    lat = measure_latencies([fast, slow], rounds=3, iters=4, warmup=1, progress=False)
-    assert "".join(order) == "fs" + ("ffff" + "ssss") * 3  # warm-up, then interleaved rounds
+    lat = measure_latencies([fast, slow], rounds=3, iters=4, warmup=1, progress=False, warmup_seconds=0)
+    # warm-up, then interleaved rounds, each model's timed calls after one untimed call of its own
+    assert "".join(order) == "fs" + ("f" + "ffff" + "s" + "ssss") * 3
     assert lat["fast"]["n"] == 12 and lat["slow"]["n"] == 12
+    order.clear()  # a time-based warm-up per round: the previous model's spinning threads are not timed
+    measure_latencies([fast, slow], rounds=2, iters=4, warmup=1, progress=False, warmup_seconds=0.03)
+    assert order.count("f") >= 1 + 2 * (4 + 0.03 / 0.0015) and order.count("s") >= 1 + 2 * (4 + 5)
     assert lat["slow"]["min_ms"] >= 6.0 and lat["fast"]["min_ms"] >= 1.0  # sleep never undershoots
     assert lat["slow"]["p50_ms"] > lat["fast"]["p50_ms"]
 

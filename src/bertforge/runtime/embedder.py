@@ -286,10 +286,16 @@ def latency_inputs(embedder: Embedder, seq_len: int = 128, batch_size: int = 1, 
 
 
 def measure_latencies(embedders: list, seq_len: int = 128, batch_size: int = 1, rounds: int = 5,
-                      iters: int = 10, warmup: int = 3, progress: bool = True) -> dict:
+                      iters: int = 10, warmup: int = 3, progress: bool = True,
+                      warmup_seconds: float = 0.2) -> dict:
     """Latency (ms) of one forward pass for each embedder, measured in ``rounds`` interleaved rounds of
-    ``iters`` timed calls each (after ``warmup`` untimed calls), so that load from other processes falls
-    on every model alike. Returns ``{name: {"p50_ms", "p90_ms", "min_ms", "n"}}``."""
+    ``iters`` timed calls each, so that load from other processes falls on every model alike. Before its
+    timed calls in every round each model runs untimed for at least ``warmup_seconds`` (and ``warmup`` calls
+    before the first round): the previous model's thread pool (PyTorch's OpenMP workers, ONNX Runtime's
+    spinning threads) keeps spinning for a while after its last call, and without this the few-ms INT8 graph
+    timed right after a PyTorch model paid for it (the demo's 3 × 384 INT8 student measured 1.14× its FP32
+    graph instead of the 3.3× `bench` gives it). Returns ``{name: {"p50_ms", "p90_ms", "min_ms", "n"}}``."""
+    from .bench import time_calls
     from tqdm.auto import tqdm
     inputs = {e.name: latency_inputs(e, seq_len, batch_size) for e in embedders}
     times: dict = {e.name: [] for e in embedders}
@@ -301,10 +307,8 @@ def measure_latencies(embedders: list, seq_len: int = 128, batch_size: int = 1, 
     for _ in range(rounds):
         for e in embedders:
             x = inputs[e.name]
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                e.forward(*x)
-                times[e.name].append((time.perf_counter() - t0) * 1e3)
+            times[e.name] += time_calls(lambda: e.forward(*x), warmup=1, iters=iters,  # noqa: B023
+                                        warmup_seconds=warmup_seconds)
             bar.update(1)
     bar.close()
     return {k: {"p50_ms": float(np.percentile(v, 50)), "p90_ms": float(np.percentile(v, 90)),
