@@ -74,8 +74,13 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     assert res["ndcg@10"] == res["ndcg@10@16"] and "ndcg@10@32" in res
     from bertforge.data.beir import read_beir
     from bertforge.runtime.embedder import evaluate_retrieval, load_embedder
-    served = evaluate_retrieval(load_embedder(out), read_beir(dev, "test"), max_seq_len=32)
-    assert served["dim"] == 16 and abs(served["ndcg@10"] - res["ndcg@10"]) < 1e-6, (served, res)
+    data = read_beir(dev, "test")
+    served = evaluate_retrieval(load_embedder(out), data, max_seq_len=32)
+    # the same vectors up to float32 summation order (the two paths batch texts differently): at most a
+    # near-tie between two documents of one query may break the other way, which moves the mean NDCG@10 by
+    # at most 1 / (number of queries); a wrong dim or pooling moves it far more
+    assert served["dim"] == 16 and abs(served["ndcg@10"] - res["ndcg@10"]) <= 1.0 / len(data.queries) + 1e-9, \
+        (served, res)
     # the dir is an embedding dir: pooling in the sentence-transformers layout, the served dim recorded
     assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"] is True
     assert json.loads((out / "config_sentence_transformers.json").read_text())["truncate_dim"] == 16
