@@ -18,8 +18,9 @@ math) with the TorchScript exporter of :func:`torch.onnx.export`, inputs ``input
 :func:`optimize_onnx` then runs ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")``
 (graph clean-up; SkipLayerNormalization / BiasGelu / EmbedLayerNormalization fusions only with
 ``fusions="all"``, see :data:`FUSIONS`), and
-:func:`quantize_onnx` ``onnxruntime.quantization.quantize_dynamic`` (INT8 weights, activations quantized
-per call: MatMul → MatMulInteger/DynamicQuantizeMatMul, Attention → QAttention).
+:func:`bertforge.compress.int8.quantize_graph` (``onnxruntime.quantization.quantize_dynamic``: INT8 weights,
+activations quantized per call; MatMul → MatMulInteger/DynamicQuantizeMatMul, Attention → QAttention), with
+the scheme of the CPU kind the graph is for.
 
 References: ONNX Runtime transformer optimizer and quantization docs (onnxruntime.ai/docs/performance/
 transformers-optimization.html, …/model-optimizations/quantization.html); Zafrir et al. 2019 (Q8BERT) and
@@ -315,14 +316,6 @@ def needs_reduce_range(flags: Optional[list] = None) -> bool:
 INT8_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile", "asimd", "asimddp")
 
 
-def quantize_onnx(src, dst, per_channel: bool = True, reduce_range: bool = False) -> None:
-    """ONNX Runtime dynamic INT8 of ``src`` → ``dst``: int8 weights (7-bit with ``reduce_range``), one scale
-    per output channel unless ``per_channel=False``; uint8 activations per call
-    (:func:`bertforge.compress.int8.quantize_graph` with scheme u8s8 / u8s8-7bit)."""
-    from .int8 import SCHEMES, quantize_graph
-    quantize_graph(src, dst, SCHEMES["u8s8-7bit" if reduce_range else "u8s8"], per_channel)
-
-
 def run_session(sess, inputs: dict) -> np.ndarray:
     """The first output of ``sess`` on ``inputs`` ({name: (B, T) int tensor or array}; the names the graph
     does not declare are left out), for export checks; models are run by :mod:`bertforge.runtime`."""
@@ -526,5 +519,5 @@ def deploy_static(model, out_dir, source_dir=None, check: bool = True) -> dict:
     return rec
 
 
-__all__ = ["ExportView", "StaticExportView", "deploy_static", "export_onnx", "optimize_onnx", "quantize_onnx", "needs_reduce_range",
+__all__ = ["ExportView", "StaticExportView", "deploy_static", "export_onnx", "optimize_onnx", "needs_reduce_range",
            "session", "run_session", "parity", "deploy"]
