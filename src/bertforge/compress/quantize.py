@@ -28,7 +28,7 @@ from ..io import atomic_dir
 from ..task_model import TaskModel
 from ..tokenizer import copy_tokenizer_files
 
-INT8_FILE = "model.int8.safetensors"
+from ..checkpoint.layout import INT8_FILE, is_quantized_dir  # noqa: F401
 
 
 def scheme(per_channel: bool = True) -> str:
@@ -104,10 +104,6 @@ def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
             from ..models.pooling import carry_pooling
             carry_pooling(tokenizer_dir, tmp)  # an embedding model keeps its pooling
-
-
-def is_quantized_dir(path) -> bool:
-    return (Path(path) / INT8_FILE).is_file()
 
 
 def load_quantized(path):

@@ -30,7 +30,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, ConfigError, require_number
-from ..io import atomic_dir, move_files_into, read_config
+from ..checkpoint.layout import read_config
+from ..io import atomic_dir, move_files_into
 from ..tokenizer import copy_tokenizer_files, save_tokenizer
 from .attention import MultiHeadAttention, causal_mask_bias, padding_mask_bias
 from .embeddings import sinusoidal_positions

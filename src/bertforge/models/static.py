@@ -22,8 +22,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-#: ``config.json`` ``model_type`` of a static embedding dir
-STATIC_MODEL_TYPE = "static"
+from ..checkpoint.layout import STATIC_MODEL_TYPE, is_static_config, is_static_dir  # noqa: F401
 
 #: the one tensor of a static dir's ``model.safetensors`` (the name sentence-transformers' StaticEmbedding reads)
 STATIC_WEIGHT = "embedding.weight"
@@ -35,21 +34,6 @@ ST_NORMALIZE = "sentence_transformers.models.Normalize"
 
 #: token positions a static model embeds (a lookup has no position limit; a bound keeps requests finite)
 STATIC_MAX_POSITIONS = 8192
-
-
-def is_static_config(cfg: dict) -> bool:
-    """Whether a ``config.json`` dict describes a static embedding model."""
-    return isinstance(cfg, dict) and cfg.get("model_type") == STATIC_MODEL_TYPE
-
-
-def is_static_dir(path) -> bool:
-    """Whether ``path`` is a dir whose ``config.json`` says ``model_type: "static"`` (False for anything
-    unreadable: the caller's own loader reports that)."""
-    f = Path(path) / "config.json"
-    try:
-        return f.is_file() and is_static_config(json.loads(f.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return False
 
 
 def static_config(vocab_size: int, dim: int, pad_token_id: int = 0, extra: Optional[dict] = None) -> dict:
@@ -119,7 +103,7 @@ def load_static(path) -> StaticEmbedding:
     from safetensors.torch import load_file
 
     from ..errors import CheckpointError
-    from ..io import read_config
+    from ..checkpoint.layout import read_config
     path = Path(path)
     cfg = read_config(path)
     f = path / "model.safetensors"

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
+from ..checkpoint.layout import find_graph  # noqa: F401  (one probe, in the checkpoint package)
 from .base import INPUT_NAMES, Runner, check_threads, split_qa
 
-#: operators that only an INT8 (dynamically quantized) graph contains
-INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QLinearMatMul", "QuantizeLinear")  # dynamic; static QDQ
+from ..checkpoint.modeldir import INT8_OPS  # noqa: E402  operators only a quantized graph holds
 
 
 def graph_is_int8(graph) -> bool:
@@ -55,23 +55,6 @@ def count_graph_parameters(cfg: dict, graph) -> dict:
         n = int(sum(int(np.prod(t.dims)) for t in graph.initializer if len(t.dims) > 0))
         return {"parameters": n, "parameters_counted": "onnx initializer elements (tied weights may be "
                                                         "counted twice)"}
-
-
-def find_graph(path: Path) -> Optional[Path]:
-    """The ``.onnx`` file ``path`` names: itself, a dir's ``model.onnx``, or the one ``.onnx`` file of a dir
-    without FP32 weights; None when there is none. Raises CheckpointError for a dir with several."""
-    if path.is_file():
-        return path if path.suffix == ".onnx" else None
-    if (path / "model.onnx").is_file():
-        return path / "model.onnx"
-    from ..checkpoint.read import weight_files
-    if not path.is_dir() or weight_files(path):
-        return None
-    graphs = sorted(path.glob("*.onnx"))
-    if len(graphs) > 1:
-        raise CheckpointError(f"{path} holds several .onnx files ({', '.join(g.name for g in graphs)}); "
-                              f"pass one of them")
-    return graphs[0] if graphs else None
 
 
 class OnnxRunner(Runner):

@@ -307,7 +307,7 @@ class MultiLabelAdapter(SequenceAdapter):
 
     def use_model_thresholds(self, model_dir) -> None:
         """Take the thresholds saved in ``model_dir``'s ``config.json`` (none saved: 0.5 for every label)."""
-        from ..io import read_config
+        from ..checkpoint.layout import read_config
         meta = read_config(model_dir).get("bertforge") or {}
         self.thresholds = meta.get("thresholds") or {"use": "global", "global": 0.5,
                                                       "per_label": [0.5] * len(self.task.labels),

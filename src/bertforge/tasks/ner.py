@@ -27,7 +27,7 @@ from ..config import ModelConfig
 from ..data.conll import (encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words,
                           words_from_windows)
 from ..errors import DataError
-from ..io import read_config
+from ..checkpoint.layout import read_config
 from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
 from ..tokenizer import pad_id
