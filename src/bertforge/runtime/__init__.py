@@ -51,30 +51,36 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
         CheckpointError: ``path`` does not exist or holds nothing this backend can run (one line that
         says what to pass instead).
     """
-    from ..checkpoint.read import EMBEDDED, resolve_model_dir
+    from ..checkpoint.modeldir import ModelDir
     from .base import check_threads
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     check_threads(threads)
-    if isinstance(path, str) and path.lower() in EMBEDDED and not Path(path).exists():
-        path = resolve_model_dir(path)
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an export / quantize "
-                              f"output dir or an .onnx file")
-    from ..models.static import is_static_dir
-    if is_static_dir(path):
-        return _static_runner(path, backend, threads, int8, tokenizer_dir)
-    from .onnx import OnnxRunner, find_graph
-    graph = find_graph(path)
+    md = path if isinstance(path, ModelDir) else ModelDir.open(path, require_config=False)
+    runner = _runner(md, Path(path) if isinstance(path, Path) else _given(md), backend, threads, int8, mkl_pack,
+                     device, tokenizer_dir)
+    runner.model_dir = md
+    return runner
+
+
+def _given(md) -> Path:
+    """The path to load: the graph itself when the caller named an ``.onnx`` file, else the dir."""
+    return md.graph if md.graph is not None and str(md.name).endswith(".onnx") else md.path
+
+
+def _runner(md, path: Path, backend: str, threads, int8: bool, mkl_pack: bool, device, tokenizer_dir) -> Runner:
+    if md.is_static:
+        return _static_runner(md, backend, threads, int8, tokenizer_dir)
+    graph = md.graph
     if backend == "auto":
         backend = "onnxruntime" if graph is not None else "torch"
     if int8 and backend == "transformers":
         raise ConfigError("int8 quantizes bertforge models; use the torch or onnxruntime backend")
     if backend == "onnxruntime":
+        from .onnx import OnnxRunner
         if graph is None:
-            return OnnxRunner.export(path, threads, int8=int8, tokenizer_dir=tokenizer_dir)
-        runner = OnnxRunner(graph, threads, tokenizer_dir)
+            return OnnxRunner.export(md.path, threads, int8=int8, tokenizer_dir=tokenizer_dir)
+        runner = OnnxRunner(graph, threads, tokenizer_dir, config=md.config or None)
         if int8 and runner.precision != "int8":
             raise ConfigError(f"{graph} is an FP32 ONNX graph; int8 quantizes a checkpoint on the fly, so pass "
                               f"the checkpoint or the INT8 dir `bertforge quantize` writes")
@@ -84,23 +90,24 @@ def load_runner(path, backend: str = "auto", threads: Optional[int] = None, *, i
                               f"folder that holds config.json")
     if backend == "transformers":
         from .transformers_runner import HFRunner
-        return HFRunner.load(path, threads)
+        return HFRunner.load(md.path, threads)
     from .torch import TorchRunner
-    return TorchRunner.load(path, threads, int8=int8, mkl_pack=mkl_pack, device=device,
+    return TorchRunner.load(md, threads, int8=int8, mkl_pack=mkl_pack, device=device,
                             tokenizer_dir=tokenizer_dir)
 
 
-def _static_runner(path: Path, backend: str, threads, int8: bool, tokenizer_dir) -> Runner:
+def _static_runner(md, backend: str, threads, int8: bool, tokenizer_dir) -> Runner:
     """A static embedding dir: its lookup in PyTorch (``auto`` / ``torch``) or its Gather + mean graph
     exported on the fly (``onnxruntime``). ConfigError for ``transformers`` and ``int8`` (no Linear layer)."""
+    path = md.path
     if int8:
         raise ConfigError(f"{path} is a static embedding model (a table lookup, no Linear layer to quantize); "
                           f"drop --int8")
     if backend == "transformers":
         raise ConfigError(f"{path} is a static embedding model, which transformers has no class for; use the "
                           f"torch or onnxruntime backend")
-    from .onnx import OnnxRunner, find_graph
-    graph = find_graph(path)  # an `export` of a static dir: its graph beside the static config.json
+    from .onnx import OnnxRunner
+    graph = md.graph  # an `export` of a static dir: its graph beside the static config.json
     if graph is not None and backend in ("auto", "onnxruntime"):
         return OnnxRunner(graph, threads, tokenizer_dir)
     if backend == "onnxruntime":

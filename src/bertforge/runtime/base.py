@@ -95,6 +95,8 @@ class Runner(ABC):
     weights_file: Optional[str] = None
     size_bytes: Optional[int] = None
     tokenizer_dir: Optional[Path] = None
+    #: the :class:`~bertforge.checkpoint.modeldir.ModelDir` it was loaded from (set by ``load_runner``)
+    model_dir = None
 
     def __init__(self):
         self.info: dict = {}
@@ -104,6 +106,15 @@ class Runner(ABC):
     @property
     def kind(self) -> str:
         return head_kind(self.head, self.config) if self.head is not None else "unknown"
+
+    @property
+    def meta(self):
+        """bertforge's metadata of the model (:class:`~bertforge.checkpoint.modeldir.Meta`: task, thresholds,
+        max length …), all None for a model bertforge did not write."""
+        if self.model_dir is not None:
+            return self.model_dir.meta
+        from ..checkpoint.modeldir import Meta
+        return Meta.from_config(self.config)
 
     @property
     def tokenizer(self):
@@ -118,11 +129,11 @@ class Runner(ABC):
 
     @property
     def max_length(self) -> Optional[int]:
-        """Token positions the model can embed (:func:`bertforge.checkpoint.read.token_positions`), None when
+        """Token positions the model can embed (:func:`bertforge.checkpoint.layout.token_positions`), None when
         unknown."""
         if not self.config:
             return None
-        from ..checkpoint.read import token_positions
+        from ..checkpoint.layout import token_positions
         return token_positions(self.config)
 
     @property

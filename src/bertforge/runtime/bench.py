@@ -19,11 +19,10 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ..checkpoint.read import check_seq_len, read_config
+from ..checkpoint.read import check_seq_len
 from ..errors import ConfigError, require_at_least
 from ..hardware import cpu_flags as all_flags
 from . import load_runner
-from .onnx import graph_is_int8
 
 _FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
           "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "asimd", "sve")
@@ -200,8 +199,9 @@ def random_inputs(vocab_size: int, batch_size: int, seq_len: int, seed: int = 0,
     return out
 
 
-def check_int8_option(model_dir: Path, backend: str, int8: bool) -> None:
+def check_int8_option(md, backend: str, int8: bool) -> None:
     """Reject ``--int8`` where bench cannot apply it, in the words of its flags (before anything is loaded).
+    ``md``: the :class:`~bertforge.checkpoint.modeldir.ModelDir` benched.
 
     Raises:
         ConfigError: ``--int8`` with ``--backend transformers``, or on a dir whose ``model.onnx`` is FP32.
@@ -210,14 +210,11 @@ def check_int8_option(model_dir: Path, backend: str, int8: bool) -> None:
         return
     if backend == "transformers":
         raise ConfigError("--int8 is for bertforge models; use --backend torch or onnxruntime")
-    graph = Path(model_dir) / "model.onnx"
-    if backend in ("auto", "onnxruntime") and graph.is_file():
-        import onnx
-
-        if not graph_is_int8(onnx.load(str(graph), load_external_data=False).graph):
-            raise ConfigError(f"--int8: {model_dir} holds an FP32 ONNX graph (model.onnx), which bench does not "
-                              f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
-                              f"`bertforge export --int8`) and bench that dir, or drop --int8")
+    if backend in ("auto", "onnxruntime") and md.format == "onnx" and md.graph is not None \
+            and md.graph.name == "model.onnx":
+        raise ConfigError(f"--int8: {md.path} holds an FP32 ONNX graph (model.onnx), which bench does not "
+                          f"quantize; run `bertforge quantize --model <its FP32 checkpoint> --out DIR` (or "
+                          f"`bertforge export --int8`) and bench that dir, or drop --int8")
 
 
 def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int = 1,
@@ -236,11 +233,14 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
         available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
     check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
-    cfg0 = read_config(Path(model_dir))
+    from ..checkpoint.layout import read_config
+    from ..checkpoint.modeldir import ModelDir
+    md = ModelDir.open(model_dir, require_config=False)
+    cfg0 = md.config or read_config(md.path)
     check_seq_len(seq_len, cfg0, flag="--seq-len")
     check_memory(cfg0, batch_size, seq_len)
-    check_int8_option(Path(model_dir), backend, int8)
-    runner = load_runner(model_dir, backend, threads, int8=int8, mkl_pack=True)
+    check_int8_option(md, backend, int8)
+    runner = load_runner(md, backend, threads, int8=int8, mkl_pack=True)
     cfg = runner.config
     tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"
     x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)

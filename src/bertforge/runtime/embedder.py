@@ -61,7 +61,8 @@ class Embedder:
     max_positions: Optional[int] = None
 
     def __init__(self, runner, name: Optional[str] = None, dim: Optional[int] = None, pooling=None):
-        from ..models.pooling import read_pooling
+        from ..checkpoint.modeldir import ModelDir
+        md = runner.model_dir or ModelDir.open(runner.path, require_config=False)
         self.runner = runner
         self.name = name or (runner.path.stem if runner.path.is_file() else runner.path.name)
         self.tok, self.path, self.backend = runner.tokenizer, runner.path, runner.backend
@@ -70,11 +71,10 @@ class Embedder:
                                if runner.backend == "onnxruntime" and runner.onnx_path.is_file()
                                else runner.num_parameters)
         #: :class:`bertforge.models.pooling.Pooling` (mode, normalize, max_seq_length) read from the dir
-        self.pooling = pooling if pooling is not None else read_pooling(runner.path)
+        self.pooling = pooling if pooling is not None else md.pooling
         width = self.width
         if dim is None:  # a Matryoshka dir serves the dim it records (sentence-transformers' truncate_dim)
-            from ..models.pooling import read_truncate_dim
-            dim = read_truncate_dim(runner.path)
+            dim = md.truncate_dim
         if dim is not None and (dim < 1 or (width is not None and dim > width)):
             raise ConfigError(f"--dim {dim} is not in 1..{width}: model {self.name!r} gives {width}-dimensional "
                               f"vectors; pass a smaller --dim")

@@ -75,7 +75,8 @@ class OnnxRunner(Runner):
         import onnx
 
         from ..compress.onnx import session
-        from ..checkpoint.read import read_config, saved_head_name
+        from ..checkpoint.layout import read_config
+        from ..checkpoint.modeldir import saved_head_name
         check_threads(threads)
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
@@ -150,13 +151,15 @@ class OnnxRunner(Runner):
         Raises:
             CheckpointError: an unusable checkpoint, or a PyTorch INT8 dir (export its FP32 source).
         """
+        from ..checkpoint.layout import read_config
+        from ..checkpoint.modeldir import ModelDir
+        from ..checkpoint.read import load_pretrained
         from ..compress.onnx import deploy
-        from ..compress.quantize import is_quantized_dir
-        from ..checkpoint.read import load_pretrained, read_config
         from .torch import count_parameters
-        model_dir = Path(model_dir)
-        config = read_config(model_dir)
-        if is_quantized_dir(model_dir):
+        md = model_dir if isinstance(model_dir, ModelDir) else ModelDir.open(model_dir)
+        model_dir = md.path
+        config = md.config or read_config(model_dir)
+        if md.format == "torch-int8":
             raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model; run `bertforge quantize "
                                   f"--backend onnxruntime` on its FP32 source for ONNX Runtime")
         model = load_pretrained(model_dir)

@@ -102,13 +102,16 @@ class TorchRunner(Runner):
             CheckpointError: a missing / unusable dir, or one that holds only an ONNX graph.
             ConfigError: ``device`` other than CPU for an INT8 model.
         """
+        from ..checkpoint.layout import read_config, shard_index, weight_files
+        from ..checkpoint.modeldir import ModelDir
+        from ..checkpoint.read import load_pretrained
         from ..compress import quantize as bq
         from ..errors import ConfigError
-        from ..checkpoint.read import load_pretrained, read_config, shard_index, weight_files
-        model_dir = Path(model_dir)
-        config = read_config(model_dir)
+        md = model_dir if isinstance(model_dir, ModelDir) else ModelDir.open(model_dir)
+        model_dir = md.path
+        config = md.config or read_config(model_dir)  # read_config: the one-line error for a dir without one
         info = {}
-        if bq.is_quantized_dir(model_dir):
+        if md.format == "torch-int8":
             model = bq.load_quantized(model_dir)
             precision, n_params, files = "int8", count_int8_parameters(model), [model_dir / bq.INT8_FILE]
         else:
@@ -129,6 +132,7 @@ class TorchRunner(Runner):
         if len(files) > 1:  # a sharded checkpoint: report its index
             runner.weights_file = shard_index(model_dir)[0].name
         runner.info.update(info)
+        runner.model_dir = md
         return runner
 
     def _tensor(self, x) -> Optional[torch.Tensor]:

@@ -34,7 +34,8 @@ def transformers_class(cfg: dict):
 def check_loadable(model_dir: Path, cfg: dict) -> None:
     """Raise CheckpointError unless ``transformers`` can build ``model_dir``: it needs FP32 weights and one
     width for every layer. The message names what the dir holds and the backend that runs it."""
-    from ..checkpoint.read import deployed_format, weight_files
+    from ..checkpoint.layout import deployed_format, weight_files
+    from ..checkpoint.modeldir import Meta
     if not weight_files(model_dir):
         held = deployed_format(model_dir)
         if held:
@@ -48,7 +49,7 @@ def check_loadable(model_dir: Path, cfg: dict) -> None:
         raise CheckpointError(f"{model_dir} has per-layer pruned shapes ({what}), which transformers "
                               f"cannot build (one width for every layer; no pruned_heads since v5); use "
                               f"--backend torch or onnxruntime")
-    pooling = (cfg.get("bertforge") or {}).get("pooling")
+    pooling = Meta.from_config(cfg).pooling
     if pooling and cfg.get("bertforge_head") == "sequence_classification":
         raise CheckpointError(f"{model_dir} has a sequence head on {pooling} pooling (model.pooling), which "
                               f"transformers' ForSequenceClassification does not have (it reads [CLS]): its "
@@ -103,7 +104,7 @@ class HFRunner(Runner):
         """
         from transformers.utils import logging as hf_logging
 
-        from ..checkpoint.read import read_config
+        from ..checkpoint.layout import read_config
         model_dir = Path(model_dir)
         cfg = read_config(model_dir)
         check_loadable(model_dir, cfg)
