@@ -453,8 +453,8 @@ class StaticExportView(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model = model
-        bf = model.config.get("bertforge") or {}
-        self.normalize = bool(bf.get("normalize", True))
+        from ..checkpoint.modeldir import Meta
+        self.normalize = bool(Meta.from_config(model.config).get("normalize", True))
 
     def forward(self, input_ids, attention_mask):
         h = self.model.embeddings(input_ids)

@@ -10,7 +10,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
-from . import resolve_model_dir
 from ..errors import ConfigError
 from .rundir import RunDir
 
@@ -58,9 +57,10 @@ def _run(model, out, args) -> dict:
     if args.fusions is not None and args.no_optimize:
         raise ConfigError("--fusions picks the ONNX Runtime optimizer's fusions and --no-optimize skips that "
                           "optimizer; pass one of them")
-    model_dir = resolve_model_dir(str(model))
-    from ..models.static import is_static_dir
-    if is_static_dir(model_dir):
+    from ..checkpoint.modeldir import ModelDir
+    md = ModelDir.open(model)
+    model_dir = md.path
+    if md.is_static:
         return _export_static(out, args, model_dir)
     run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite)
     model = load_pretrained(model_dir).eval()

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from . import resolve_model_dir
 from ..errors import ConfigError, DataError
 from .recipe import build_recipe
 from .rundir import RunDir
@@ -86,9 +85,9 @@ def setup(args, recipe, sources=None):
     from the recipe (``sources``, :mod:`bertforge.pipelines.sources`: checked to be the ones it recorded)
     and are recorded in it, data paths resolved; the task (and a custom task's columns and labels) not given
     is the one the model was fine-tuned on (its ``config.json``)."""
-    from ..checkpoint.read import check_seq_len, read_config
+    from ..checkpoint.modeldir import ModelDir
+    from ..checkpoint.read import check_seq_len
     from ..tasks import adapter_for, get_task, saved_task_spec
-    from ..tokenizer import load_tokenizer
     from .sources import Sources, require
     sources = sources if sources is not None else Sources(recipe, getattr(args, "recipe", None))
     d = recipe.data
@@ -97,12 +96,11 @@ def setup(args, recipe, sources=None):
                          "RUN/recipe.yaml of an earlier run")
     d.train = sources.data_path("--train", args.train or d.train, given=args.train is not None)
     d.eval = sources.data_path("--eval", args.eval or d.eval, given=args.eval is not None)
-    model_dir = resolve_model_dir(args.model)
-    hf_cfg = read_config(model_dir)
-    meta = hf_cfg.get("bertforge") or {}
-    if not (args.task or d.task or meta.get("task")) and getattr(args, "resume", False):
+    md = ModelDir.open(args.model)
+    model_dir, hf_cfg, meta = md.path, md.config, md.meta
+    if not (args.task or d.task or meta.task) and getattr(args, "resume", False):
         meta = _resumed_meta(args.out) or meta  # --resume: the task the run in --out trains
-    d.task = args.task or d.task or meta.get("task")
+    d.task = args.task or d.task or meta.task
     if not d.task:
         raise ConfigError("no task given; pass --task NAME (e.g. sst2) or data.task in the recipe")
     if not d.train:
@@ -115,10 +113,10 @@ def setup(args, recipe, sources=None):
     apply_labels_file(d, hf_cfg)
     task = get_task(d.task, d.text_columns, d.label_column, d.labels, d.metric, d.header, d.multi_label,
                     d.allow_empty_labels)
-    tok = load_tokenizer(model_dir)
+    tok = md.tokenizer()
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
-    _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg)
+    _configure_retrieval(args, recipe, adapter, md)
     from ..tasks.multilabel import apply_hand_thresholds
     apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
     if Path(d.train).is_dir():  # a BEIR dir is evaluation data (its test qrels), never a training set
@@ -134,7 +132,7 @@ RETRIEVAL_FLAGS = {"matryoshka_dims": "matryoshka_dims", "truncate_dim": "trunca
                    "hard_negatives": "hard_negatives", "symmetric": "symmetric", "pooling": "pooling"}
 
 
-def _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg) -> None:
+def _configure_retrieval(args, recipe, adapter, md) -> None:
     """The retrieval flags over the recipe's ``retrieval`` section, checked against the model
     (:meth:`bertforge.tasks.retrieval.RetrievalAdapter.configure`) and recorded in ``recipe.yaml``. ConfigError
     for retrieval flags given with another task."""
@@ -145,28 +143,27 @@ def _configure_retrieval(args, recipe, adapter, model_dir, hf_cfg) -> None:
             flag = "--" + next(iter(given)).replace("_", "-")
             raise ConfigError(f"{flag} applies to --task retrieval only; drop it")
         return
-    from ..models.pooling import read_pooling
     section = {**(recipe.extra.get("retrieval") or {}), **given}
-    width = hf_cfg.get("hidden_size") or hf_cfg.get("dim")
-    adapter.configure(section, int(width), read_pooling(model_dir))
+    width = md.config.get("hidden_size") or md.config.get("dim")
+    adapter.configure(section, int(width), md.pooling)
     recipe.extra["retrieval"] = section
 
 
-def _resumed_meta(out) -> dict:
-    """The ``bertforge`` section (task, task_spec) of the ``config.json`` of the run in ``out`` that
-    ``--resume`` continues: its latest checkpoint's, else its final model's; {} when there is none."""
-    import json
-
+def _resumed_meta(out):
+    """The :class:`~bertforge.checkpoint.modeldir.Meta` (task, task_spec) of the run in ``out`` that
+    ``--resume`` continues: its latest checkpoint's, else its final model's; None when there is none."""
+    from ..checkpoint.modeldir import ModelDir
     from ..engine.train.checkpoint import latest_checkpoint
+    from ..errors import CheckpointError
     ckpt = latest_checkpoint(Path(out) / "checkpoints") if out else None
     for d in ([ckpt] if ckpt else []) + ([Path(out)] if out else []):
         try:
-            meta = json.loads((d / "config.json").read_text(encoding="utf-8")).get("bertforge") or {}
-        except (OSError, ValueError, AttributeError):
+            meta = ModelDir.open(d).meta
+        except CheckpointError:
             continue
-        if meta.get("task"):
+        if meta.task:
             return meta
-    return {}
+    return None
 
 
 def _check_family(model_dir, hf_cfg) -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from . import resolve_model_dir
 from ..errors import BertforgeError, ConfigError, require_at_least
 from .rundir import RunDir
 
@@ -99,9 +98,11 @@ def _run(model, out, args) -> dict:
     from ..compress import onnx as bo
     from ..compress import quantize as bq
     from ..checkpoint.read import load_pretrained
-    model_dir = resolve_model_dir(str(model))
+    from ..checkpoint.modeldir import ModelDir
+    md = ModelDir.open(model)
+    model_dir = md.path
     run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite)
-    if bq.is_quantized_dir(model_dir) or (model_dir / "model.onnx").is_file():
+    if md.format not in ("fp32", "static") or md.graph is not None:
         raise ConfigError(f"{model_dir} is already exported/quantized; pass the FP32 checkpoint dir")
     eval_data = None
     if args.eval:  # read and check the evaluation data before anything is written
@@ -211,15 +212,14 @@ def gate_spec(model_dir, args, eval_data=None):
     import numpy as np
     from ..compress.int8 import GateSpec
     from ..data.collate import PadCollator
-    from ..checkpoint.read import read_config, saved_head_name
-    from ..models.pooling import read_pooling
+    from ..checkpoint.modeldir import ModelDir
     from ..runtime.base import head_kind
-    from ..tokenizer import load_tokenizer, pad_id
-    cfg = read_config(model_dir)
+    from ..tokenizer import pad_id
+    md = ModelDir.open(model_dir)
+    cfg = md.config
     n = args.calib_samples
-    max_len = min(args.max_seq_len or (cfg.get("bertforge") or {}).get("max_seq_len") or 128,
-                  int(cfg.get("max_position_embeddings") or 512))
-    tok = load_tokenizer(model_dir)
+    max_len = min(args.max_seq_len or md.meta.max_seq_len or 128, int(cfg.get("max_position_embeddings") or 512))
+    tok = md.tokenizer()
     if isinstance(args.calib, (list, tuple)):  # texts given from Python
         items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
     elif args.calib:
@@ -235,13 +235,13 @@ def gate_spec(model_dir, args, eval_data=None):
     for i in range(0, len(items), 32):
         b = collate(items[i:i + 32])
         batches.append({k: b[k].numpy().astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})
-    head = saved_head_name(cfg)
+    head = md.head
     kind = head_kind(head, cfg)
     if head == "multi_label_classification" or cfg.get("problem_type") == "multi_label_classification":
         kind = "multi_label_classification"
-    labels = [str(v) for _, v in sorted((cfg.get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
+    labels = [str(v) for v in md.labels or []]
     return GateSpec(batches, kind, args.max_drop, args.calibration or "minmax", labels=labels or None,
-                    pooling=read_pooling(model_dir).mode)
+                    pooling=md.pooling.mode)
 
 
 def _encode(tok, texts: list, max_len: int) -> list:
