@@ -70,3 +70,32 @@ def cli_error(capsys):
     def check(argv, untouched):
         return cli_error_line(argv, capsys, untouched)
     return check
+
+
+# ----------------------------------------------------------------------------------------- the two sets
+#: what a test that drives the command line calls: the verbs in-process (``main([...])``), the refused-call
+#: check, or ``bertforge`` / ``torchrun`` in a child process
+CLI_CALLS = ("main([", "main(argv", "cli_error(", "cli_error_line(", "bertforge_cmd(", "torchrun_cmd(",
+             '"-m", "bertforge"')
+#: fixtures that run verbs to build what a test reads (a test using them is end to end too)
+CLI_FIXTURES = {"workspace", "exported_workspace", "cli_error"}
+
+
+def drives_cli(item) -> bool:
+    """Whether test ``item`` runs the command line, itself or through a fixture (:data:`CLI_CALLS`,
+    :data:`CLI_FIXTURES`)."""
+    import inspect
+    if CLI_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    try:
+        src = inspect.getsource(item.function)
+    except (OSError, TypeError):
+        return False
+    return any(c in src for c in CLI_CALLS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test is in exactly one of two sets, each runnable alone: ``-m cli`` (end to end through the
+    command line) and ``-m unit`` (the Python API, the layers below it, and file-level checks)."""
+    for item in items:
+        item.add_marker(pytest.mark.cli if drives_cli(item) else pytest.mark.unit)
