@@ -19,6 +19,7 @@ from ..config import FAMILIES, ModelConfig
 from ..errors import CheckpointError, ConfigError
 from ..heads import HEADS
 from ..io import atomic_dir, move_files_into
+from .layout import META_KEY, meta_section, with_meta
 from ..tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
@@ -26,7 +27,7 @@ FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "elect
 PREFIX = {f: f for f in FAMILIES}
 PREFIX["modernbert"] = "model"  # ModernBertFor…: the base model is ``model.*``
 OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
-                   "add_pooling_layer", "bertforge")
+                   "add_pooling_layer", META_KEY)
 
 
 # ----------------------------------------------------------------------------------------- key maps
@@ -191,7 +192,7 @@ def config_from_hf(d: dict) -> ModelConfig:
                   type_vocab_size=0, add_pooling_layer=False, layer_norm_eps=1e-12,
                   classifier_dropout=d.get("seq_classif_dropout"))
         if d.get("sinusoidal_pos_embds"):
-            kw["bertforge"] = {"sinusoidal_pos_embds": True}
+            kw[META_KEY] = {"sinusoidal_pos_embds": True}
     else:
         for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size",
@@ -214,8 +215,8 @@ def config_from_hf(d: dict) -> ModelConfig:
     for k in OUR_CONFIG_KEYS:
         if k in d and d[k] is not None:
             kw[k] = d[k]
-    if (d.get("bertforge") or {}).get("pooling"):
-        kw["pooling"] = d["bertforge"]["pooling"]
+    if meta_section(d).get("pooling"):
+        kw["pooling"] = meta_section(d)["pooling"]
     if d.get("id2label"):
         id2label = {int(k): v for k, v in d["id2label"].items()}
         kw["id2label"] = id2label
@@ -266,7 +267,7 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
     for k in OUR_CONFIG_KEYS:
         d[k] = getattr(config, k)
     if config.pooling:  # the sequence head's pooling (ModelConfig.pooling), kept in bertforge's own section
-        d["bertforge"] = {**(d.get("bertforge") or {}), "pooling": config.pooling}
+        d = with_meta(d, pooling=config.pooling)
     d["bertforge_head"] = head
     return d
 

@@ -28,7 +28,7 @@ from ..io import atomic_dir
 from ..task_model import TaskModel
 from ..tokenizer import copy_tokenizer_files
 
-from ..checkpoint.layout import INT8_FILE, is_quantized_dir  # noqa: F401
+from ..checkpoint.layout import INT8_FILE, is_quantized_dir, with_meta  # noqa: F401
 
 
 def scheme(per_channel: bool = True) -> str:
@@ -96,7 +96,7 @@ def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
     """Write ``config.json`` + ``model.int8.safetensors`` (+ tokenizer files) atomically to ``out_dir``."""
     cfg = config_to_hf(fp32_model.config, fp32_model.head_name)
     state = int8_state(qmodel)
-    cfg["bertforge"] = {**(cfg.get("bertforge") or {}), "quantization": scheme(_per_channel(state))}
+    cfg = with_meta(cfg, quantization=scheme(_per_channel(state)))
     with atomic_dir(Path(out_dir)) as tmp:
         save_file(state, str(tmp / INT8_FILE), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")

@@ -22,7 +22,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..checkpoint.layout import STATIC_MODEL_TYPE, is_static_config, is_static_dir  # noqa: F401
+from ..checkpoint.layout import (META_KEY, STATIC_MODEL_TYPE, is_static_config, is_static_dir,  # noqa: F401
+                                 meta_section)
 
 #: the one tensor of a static dir's ``model.safetensors`` (the name sentence-transformers' StaticEmbedding reads)
 STATIC_WEIGHT = "embedding.weight"
@@ -44,7 +45,7 @@ def static_config(vocab_size: int, dim: int, pad_token_id: int = 0, extra: Optio
             "num_attention_heads": 1, "intermediate_size": 0, "type_vocab_size": 0,
             "max_position_embeddings": STATIC_MAX_POSITIONS, "pad_token_id": int(pad_token_id),
             "add_pooling_layer": False,
-            "bertforge": {"kind": STATIC_MODEL_TYPE, "pooling": "mean", "normalize": True, **(extra or {})}}
+            META_KEY: {"kind": STATIC_MODEL_TYPE, "pooling": "mean", "normalize": True, **(extra or {})}}
 
 
 class StaticEmbedding(nn.Module):
@@ -72,7 +73,7 @@ class StaticEmbedding(nn.Module):
 
     def sentence_embedding(self, input_ids, attention_mask) -> torch.Tensor:
         from .pooling import pool
-        bf = self.config.get("bertforge") or {}
+        bf = meta_section(self.config)
         return pool(self(input_ids), attention_mask, bf.get("pooling", "mean"), bool(bf.get("normalize", True)))
 
 
@@ -90,7 +91,7 @@ def save_static(out_dir, weight, tokenizer_dir, config: dict) -> None:
     save_file({STATIC_WEIGHT: w}, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2))
     copy_tokenizer_files(Path(tokenizer_dir), out_dir)
-    bf = config.get("bertforge") or {}
+    bf = meta_section(config)
     modules = [{"idx": 0, "name": "0", "path": "", "type": ST_STATIC}]
     if bf.get("normalize", True):
         modules.append({"idx": 1, "name": "1", "path": "1_Normalize", "type": ST_NORMALIZE})
