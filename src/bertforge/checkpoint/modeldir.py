@@ -166,9 +166,31 @@ class ModelDir:
         return layout.weight_files(self.path)
 
     @property
+    def fp32_weights(self) -> list:
+        """The HF weight files (``model.safetensors``, ``pytorch_model.bin`` or shards) beside whatever else the
+        dir holds; [] when it has none."""
+        return layout.weight_files(self.path)
+
+    @property
     def onnx_record(self) -> dict:
         """``onnx.json``: how ``export`` / ``quantize`` made the graph (scheme, target, gate …); {} if none."""
         return layout.read_json_object(self.path / "onnx.json")
+
+    def describe(self) -> str:
+        """What the dir holds, in words for a message (``an ONNX graph (model.onnx)`` …)."""
+        deployed = layout.deployed_format(self.path)
+        if self.format == "static":
+            return "a static embedding table (model_type static)"
+        if deployed:
+            return deployed[0]
+        if self.graph is not None:
+            return f"an ONNX graph ({self.graph.name})"
+        return {"bundle": "a bundle (manifest.json)", "low-bit": "low-bit weights"}.get(self.format, "FP32 weights")
+
+    @property
+    def backend(self) -> str:
+        """The runtime backend that runs it: ``onnxruntime`` for a graph, else ``torch``."""
+        return "onnxruntime" if self.graph is not None else "torch"
 
     def tokenizer(self, where=None):
         """The dir's tokenizer (``tokenizers.Tokenizer``; no truncation or padding set). ``where``: read it from

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..checkpoint.read import _head_from_arch, config_from_hf, read_config
+from ..checkpoint.read import config_from_hf
 from ..checkpoint.write import config_to_hf
 from ..errors import CheckpointError
 from ..io import atomic_dir
@@ -112,12 +112,13 @@ def load_quantized(path):
     Raises:
         CheckpointError: missing files or tensors that do not match ``config.json``.
     """
-    path = Path(path)
-    d = read_config(path)
-    if not is_quantized_dir(path):
+    from ..checkpoint.modeldir import ModelDir
+    md = ModelDir.open(path)
+    path, d = md.path, md.config
+    if md.format != "torch-int8":
         raise CheckpointError(f"{path} has no {INT8_FILE}; run `bertforge quantize --backend torch` first")
     config = config_from_hf(d)
-    head = d.get("bertforge_head") or _head_from_arch(d) or "base"
+    head = md.head or "base"
     fp32 = TaskModel(config, head=head)
     state = load_file(str(path / INT8_FILE))
     qmodel = quantize_dynamic(fp32, per_channel=_per_channel(state))

@@ -30,7 +30,6 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, ConfigError, require_number
-from ..checkpoint.layout import read_config
 from ..io import atomic_dir, move_files_into
 from ..tokenizer import copy_tokenizer_files, save_tokenizer
 from .attention import MultiHeadAttention, causal_mask_bias, padding_mask_bias
@@ -411,13 +410,13 @@ class TransformerSeq2Seq(nn.Module):
         """
         from safetensors.torch import load_file
         path = Path(path)
-        cj, wf = path / "config.json", path / "model.safetensors"
-        if not path.is_dir():
-            read_config(path)  # its one-line error: no such dir, or a file
-        if not cj.is_file() or not wf.is_file():
+        from ..checkpoint.modeldir import ModelDir
+        md = ModelDir.open(path, require_config=False)  # its one-line error: no such dir, or a file
+        wf = path / "model.safetensors"
+        if not md.config or not md.fp32_weights or md.fp32_weights[0] != wf:
             raise CheckpointError(f"{path} is not a translation checkpoint (needs config.json and "
                                   "model.safetensors); pass the --out dir of `bertforge translate train`")
-        d = read_config(path)  # one-line error for JSON that does not parse
+        d = md.config
         if d.get("model_type") != MODEL_TYPE:
             raise CheckpointError(f"{path} holds model_type {d.get('model_type')!r}, not {MODEL_TYPE!r}; "
                                   "pass a checkpoint written by `bertforge translate train`")

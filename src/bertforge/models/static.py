@@ -104,9 +104,9 @@ def load_static(path) -> StaticEmbedding:
     from safetensors.torch import load_file
 
     from ..errors import CheckpointError
-    from ..checkpoint.layout import read_config
+    from ..checkpoint.modeldir import ModelDir
     path = Path(path)
-    cfg = read_config(path)
+    cfg = ModelDir.open(path).config
     f = path / "model.safetensors"
     if not f.is_file():
         raise CheckpointError(f"{path} is a static model without model.safetensors; re-create it with "

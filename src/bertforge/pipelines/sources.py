@@ -96,8 +96,8 @@ class Sources:
     def check_model(self, flag: str, rec: dict) -> None:
         """ConfigError unless the model dir recorded as ``rec`` for ``flag`` is still there with the same
         files (the same :func:`bertforge.io.dir_fingerprint`)."""
-        from ..checkpoint.modeldir import resolve_model_dir
-        d = resolve_model_dir(rec["name"]) if rec.get("name") else Path(rec["path"])
+        from ..checkpoint.modeldir import resolve
+        d = resolve(rec["name"]) if rec.get("name") else Path(rec["path"])  # a name such as 'minilm': its path
         shown = rec.get("name") or rec.get("path")
         if not Path(d).is_dir():
             raise ConfigError(self._moved(flag, shown))

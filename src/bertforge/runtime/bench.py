@@ -233,10 +233,9 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
         available memory (:func:`check_memory`), ``int8`` on an FP32 ONNX dir.
     """
     check_bench_args(seq_len, batch_size, threads, warmup, iters, min_seconds)
-    from ..checkpoint.layout import read_config
     from ..checkpoint.modeldir import ModelDir
     md = ModelDir.open(model_dir, require_config=False)
-    cfg0 = md.config or read_config(md.path)
+    cfg0 = md.config or ModelDir.open(md.path).config  # the second: the one-line error for a dir without one
     check_seq_len(seq_len, cfg0, flag="--seq-len")
     check_memory(cfg0, batch_size, seq_len)
     check_int8_option(md, backend, int8)

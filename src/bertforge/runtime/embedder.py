@@ -26,7 +26,6 @@ from typing import Optional
 
 import numpy as np
 
-from ..checkpoint.read import resolve_model_dir
 from ..data.bundled import lee_corpus, polarity_sentences
 from ..data.collate import length_sorted_batches
 from ..errors import CheckpointError, ConfigError
@@ -169,13 +168,13 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
         CheckpointError: nothing loadable at ``path``.
         ConfigError: ``dim`` larger than the model's width.
     """
-    p = resolve_model_dir(str(path))
-    if not p.exists():
-        raise CheckpointError(f"model {path} does not exist; pass a checkpoint dir, an .onnx file or 'minilm'")
+    from ..checkpoint.modeldir import ModelDir
+    md = ModelDir.open(path, require_config=False)
+    p = md.graph if md.graph is not None and str(path).endswith(".onnx") else md.path
     if name is None and str(p) != str(path) and not Path(path).exists():
         name = str(path)  # an alias such as 'minilm': the row is named after it, not its folder
     name = name or (p.stem if p.is_file() else p.name)
-    return Embedder(load_runner(p, threads=threads, tokenizer_dir=tokenizer_dir), name, dim=dim)
+    return Embedder(load_runner(md, threads=threads, tokenizer_dir=tokenizer_dir), name, dim=dim)
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
-from ..checkpoint.layout import find_graph  # noqa: F401  (one probe, in the checkpoint package)
 from .base import INPUT_NAMES, Runner, check_threads, split_qa
 
 from ..checkpoint.modeldir import INT8_OPS  # noqa: E402  operators only a quantized graph holds
@@ -75,8 +74,7 @@ class OnnxRunner(Runner):
         import onnx
 
         from ..compress.onnx import session
-        from ..checkpoint.layout import read_config
-        from ..checkpoint.modeldir import saved_head_name
+        from ..checkpoint.modeldir import ModelDir, saved_head_name
         check_threads(threads)
         onnx_path = Path(onnx_path)
         if not onnx_path.is_file():
@@ -87,7 +85,7 @@ class OnnxRunner(Runner):
         if config is None:
             cfg_dir = next((d for d in (onnx_path.parent, self.tokenizer_dir) if (d / "config.json").is_file()),
                            None)
-            config = read_config(cfg_dir) if cfg_dir is not None else {}
+            config = ModelDir.open(cfg_dir).config if cfg_dir is not None else {}
         self.config = config
         self.threads = threads or torch.get_num_threads()
         self.session = session(onnx_path, self.threads)
@@ -135,8 +133,9 @@ class OnnxRunner(Runner):
     @classmethod
     def load(cls, path, threads: Optional[int] = None, tokenizer_dir=None) -> "OnnxRunner":
         """The graph at ``path`` (see :func:`find_graph`). Raises CheckpointError when there is none."""
+        from ..checkpoint.modeldir import ModelDir
         path = Path(path)
-        graph = find_graph(path)
+        graph = ModelDir.open(path, require_config=False).graph
         if graph is None:
             raise CheckpointError(f"{path} holds no ONNX graph (model.onnx); run `bertforge export` on the "
                                   f"checkpoint, or pass the dir it wrote")
@@ -151,14 +150,12 @@ class OnnxRunner(Runner):
         Raises:
             CheckpointError: an unusable checkpoint, or a PyTorch INT8 dir (export its FP32 source).
         """
-        from ..checkpoint.layout import read_config
         from ..checkpoint.modeldir import ModelDir
         from ..checkpoint.read import load_pretrained
         from ..compress.onnx import deploy
         from .torch import count_parameters
-        md = model_dir if isinstance(model_dir, ModelDir) else ModelDir.open(model_dir)
-        model_dir = md.path
-        config = md.config or read_config(model_dir)
+        md = model_dir if isinstance(model_dir, ModelDir) and model_dir.config else ModelDir.open(model_dir)
+        model_dir, config = md.path, md.config
         if md.format == "torch-int8":
             raise CheckpointError(f"{model_dir} holds a PyTorch INT8 model; run `bertforge quantize "
                                   f"--backend onnxruntime` on its FP32 source for ONNX Runtime")
@@ -210,4 +207,4 @@ class OnnxRunner(Runner):
         return {k: res[k] for k in outputs}
 
 
-__all__ = ["OnnxRunner", "find_graph", "count_graph_parameters", "graph_is_int8", "INT8_OPS"]
+__all__ = ["OnnxRunner", "count_graph_parameters", "graph_is_int8", "INT8_OPS"]

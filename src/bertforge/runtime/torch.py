@@ -102,14 +102,13 @@ class TorchRunner(Runner):
             CheckpointError: a missing / unusable dir, or one that holds only an ONNX graph.
             ConfigError: ``device`` other than CPU for an INT8 model.
         """
-        from ..checkpoint.layout import read_config, shard_index, weight_files
+        from ..checkpoint.layout import shard_index, weight_files
         from ..checkpoint.modeldir import ModelDir
         from ..checkpoint.read import load_pretrained
         from ..compress import quantize as bq
         from ..errors import ConfigError
-        md = model_dir if isinstance(model_dir, ModelDir) else ModelDir.open(model_dir)
-        model_dir = md.path
-        config = md.config or read_config(model_dir)  # read_config: the one-line error for a dir without one
+        md = model_dir if isinstance(model_dir, ModelDir) and model_dir.config else ModelDir.open(model_dir)
+        model_dir, config = md.path, md.config
         info = {}
         if md.format == "torch-int8":
             model = bq.load_quantized(model_dir)

@@ -34,13 +34,12 @@ def transformers_class(cfg: dict):
 def check_loadable(model_dir: Path, cfg: dict) -> None:
     """Raise CheckpointError unless ``transformers`` can build ``model_dir``: it needs FP32 weights and one
     width for every layer. The message names what the dir holds and the backend that runs it."""
-    from ..checkpoint.layout import deployed_format, weight_files
-    from ..checkpoint.modeldir import Meta
-    if not weight_files(model_dir):
-        held = deployed_format(model_dir)
-        if held:
-            raise CheckpointError(f"{model_dir} holds {held[0]}, no model.safetensors, so transformers cannot "
-                                  f"load it; use --backend {held[1]} (or auto)")
+    from ..checkpoint.modeldir import Meta, ModelDir
+    md = ModelDir.open(model_dir)
+    if not md.fp32_weights:
+        if md.format != "fp32":
+            raise CheckpointError(f"{model_dir} holds {md.describe()}, no model.safetensors, so transformers "
+                                  f"cannot load it; use --backend {md.backend} (or auto)")
         raise CheckpointError(f"{model_dir} has no model.safetensors or pytorch_model.bin for transformers; "
                               f"pass a checkpoint dir with FP32 weights")
     if cfg.get("layer_num_heads") or cfg.get("layer_intermediate_sizes"):
@@ -104,9 +103,9 @@ class HFRunner(Runner):
         """
         from transformers.utils import logging as hf_logging
 
-        from ..checkpoint.layout import read_config
+        from ..checkpoint.modeldir import ModelDir
         model_dir = Path(model_dir)
-        cfg = read_config(model_dir)
+        cfg = ModelDir.open(model_dir).config
         check_loadable(model_dir, cfg)
         klass = transformers_class(cfg)
         bar = hf_logging.is_progress_bar_enabled()
