@@ -271,6 +271,42 @@ def carry_pooling(src_dir, dst_dir) -> bool:
     return True
 
 
+#: the sentence-transformers files that declare how a dir embeds (besides ``config.json``'s own section)
+ST_DECLARATIONS = ("modules.json", "sentence_bert_config.json", ST_MODEL_CONFIG)
+
+
+def carry_declarations(src_dir, dst_dir) -> list:
+    """Copy everything ``src_dir`` declares about how it embeds into ``dst_dir`` (an export, a quantized or
+    pruned copy of the same model), whole: ``modules.json``, ``sentence_bert_config.json`` (max length),
+    ``config_sentence_transformers.json`` (``truncate_dim``, prompts, similarity function) and the settings
+    files of the modules ``modules.json`` lists (``1_Pooling/config.json``, ``2_Normalize/`` …) — so a key
+    added later travels with no change to the steps. The transformer's own files (weights, ``config.json``,
+    tokenizer) are the caller's. Returns the relative paths written. Files are written atomically."""
+    from ..io import atomic_write_text
+    src, dst = Path(src_dir), Path(dst_dir)
+    src = src.parent if src.is_file() else src
+    written = []
+    for name in ST_DECLARATIONS:
+        if (src / name).is_file():
+            atomic_write_text(dst / name, (src / name).read_text(encoding="utf-8"))
+            written.append(name)
+    modules = []
+    try:
+        m = json.loads((src / "modules.json").read_text(encoding="utf-8"))
+        modules = m if isinstance(m, list) else []
+    except (OSError, ValueError):
+        pass
+    for mod in modules:
+        sub = str(mod.get("path") or "") if isinstance(mod, dict) else ""
+        if not sub or Path(sub).is_absolute() or ".." in Path(sub).parts or not (src / sub).is_dir():
+            continue  # the transformer itself (path ""), or nothing to copy
+        (dst / sub).mkdir(parents=True, exist_ok=True)
+        for f in sorted((src / sub).glob("*.json")):
+            atomic_write_text(dst / sub / f.name, f.read_text(encoding="utf-8"))
+            written.append(f"{sub}/{f.name}")
+    return written
+
+
 def write_truncate_dim(model_dir, dim: int) -> None:
     """Record in ``model_dir`` that its vectors are served cut to their first ``dim`` coordinates (a
     Matryoshka model, Kusupati et al. 2022): ``truncate_dim`` in ``config_sentence_transformers.json``, which
@@ -293,4 +329,4 @@ __all__ = ["CONFIG_FILE", "META_KEY", "INT8_FILE", "STATIC_MODEL_TYPE", "SHARD_I
            "read_config", "meta_section", "with_meta", "shard_index", "weight_files", "deployed_format",
            "find_graph", "is_static_config", "is_static_dir", "is_quantized_dir", "POOLING_MODES", "Pooling",
            "check_pooling_mode", "read_pooling", "write_pooling", "carry_pooling", "write_truncate_dim",
-           "read_truncate_dim", "ST_MODEL_CONFIG", "token_positions"]
+           "read_truncate_dim", "ST_MODEL_CONFIG", "token_positions", "carry_declarations", "ST_DECLARATIONS"]

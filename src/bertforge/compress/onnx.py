@@ -402,8 +402,8 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
                                                           indent=2))
         if source_dir is not None:
             copy_tokenizer_files(Path(source_dir), tmp)
-            from ..models.pooling import carry_pooling
-            carry_pooling(source_dir, tmp)  # an embedding model keeps its pooling
+            from ..checkpoint.layout import carry_declarations
+            carry_declarations(source_dir, tmp)  # an embedding model keeps its pooling, length, truncate_dim
         rec["file_mb"] = round((tmp / "model.onnx").stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
     return rec
@@ -508,12 +508,8 @@ def deploy_static(model, out_dir, source_dir=None, check: bool = True) -> dict:
         atomic_write_text(tmp / "config.json", json.dumps(model.config, indent=2))
         if source_dir is not None:
             copy_tokenizer_files(Path(source_dir), tmp)
-            for f in ("modules.json", "1_Normalize"):  # the pooling the dir declares (read_pooling)
-                src = Path(source_dir) / f
-                if src.is_file():
-                    atomic_write_text(tmp / f, src.read_text(encoding="utf-8"))
-                elif src.is_dir():
-                    (tmp / f).mkdir(exist_ok=True)
+            from ..checkpoint.layout import carry_declarations
+            carry_declarations(source_dir, tmp)  # the pooling, normalisation and dims the dir declares
         rec["file_mb"] = round(path.stat().st_size / 2**20, 3)
         atomic_write_text(tmp / "onnx.json", json.dumps(rec, indent=2))
     return rec

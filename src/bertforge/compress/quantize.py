@@ -102,8 +102,8 @@ def save_quantized(qmodel, fp32_model, out_dir, tokenizer_dir=None) -> None:
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
         if tokenizer_dir is not None:
             copy_tokenizer_files(Path(tokenizer_dir), tmp)
-            from ..models.pooling import carry_pooling
-            carry_pooling(tokenizer_dir, tmp)  # an embedding model keeps its pooling
+            from ..checkpoint.layout import carry_declarations
+            carry_declarations(tokenizer_dir, tmp)  # an embedding model keeps its pooling, length, truncate_dim
 
 
 def load_quantized(path):
