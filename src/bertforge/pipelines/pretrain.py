@@ -9,7 +9,7 @@ span) and trains on the one Trainer.
 
     >>> import bertforge
     >>> r = bertforge.pretrain("roberta", "wiki.valid.raw", "runs/roberta-tiny", size="tiny", max_steps=300)
-    >>> r.out, r.metrics["train_sequences"], r.metrics["loss"]
+    >>> r.out, r.metrics["train_sequences"], r.metrics["step"]
 """
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def pretrain(objective, corpus: Union[str, Path, list, None], out, **options) ->
 
     Returns:
         :class:`~bertforge.pipelines.finetune.TrainResult`: ``out`` and ``metrics`` — ``objective``,
-        ``train_sequences``, ``corpus_tokens`` and the Trainer's result (``step``, ``loss``, held-out MLM / RTD
-        accuracy against the unigram baseline when the corpus yields held-out sentences).
+        ``train_sequences``, ``corpus_tokens`` and the Trainer's result (``step``, ``best``, ``best_step`` and
+        the last held-out evaluation: MLM / RTD accuracy against the unigram baseline, when the corpus yields
+        held-out sentences).
 
     Raises:
         ConfigError / DataError / CheckpointError: one line naming what to change (checked before the run
