@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from bertforge.pipelines.evaluate import load_for_task
-    from bertforge.cli.commands.prune import plot_curve
+    from bertforge.pipelines.prune import plot_curve
     from bertforge.compress import onnx as bo
     from bertforge.compress import prune as P
     from bertforge.compress import quantize as bq

@@ -571,7 +571,7 @@ def test_electra_discriminator_exports_with_parity_on_real_tokens(tmp_path):
 
 
 def test_prune_defaults_to_the_fine_tuning_length():
-    from bertforge.cli.commands.prune import resolve_seq_len
+    from bertforge.pipelines.prune import resolve_seq_len
     cfg = {"model_type": "bert", "max_position_embeddings": 512, "bertforge": {"max_seq_len": 32}}
     assert resolve_seq_len(None, cfg) == 32
     assert resolve_seq_len(None, {"model_type": "bert", "max_position_embeddings": 512}) == 128

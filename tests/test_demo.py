@@ -106,7 +106,7 @@ def test_a_demo_stage_row_renders_as_its_command_line():
     """A row's arguments dict becomes the command line the report records and the stage runs."""
     from pathlib import Path
 
-    from bertforge.cli.commands.demo import Stage
+    from bertforge.pipelines.demo import Stage
     row = Stage("evaluate", "embed-eval", {"--model": ["teacher=minilm", "a=runs/a"], "--rounds": 2,
                                            "--out": Path("runs/eval/results.json"), "--overwrite": True,
                                            "--task": None, "--no-progress": False, "train.log_every": 5})

@@ -4,8 +4,8 @@ tests/test_demo.py's quick demo.)"""
 import json
 from pathlib import Path
 
-from bertforge.cli import build_parser
-from bertforge.cli.commands.demo import BUDGETS, Pipeline, Stage, stage_table
+from bertforge.cli import _verbs, build_parser, main
+from bertforge.pipelines.demo import BUDGETS, Pipeline, Stage, stage_table
 
 
 def _rows(tmp_path, *extra):
@@ -35,7 +35,7 @@ def test_the_serve_row_is_skippable_and_leaves_with_compression(tmp_path):
 
 
 def test_a_stage_whose_required_verb_is_absent_is_not_available(tmp_path):
-    pl = Pipeline(tmp_path, ["demo"])
+    pl = Pipeline(tmp_path, ["demo"], main, _verbs())
     assert not pl.run(Stage("needs-ghost", "embed-eval", {"--model": "x"}, requires=("no-such-verb",)))
     rec = json.loads((tmp_path / "demo.json").read_text())["stages"][0]
     assert rec["status"] == "skipped"

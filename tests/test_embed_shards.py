@@ -30,7 +30,7 @@ def _args(**kw):
 
 def test_shards_hold_the_models_vectors_and_a_rerun_redoes_only_damaged_shards(corpus, capsys):
     from bertforge.cli import main
-    from bertforge.cli.commands.embed import read_shards
+    from bertforge.pipelines.embed_corpus import read_shards
     from bertforge.runtime.embedder import load_embedder
     d, model, txt, texts = corpus
     out = d / "vecs"
@@ -61,18 +61,16 @@ def test_shards_hold_the_models_vectors_and_a_rerun_redoes_only_damaged_shards(c
 def test_two_ranks_write_the_vectors_of_one_and_the_flat_index_equals_exact_search(corpus, capsys):
     import faiss
 
-    from bertforge.cli.commands.embed import embed_corpus, read_shards
     from bertforge.data.stream import plan_shards
     from bertforge.metrics.retrieval import exact_search
+    from bertforge.pipelines.embed_corpus import embed_shards, read_shards
     d, model, txt, texts = corpus
     plan = plan_shards([txt], 40)
     one, two = d / "one", d / "two"
-    assert embed_corpus(model, [txt], one, plan, _args(shard_size=40)) == 0
-    assert embed_corpus(model, [txt], two, plan, _args(shard_size=40, index="faiss"), rank=0, world_size=2) == 0
-    r0 = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert embed_shards(model, [txt], one, plan, _args(shard_size=40))["complete"]
+    r0 = embed_shards(model, [txt], two, plan, _args(shard_size=40, index="faiss"), rank=0, world_size=2)
     assert r0["computed"] == [0, 2, 4] and not r0["complete"]
-    assert embed_corpus(model, [txt], two, plan, _args(shard_size=40, index="faiss"), rank=1, world_size=2) == 0
-    r1 = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    r1 = embed_shards(model, [txt], two, plan, _args(shard_size=40, index="faiss"), rank=1, world_size=2)
     assert r1["computed"] == [1, 3, 5] and r1["complete"] and r1["index"]["ntotal"] == len(texts)
     v1, i1 = read_shards(one)
     v2, i2 = read_shards(two)
@@ -88,7 +86,7 @@ def test_two_ranks_write_the_vectors_of_one_and_the_flat_index_equals_exact_sear
 
 def test_jsonl_ids_are_kept(corpus, capsys):
     from bertforge.cli import main
-    from bertforge.cli.commands.embed import read_shards
+    from bertforge.pipelines.embed_corpus import read_shards
     d, model, _, texts = corpus
     jl = d / "c.jsonl"
     jl.write_text("".join(json.dumps({"_id": f"doc{i}", "title": "t", "text": t}) + "\n"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.cli import demo_report as rp
+from bertforge.pipelines import demo_report as rp
 from bertforge.cli import main
 from bertforge.data.bundled import build_corpus, lee_corpus, polarity_sentences
 from bertforge.runtime.embedder import (Embedder, lee_spearman, load_embedder, mean_pool, measure_latencies,

@@ -144,7 +144,7 @@ def test_server_process_waits_for_health_and_reports_a_dead_server(tmp_path):
 
 
 def test_served_table_ratios_are_against_the_teacher():
-    from bertforge.cli.demo_report import served_table
+    from bertforge.pipelines.demo_report import served_table
     served = {"models": [
         {"name": "teacher", "requests": 10, "ok": 10, "concurrency": 4, "texts_per_request": 1, "texts_per_s": 50.0,
          "p50_ms": 80.0, "p95_ms": 90.0, "p99_ms": 99.0},

@@ -46,5 +46,5 @@ def test_trainer_warns_on_emulated_bf16_only(tmp_path, monkeypatch, capsys, nati
 
 
 def test_translate_default_recipe_uses_auto():
-    from bertforge.cli.commands.translate import DEFAULT_RECIPE
+    from bertforge.pipelines.translate import DEFAULT_RECIPE
     assert DEFAULT_RECIPE["impl"]["dtype"] == "auto"

@@ -151,7 +151,7 @@ def test_an_empty_held_out_split_is_said(corpus, tmp_path, capsys):
 def test_objective_optimizer_constants_yield_to_recipe_and_flags(tmp_path):
     """OBJECTIVE_TRAIN sits between --size and the recipe: an override or a recipe file wins."""
     from bertforge.cli import build_parser
-    from bertforge.cli.commands.pretrain import build_pretrain_recipe
+    from bertforge.pipelines.pretrain import build_pretrain_recipe
 
     def recipe(*extra):
         args = build_parser().parse_args(["pretrain", "--objective", "roberta", "--corpus", "x.txt",

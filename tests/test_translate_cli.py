@@ -90,7 +90,7 @@ def test_translate_train_then_decode_learns_toy_language(toy, capsys, monkeypatc
 
 
 def test_recipe_file_equals_builtin_defaults():
-    from bertforge.cli.commands.translate import DEFAULT_RECIPE
+    from bertforge.pipelines.translate import DEFAULT_RECIPE
     raw = yaml.safe_load((ROOT / "recipes" / "translate" / "small.yaml").read_text())
     assert raw == DEFAULT_RECIPE
 
@@ -98,7 +98,7 @@ def test_recipe_file_equals_builtin_defaults():
 def test_noam_factor_gives_paper_learning_rate():
     import argparse
 
-    from bertforge.cli.commands.translate import build_translate_recipe
+    from bertforge.pipelines.translate import build_translate_recipe
     a = argparse.Namespace(recipe=None, overrides=["translate.noam_factor=1.0", "train.warmup_steps=4000",
                                                   "model.d_model=512"],
                            epochs=None, max_steps=None, lr=None, seed=None, batch_size=None, max_minutes=None,
@@ -152,7 +152,7 @@ def test_decode_settings_come_from_the_run_recipe(tmp_path):
     a flag wins; a broken value names the file and the flag."""
     import argparse
 
-    from bertforge.cli.commands.translate import decode_settings
+    from bertforge.pipelines.translate import decode_settings
     from bertforge.errors import ConfigError
 
     def settings(**flags):

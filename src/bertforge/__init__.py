@@ -12,10 +12,14 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model",
          # the Python API (pipelines/, docs/python.md)
          "quantize": ".pipelines.quantize", "export": ".pipelines.export", "evaluate": ".pipelines.evaluate",
-         "embed": ".pipelines.embed", "finetune": ".pipelines.finetune"}
+         "embed": ".pipelines.embed", "finetune": ".pipelines.finetune", "pretrain": ".pipelines.pretrain",
+         "prune": ".pipelines.prune", "translate": ".pipelines.translate",
+         "translate_train": ".pipelines.translate", "embed_corpus": ".pipelines.embed_corpus",
+         "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
-           "finetune", "quantize", "export", "evaluate", "embed"]
+           "finetune", "quantize", "export", "evaluate", "embed", "pretrain", "prune", "translate",
+           "translate_train", "embed_corpus", "embed_eval", "serve_bench"]
 
 
 def __getattr__(name: str):

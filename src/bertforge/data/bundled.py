@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..errors import DataError
-from .corpus import split_sentences  # the pretraining pipeline's rule-based splitter
+from .text_sources import split_sentences  # the pretraining pipeline's rule-based splitter
 from ..io import atomic_write_text
 
 WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

@@ -385,5 +385,29 @@ def bertforge_serve_argv(models: dict, host: str, port: int, extra: Sequence[str
     return argv + ["--host", host, "--port", str(port), *extra]
 
 
+def interleaved_bursts(host: str, port: int, makers: dict, requests: int, concurrency: int, rounds: int,
+                       max_seconds: float) -> dict:
+    """Each of ``makers`` (name → ``make(i) -> Request``) sends ``requests`` requests from ``concurrency``
+    closed-loop clients, in ``rounds`` turns taken in alternating order (so that load from other processes
+    hits every name alike), each name's bursts bounded by ``max_seconds`` of wall time in all.
+
+    Returns:
+        name → ``(samples, wall seconds of its bursts)``, for :func:`summarize`."""
+    per = {n: ([], 0.0) for n in makers}
+    budget = {n: requests for n in makers}
+    t_end = {n: max_seconds for n in makers}
+    for r in range(rounds):
+        order = list(makers) if r % 2 == 0 else list(reversed(makers))
+        for name in order:
+            n = budget[name] if r == rounds - 1 else requests // rounds
+            if n < 1 or t_end[name] <= 0:
+                continue
+            samples, wall = run_load(host, port, makers[name], n, concurrency, max_seconds=t_end[name])
+            per[name] = (per[name][0] + samples, per[name][1] + wall)
+            budget[name] -= len(samples)
+            t_end[name] -= wall
+    return per
+
+
 __all__ = ["Request", "Sample", "json_request", "run_load", "summarize", "percentile", "http_get", "free_port",
-           "check_loopback", "rss_bytes", "ServerProcess", "bertforge_serve_argv"]
+           "check_loopback", "rss_bytes", "ServerProcess", "bertforge_serve_argv", "interleaved_bursts"]

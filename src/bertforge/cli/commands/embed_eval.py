@@ -16,11 +16,6 @@ Example:
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ...errors import ConfigError, require_at_least
-from ...io import atomic_write_text
 from ._common import print_json
 
 
@@ -47,56 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def parse_model_arg(spec: str) -> tuple:
-    """``NAME=PATH`` → (NAME, PATH); ``PATH`` → (None, PATH)."""
-    if "=" in spec:
-        name, path = spec.split("=", 1)
-        if not name or not path:
-            raise ConfigError(f"--model {spec!r}: write NAME=PATH or just PATH")
-        return name, path
-    return None, spec
-
-
 def run(args) -> int:
-    import torch
-
-    from ...runtime.embedder import evaluate_embedders, load_embedder
-    from ...runtime.bench import check_threads
-    from ._common import check_out_file, resolve_model_dir
-    check_threads(args.threads)
-    for k in ("seq_len", "batch_size", "rounds", "iters", "lee_max_seq_len", "max_seq_len", "max_eval_samples"):
-        require_at_least(f"--{k.replace('_', '-')}", getattr(args, k), 1)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if bool(args.task) != bool(args.data):
-        raise ConfigError("--task and --data go together; pass both or neither")
-    specs = [parse_model_arg(spec) for spec in args.model]
-    if args.out:  # before any model is loaded: never into a model, run or checkpoint dir, nor over a file
-        paths = [resolve_model_dir(str(path)) for _, path in specs]
-        check_out_file(Path(args.out), [p if p.is_dir() else p.parent for p in paths], (args.data,),
-                       args.overwrite, example="results.json")
-    embedders, seen = [], set()
-    for name, path in specs:
-        e = load_embedder(path, name, args.tokenizer)
-        if e.name in seen:
-            raise ConfigError(f"two models are named {e.name!r}; give them names with NAME=PATH")
-        seen.add(e.name)
-        if e.max_positions is not None and args.seq_len > e.max_positions:
-            raise ConfigError(f"--seq-len {args.seq_len} exceeds the {e.max_positions} positions of model "
-                              f"{e.name!r}; pass --seq-len {e.max_positions} or less")
-        embedders.append(e)
-    if args.reference and args.reference not in seen:
-        raise ConfigError(f"--reference {args.reference!r} is none of the models ({', '.join(seen)}); pass one "
-                          f"of their names")
-    if args.heldout and not Path(args.heldout).is_file():
-        raise ConfigError(f"--heldout {args.heldout} does not exist; pass a text file of documents")
-    rows = evaluate_embedders(embedders, args.seq_len, args.batch_size, args.rounds, args.iters,
-                              args.lee_max_seq_len, progress=not args.no_progress, task=args.task,
-                              task_data=args.data, task_max_seq_len=args.max_seq_len,
-                              task_max_samples=args.max_eval_samples, heldout=args.heldout,
-                              reference=args.reference)
-    result = {"models": rows, "threads": torch.get_num_threads()}
-    if args.out:
-        atomic_write_text(Path(args.out), json.dumps(result, indent=2))
-    print_json(result)
+    from ...pipelines.embed_eval import EmbedEvalOptions, embed_eval_with
+    opts = EmbedEvalOptions(**{f: getattr(args, f) for f in EmbedEvalOptions.__dataclass_fields__})
+    print_json(embed_eval_with(args.model, opts).record)
     return 0
