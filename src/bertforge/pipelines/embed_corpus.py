@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from . import resolve_model_dir
+from ..checkpoint.modeldir import resolve
 from ..errors import BertforgeError, ConfigError
 
 #: texts tokenised and embedded at once inside a shard (bounds the memory of tokenised text)
@@ -93,7 +93,7 @@ def embed_corpus_with(model, inputs: list, out, args: EmbedCorpusOptions) -> Emb
     if args.index_kind and not args.index:
         raise ConfigError("--index-kind picks the kind of --index faiss; add --index faiss or drop it")
     inputs = check_inputs(inputs)
-    model_dir = resolve_model_dir(str(model))
+    model_dir = resolve(str(model))
     if not model_dir.exists():
         raise BertforgeError(f"--model {model} does not exist; pass an embedding model dir or 'minilm'")
     out = Path(out)

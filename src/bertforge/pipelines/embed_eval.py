@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from . import resolve_model_dir
+from ..checkpoint.modeldir import resolve
 from ..errors import ConfigError, require_at_least
 
 
@@ -104,7 +104,7 @@ def embed_eval_with(models: list, args: EmbedEvalOptions) -> EmbedEvalResult:
     specs = [parse_model_arg(spec) for spec in models]
     if args.out:  # before any model is loaded: never into a model, run or checkpoint dir, nor over a file
         from .outputs import check_out_file
-        paths = [resolve_model_dir(str(path)) for _, path in specs]
+        paths = [resolve(str(path)) for _, path in specs]
         check_out_file(Path(args.out), [p if p.is_dir() else p.parent for p in paths], (args.data,),
                        args.overwrite, example="results.json")
     import torch

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from . import resolve_model_dir
+from ..checkpoint.modeldir import resolve
 from ..errors import BertforgeError, ConfigError, DataError, require_at_least
 from .finetune import TrainResult
 from .outputs import check_cache_dir
@@ -161,7 +161,7 @@ def get_tokenizer(spec, kind_default: str, corpus: list, vocab_size: int, cache_
     from ..tokenizer import load_tokenizer
     spec = spec or kind_default
     if spec not in KINDS:
-        d = resolve_model_dir(spec)
+        d = resolve(spec)
         if not d.is_dir():
             raise ConfigError(f"--tokenizer {spec!r} is neither a kind ({', '.join(KINDS)}) nor a checkpoint "
                               f"dir; pass one of those kinds, a dir holding tokenizer.json, or 'minilm'")
@@ -200,7 +200,7 @@ def _tokenizer(args, recipe, inputs):
     trained = opts.get("tokenizer") in (None, *KINDS)
     if not trained:  # a checkpoint's tokenizer: checked when the recipe's, recorded (a dir resolved)
         spec = inputs.model_spec("--tokenizer", args.tokenizer, fallback=str(opts["tokenizer"]))
-        tok_dir = resolve_model_dir(spec)
+        tok_dir = resolve(spec)
         if tok_dir.is_dir():
             inputs.record_model("--tokenizer", spec, tok_dir)
             if Path(spec).is_dir():

@@ -22,7 +22,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional
 
-from . import resolve_model_dir
 from ..errors import ConfigError, DataError, require_at_least
 from ..io import json_safe
 from .rundir import RunDir
@@ -141,8 +140,9 @@ def resolve_seq_len(max_seq_len, cfg: dict) -> int:
     """
     from ..checkpoint.read import check_seq_len, token_positions
     if max_seq_len is None:
-        trained = (cfg.get("bertforge") or {}).get("max_seq_len")
-        return min(trained if isinstance(trained, int) and trained >= 2 else 128, token_positions(cfg))
+        from ..checkpoint.modeldir import Meta
+        trained = Meta.from_config(cfg).max_seq_len
+        return min(trained if trained and trained >= 2 else 128, token_positions(cfg))
     check_seq_len(max_seq_len, cfg)
     return max_seq_len
 
@@ -161,12 +161,13 @@ def _task_eval_fn(args, task, adapter):
 
 def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
     from ..tasks import adapter_for, model_task
-    meta = cfg.get("bertforge") or {}
-    name = task_name or meta.get("task")
+    from ..checkpoint.modeldir import Meta
+    meta = Meta.from_config(cfg)
+    name = task_name or meta.task
     if not name:
         return None, None
     task = model_task(name, meta, model_dir)
-    adapter = adapter_for(task, tok, max_seq_len or meta.get("max_seq_len") or 128)
+    adapter = adapter_for(task, tok, max_seq_len or meta.max_seq_len or 128)
     if hasattr(adapter, "use_model_labels"):  # a tagger's tag set, as it was fine-tuned
         adapter.use_model_labels(model_dir)
     return task, adapter
@@ -307,16 +308,16 @@ def plot_curve(path: Path, x, y, metric: str, title: str = "head pruning (Michel
 
 def _run(model_name: str, out, args) -> dict:
     import torch
-    from ..checkpoint.read import load_pretrained, read_config
+    from ..checkpoint.modeldir import ModelDir
+    from ..checkpoint.read import load_pretrained
     from ..compress import prune as P
     from ..io import atomic_write_text
-    from ..tokenizer import load_tokenizer
     check_args(args)
-    model_dir = resolve_model_dir(model_name)
+    md = ModelDir.open(model_name)
+    model_dir, cfg = md.path, md.config
     run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite)
-    cfg = read_config(model_dir)
     args.max_seq_len = resolve_seq_len(args.max_seq_len, cfg)
-    tok = load_tokenizer(model_dir)
+    tok = md.tokenizer()
     model = load_pretrained(model_dir).eval()
     from ..engine.kernels import apply_kernels
     apply_kernels(model, "auto")  # speed only (bertforge.engine.kernels)

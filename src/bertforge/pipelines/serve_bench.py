@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Optional, Union
 
-from . import resolve_model_dir
+from ..checkpoint.modeldir import resolve
 from ..errors import BertforgeError, ConfigError, require_at_least
 
 #: the options of ``bertforge serve`` a run passes on when the server offers them (the verb passes the ones its
@@ -91,7 +91,7 @@ def model_dirs(specs: list) -> dict:
         name, sep, path = spec.partition("=")
         if not sep:
             name, path = "", spec
-        d = resolve_model_dir(path)
+        d = resolve(path)
         if not d.exists():
             raise BertforgeError(f"--model {spec}: {path} does not exist; pass a checkpoint, export or quantize dir")
         name = name or (path if path.lower() in ("minilm",) else d.name)

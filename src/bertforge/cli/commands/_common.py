@@ -14,11 +14,8 @@ from ...pipelines.outputs import check_cache_dir, check_out_file, check_out_file
 from ...pipelines.recipe import apply_train_flags, build_recipe, check_flags_agree, check_recipe  # noqa: F401
 
 
-def resolve_model_dir(name: str) -> Path:
-    """:func:`bertforge.checkpoint.read.resolve_model_dir` (``minilm``, a hub name or a checkpoint path → a
-    dir), imported on first use so that the verbs' parsers load without torch."""
-    from ...checkpoint.read import resolve_model_dir as resolve
-    return resolve(name)
+from ...checkpoint.modeldir import resolve  # noqa: E402,F401  a model name → its path (torch-free)
+resolve_model_dir = resolve  # the older name (distill, until it moves to pipelines/)
 
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 from ..names import BACKENDS
-from ._common import print_json, resolve_model_dir
+from ._common import print_json, resolve
 
 
 def add_arguments(p) -> None:
@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ...runtime.bench import bench, check_bench_args
     check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
-    rec = bench(resolve_model_dir(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
+    rec = bench(resolve(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
                 args.warmup, args.iters, args.min_seconds, args.int8)
     warning = target_mismatch(rec)
     if warning:

@@ -45,11 +45,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ...data.beir import read_beir
     from ...runtime.bench import check_threads
-    from ._common import check_out_file, resolve_model_dir
+    from ._common import check_out_file, resolve
     check_threads(args.threads)
     for k in ("batch_size", "max_seq_len", "top_k", "dim"):
         require_at_least(f"--{k.replace('_', '-')}", getattr(args, k), 1)
-    model_path = resolve_model_dir(str(args.model))
+    model_path = resolve(str(args.model))
     if args.out:  # before anything is computed: never into a model dir, nor over a file, nor over the data
         models = [model_path if model_path.is_dir() else model_path.parent] if model_path.exists() else []
         data_dir = Path(args.data)
