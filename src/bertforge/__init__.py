@@ -12,16 +12,20 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model",
          # the Python API (pipelines/, docs/python.md)
          "quantize": ".pipelines.quantize", "export": ".pipelines.export", "evaluate": ".pipelines.evaluate",
-         "embed": ".pipelines.embed", "finetune": ".pipelines.finetune"}
+         "embed": ".pipelines.embed", "finetune": ".pipelines.finetune",
+         # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
+         "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
-           "finetune", "quantize", "export", "evaluate", "embed"]
+           "finetune", "quantize", "export", "evaluate", "embed", "serve"]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        module = importlib.import_module(_LAZY[name], __name__)
+        # a subpackage of the same name is itself the value (bertforge.serve: a package one can call)
+        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
