@@ -1,11 +1,12 @@
 """docs/python.md's session, run as written: the Python API (bertforge.embed / quantize / finetune / export /
-evaluate).
+evaluate / serve).
 
 Truths: the session's own claims — the embedding pair that is close in meaning is closer than the unrelated
 one; the AVX2 INT8 dir records the 7-bit scheme and a cosine gate, and its vectors keep cosine ≥ 0.95 with
 FP32's; the export's FP32 parity is < 1e-4; evaluate scores exactly the rows asked for, with the same metrics
 the CLI prints for the same dir; a 64-step fine-tune is above chance, and its exported graph scores what the run
-reported on the same 200 dev rows.
+reported on the same 200 dev rows; the server it starts answers with both SST-2 labels and probabilities that
+sum to 1, the model's own prediction for that text first, and is stopped after.
 """
 import json
 import re
@@ -35,6 +36,15 @@ def test_the_python_session_of_the_docs_runs_and_its_claims_hold(tmp_path, data_
     assert ft.metrics["step"] == 64 and (ft.out / "recipe.yaml").is_file() and (ft.out / "model.safetensors").is_file()
     assert r.task.name == "sst2" and r.n == 200 and ft.metrics["accuracy"] > 0.6
     assert r.metrics["accuracy"] == pytest.approx(ft.metrics["accuracy"], abs=0.011)  # ONNX vs PyTorch: ≤ 2 rows
+    answer, srv = ns["answer"], ns["srv"]
+    assert sorted(a["label"] for a in answer) == ["0", "1"] and sum(a["score"] for a in answer) == pytest.approx(1)
+    from bertforge.checkpoint import load_pretrained
+    from bertforge.tokenizer import load_tokenizer
+    import torch
+    enc = load_tokenizer(ft.out).encode("a gripping, funny film")
+    with torch.no_grad():
+        z = load_pretrained(ft.out).eval()(torch.tensor([enc.ids])).logits[0]
+    assert answer[0]["label"] == ["0", "1"][int(z.argmax())] and not srv.running
     # the CLI's evaluate of the same dir prints the same metrics (the verb calls this function)
     from bertforge.cli import main
     capsys.readouterr()

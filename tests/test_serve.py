@@ -309,7 +309,7 @@ def test_qa_equals_evaluate_decoding(main_server, dirs):
     q, ctx = "what was the film", " ".join(TEXTS[:10])
     adapter = adapter_for(get_task("squad"), runner.tokenizer, 64)
     ex = [QAExample("0", q, ctx)]
-    win = Windows(encode_qa_windows(runner.tokenizer, ex, 64, adapter._stride(), adapter.max_query_len, False), ex)
+    win = Windows(encode_qa_windows(runner.tokenizer, ex, 64, adapter.stride, adapter.max_query_len, False), ex)
     assert len(win) > 1  # the context spans several windows
     ref = adapter.answers(runner, win)[0]
     st, got = post(main_server.port, "/qa", {"question": q, "context": ctx, "model": "qa"})

@@ -15,17 +15,21 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "embed": ".pipelines.embed", "finetune": ".pipelines.finetune", "pretrain": ".pipelines.pretrain",
          "prune": ".pipelines.prune", "translate": ".pipelines.translate",
          "translate_train": ".pipelines.translate", "embed_corpus": ".pipelines.embed_corpus",
-         "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench"}
+         "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench",
+         # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
+         "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
            "finetune", "quantize", "export", "evaluate", "embed", "pretrain", "prune", "translate",
-           "translate_train", "embed_corpus", "embed_eval", "serve_bench"]
+           "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        module = importlib.import_module(_LAZY[name], __name__)
+        # a subpackage of the same name is itself the value (bertforge.serve: a package one can call)
+        value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertforge' has no attribute {name!r}")

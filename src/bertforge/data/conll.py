@@ -33,6 +33,8 @@ class TokenExample:
     guid: Optional[str] = None
     doc: Optional[int] = None  # document number (CoNLL ``-DOCSTART-`` segments); None = standalone
     id: Optional[Union[str, int]] = None  # JSONL: the row's id field; else the sentence's first line number
+    text: Optional[str] = None  # the raw text the words were cut from (plain-text input); None for files
+    offsets: Optional[list] = None  # per word, its (start, end) character span in ``text``
 
 
 # ------------------------------------------------------------------------------------------ schemes

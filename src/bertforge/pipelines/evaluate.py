@@ -42,7 +42,9 @@ def evaluate(model, data, *, task: Optional[str] = None, max_seq_len: Optional[i
     require_at_least("batch_size", batch_size, 1)
     require_at_least("max_samples", max_samples, 1)
     model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file)
-    ds = adapter.load(data, max_samples)
+    # the task's four steps (bertforge.tasks.base): read → encode here; run → decode → score in evaluate —
+    # the encode / decode that `predict` and the server's routes use too
+    ds = adapter.encode(adapter.read(data, max_samples), require_labels=True, source=str(data))
     t0 = time.perf_counter()
     metrics = adapter.evaluate(runner, ds, batch_size)
     return EvalResult(metrics, t, len(getattr(ds, "examples", ds)), model_dir,

@@ -62,6 +62,8 @@ class ServedModel:
         dim: the coordinates ``/embed`` keeps: the dir's Matryoshka ``truncate_dim``
             (:func:`bertforge.models.pooling.read_truncate_dim`), None for all.
         lock: held while the tokenizer runs (QA windows set its truncation).
+        adapter: the task adapter that encodes texts for a task model and decodes its outputs (built on
+            first use, :attr:`adapter`).
     """
 
     name: str
@@ -74,10 +76,26 @@ class ServedModel:
     #: coordinates an embedding keeps (a Matryoshka dir's ``truncate_dim``); None: all
     dim: Optional[int] = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _adapter: object = field(default=None, repr=False, compare=False)
 
     @property
     def tokenizer(self):
         return self.runner.tokenizer
+
+    @property
+    def adapter(self):
+        """The task adapter of a classification, regression, token-classification or QA model
+        (:func:`bertforge.tasks.adapter_for_model`: the ``encode`` / ``decode`` that ``evaluate`` and ``predict``
+        use): windows of :attr:`max_length` tokens, a QA model's of its fine-tuning length (384 when unknown)
+        at most. Raises DataError for another kind."""
+        if self._adapter is None:
+            from ..tasks import adapter_for_model
+            length = self.max_length
+            if self.kind == "question_answering":
+                meta = self.runner.config.get("bertforge") or {}
+                length = min(int(meta.get("max_seq_len") or 384), self.max_length)
+            self._adapter = adapter_for_model(self.kind, self.runner.config, self.tokenizer, length, self.labels)
+        return self._adapter
 
     @property
     def routes(self) -> tuple:

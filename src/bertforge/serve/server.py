@@ -45,7 +45,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _server_class():
+def server_class():
+    """uvicorn's ``Server`` with the graceful-drain signal handling below (main thread only)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -105,7 +106,7 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", interface="asgi3",
                             timeout_graceful_shutdown=grace, timeout_keep_alive=30, **fast_io())
-    server = _server_class()(config)
+    server = server_class()(config)
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"bertforge serve: http://{shown}:{bound} ({', '.join(models)}); Ctrl-C or SIGTERM "
                      f"drains and stops\n")
@@ -115,4 +116,4 @@ def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float 
     return 0
 
 
-__all__ = ["serve", "bind_socket", "fast_io"]
+__all__ = ["serve", "bind_socket", "fast_io", "server_class"]

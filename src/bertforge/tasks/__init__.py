@@ -170,5 +170,33 @@ def adapter_for(task: Task, tokenizer, max_seq_len: int) -> TaskAdapter:
     return ADAPTERS[task.kind](task, tokenizer, max_seq_len)
 
 
+def adapter_for_model(kind: str, config: dict, tokenizer, max_seq_len: int, labels=None) -> TaskAdapter:
+    """The adapter that encodes plain texts for a saved model and decodes its outputs, from what its dir says
+    (no task name or data file needed; what ``serve`` answers requests with): ``kind`` is the runner's
+    (:func:`bertforge.runtime.base.head_kind`: ``classification``, ``regression``, ``token_classification``,
+    ``question_answering``), ``config`` its ``config.json`` (``problem_type``; ``bertforge.task`` and
+    ``bertforge.thresholds``), ``labels`` its label names in id order. A multi-label classifier decodes at the
+    thresholds saved in ``config`` (0.5 without). Raises DataError for another kind."""
+    meta = config.get("bertforge") or {}
+    if kind == "token_classification":
+        adapter = adapter_for(get_task("ner"), tokenizer, max_seq_len)
+        adapter.labels = list(labels)
+        return adapter
+    if kind == "question_answering":
+        return adapter_for(get_task("squad_v2" if meta.get("task") == "squad_v2" else "squad"), tokenizer,
+                           max_seq_len)
+    if kind not in ("classification", "regression"):
+        raise DataError(f"a {kind} model has no task adapter; choose a classification, regression, "
+                        f"token-classification or question-answering model")
+    if kind == "classification" and config.get("problem_type") == multilabel.KIND:
+        kind = multilabel.KIND
+    task = Task(meta.get("task") or kind, ("text",), None, tuple(str(x) for x in labels or ()) or None,
+                KIND_METRICS[kind][:1], kind=kind)
+    adapter = adapter_for(task, tokenizer, max_seq_len)
+    if kind == multilabel.KIND:
+        adapter.thresholds = meta.get("thresholds")
+    return adapter
+
+
 __all__ = ["TASKS", "ADAPTERS", "ALIASES", "KIND_METRICS", "Task", "TaskAdapter", "get_task", "model_task",
-           "task_spec", "saved_task_spec", "adapter_for", "apply_labels_file"]
+           "task_spec", "saved_task_spec", "adapter_for", "adapter_for_model", "apply_labels_file"]

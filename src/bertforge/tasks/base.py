@@ -1,10 +1,18 @@
 """What every task provides: the :class:`Task` record, the :class:`TaskAdapter` interface, and batching.
 
-``finetune``, ``evaluate``, ``predict``, ``distill`` and ``prune`` are the same for every kind of task except
-for a few steps: read the files, encode them, batch them, decode the model's logits into predictions and
-score them. A task module (:mod:`~bertforge.tasks.classification`, :mod:`~bertforge.tasks.ner`,
-:mod:`~bertforge.tasks.qa`) provides those steps as one :class:`TaskAdapter` subclass, its head class and
-its tasks; :mod:`bertforge.tasks` lists them.
+``finetune``, ``evaluate``, ``predict``, ``distill``, ``prune`` and ``serve`` are the same for every kind of
+task except for four steps, which each task module (:mod:`~bertforge.tasks.classification`,
+:mod:`~bertforge.tasks.multilabel`, :mod:`~bertforge.tasks.ner`, :mod:`~bertforge.tasks.qa`) provides as one
+:class:`TaskAdapter` subclass, beside its head class and its tasks (:mod:`bertforge.tasks` lists them):
+
+* ``read(path)`` — a file → its records (rows, sentences, questions), nothing encoded yet;
+* ``encode(items)`` — records, or the plain texts of an HTTP request, → the model's inputs (:class:`Windows`);
+* ``decode(outputs, encoded)`` — the model's logits for those inputs → one prediction per record or text;
+* ``score(predictions, gold)`` — predictions against the gold labels → the task's metrics.
+
+``run(model, encoded)`` gives the outputs ``decode`` takes when the caller holds the model (the server
+batches the same inputs through its own workers instead), and ``load`` / ``evaluate`` / ``predictions``
+are those steps composed, so a file and a request are encoded and decoded by the same code.
 """
 from __future__ import annotations
 
@@ -85,9 +93,42 @@ class TaskAdapter:
         """ModelConfig fields the head needs (``num_labels``, ``id2label``, ``problem_type`` …)."""
         return {}
 
+    # ------------------------------------------------------------------ the four steps
+    def read(self, path, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
+        """A file of the task → its records (``read_unit``: rows, sentences, questions), unencoded; the first
+        ``max_samples``. Raises DataError for an unreadable file, or a record without its label when
+        ``require_labels``."""
+        raise NotImplementedError
+
+    def encode(self, items, require_labels: bool = False, source: str = "the input") -> "Windows":
+        """Records of :meth:`read`, or plain texts (what an HTTP request sends; the task module says which
+        shape) → :class:`Windows`: the encoded items the model reads (≤ ``max_seq_len`` tokens each), which
+        remember the records they came from. ``source`` names the input in error messages."""
+        raise NotImplementedError
+
+    def run(self, model, encoded, batch_size: int = 64):
+        """The outputs :meth:`decode` takes: ``model``'s logits for every encoded item (``model``: a PyTorch
+        module or a :mod:`bertforge.runtime` runner)."""
+        raise NotImplementedError
+
+    def decode(self, outputs, encoded) -> list:
+        """``outputs`` (per encoded item, its logits, as :meth:`run` or a server's batch workers give them)
+        → one JSON-ready prediction per record or text of ``encoded``."""
+        raise NotImplementedError
+
+    def score(self, predictions: list, gold: list) -> dict:
+        """The task's metrics of ``predictions`` (of :meth:`decode`) against ``gold`` (of :meth:`gold`, one per
+        prediction, in order)."""
+        raise NotImplementedError
+
+    def gold(self, encoded) -> list:
+        """The gold label of each record of ``encoded`` (labelled input), in the form :meth:`score` takes."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the steps composed
     def load(self, path, max_samples: Optional[int] = None, require_labels: bool = True) -> list:
         """Read and encode a file of the task → list of encoded examples (what the Trainer batches)."""
-        raise NotImplementedError
+        return self.encode(self.read(path, max_samples, require_labels), require_labels, str(path))
 
     def counts(self, dataset) -> dict:
         """What a ``load`` result holds: ``{"read": n, "read_unit", "items": n, "item_unit", "max_seq_len"}`` —
@@ -112,8 +153,8 @@ class TaskAdapter:
         raise NotImplementedError
 
     def evaluate(self, model, dataset: list, batch_size: int = 64) -> dict:
-        """The task's metrics of ``model`` on a labelled ``dataset``."""
-        raise NotImplementedError
+        """The task's metrics of ``model`` on a labelled ``dataset``: ``score(decode(run(…)), gold(…))``."""
+        return self.score(self.decode(self.run(model, dataset, batch_size), dataset), self.gold(dataset))
 
     def predictions(self, model, dataset: list, batch_size: int = 64) -> list:
         """One JSON-ready prediction per example."""
@@ -180,6 +221,13 @@ class TokenCollator:
         return batch
 
 
+def softmax(z) -> np.ndarray:
+    """Softmax over the last axis of ``z`` in float64 (stable: the max is subtracted first)."""
+    z = np.asarray(z, dtype=np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def window_logits(model, windows: list, collate, batch_size: int = 64, seq_axis: int = 0) -> list:
     """Run ``model`` (a PyTorch module or a :mod:`bertforge.runtime` runner, see :func:`batch_logits`) on every
     window; returns per window its logits (numpy) cut to the window length along ``seq_axis`` (of the
@@ -212,4 +260,4 @@ def stack_padded(arrs: list, axis: int) -> np.ndarray:
 
 
 __all__ = ["Task", "UnlabelledLayout", "TaskAdapter", "Column", "iter_batches", "Windows", "TokenCollator", "window_logits",
-           "stack_padded"]
+           "stack_padded", "softmax"]

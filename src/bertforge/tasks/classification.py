@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..data.collate import PadCollator, encode_examples
-from ..data.readers import read_examples
+from ..data.readers import Example, read_examples
 from ..errors import DataError
 from ..metrics.task import compute
 from ..models.activations import get_activation
@@ -30,7 +30,7 @@ from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
 from ..models.pooling import pool
 from ..tokenizer import pad_id
-from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches
+from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches, softmax
 
 _NLI2 = ("entailment", "not_entailment")
 _PAIR_TEST = UnlabelledLayout(("index", "sentence1", "sentence2"), ("sentence1", "sentence2"))
@@ -235,7 +235,11 @@ def collapse_check(pred, ref, metric: str, num_labels=None) -> dict:
 
 
 class SequenceAdapter(TaskAdapter):
-    """Single sentences and pairs → [CLS] classification (CE) or regression (MSE)."""
+    """Single sentences and pairs → [CLS] classification (CE) or regression (MSE).
+
+    The four steps: :meth:`read` a TSV/CSV/JSONL file (:func:`~bertforge.data.readers.read_examples`) →
+    :meth:`encode` its examples, or texts (a string or a ``(text_a, text_b)`` pair each) → :meth:`decode` the
+    (N, C) logits into ranked labels → :meth:`score` them with the task's metrics."""
 
     head = "sequence_classification"
 
@@ -246,12 +250,32 @@ class SequenceAdapter(TaskAdapter):
         return {"num_labels": len(t.labels), "problem_type": "single_label_classification",
                 "id2label": {i: lab for i, lab in enumerate(t.labels)}}
 
-    def load(self, path, max_samples=None, require_labels=True) -> list:
-        examples = read_examples(path, self.task, max_samples, require_labels)
+    @property
+    def label_names(self) -> list:
+        """Label names in id order (regression: its one output's name, ``score`` unless the task names it)."""
+        if self.task.labels:
+            return [str(x) for x in self.task.labels]
+        return ["score"]
+
+    def read(self, path, max_samples=None, require_labels=True) -> list:
+        return read_examples(path, self.task, max_samples, require_labels)
+
+    def encode(self, items, require_labels=False, source="the input") -> Windows:
+        """:class:`~bertforge.data.readers.Example` rows, or texts (each a string, or a ``(text_a, text_b)``
+        pair; all of one shape) → one window per example, cut to ``max_seq_len`` tokens (pairs longest-first).
+        Raises DataError: a row without a label when ``require_labels``; texts mixing singles and pairs."""
+        examples = [x if isinstance(x, Example) else _text_example(x) for x in items]
+        texts = any(not isinstance(x, Example) for x in items)
+        if texts and len({e.text_b is None for e in examples}) > 1:
+            raise DataError(f"{source} mixes single texts and pairs; send one kind per call")
         enc = encode_examples(self.tok, examples, self.max_seq_len)
+        self._encode_labels(enc)
         if require_labels and any("labels" not in e for e in enc):
-            raise DataError(f"{path} has rows without a label; task {self.task.name} needs labels here")
+            raise DataError(f"{source} has rows without a label; task {self.task.name} needs labels here")
         return Windows(enc, examples)  # one window per example; the examples give the predictions' ids
+
+    def _encode_labels(self, enc: list) -> None:
+        """Hook: the label of each encoded example as the collator takes it (here: as read)."""
 
     def collator(self):
         return PadCollator(pad_id(self.tok))
@@ -268,14 +292,38 @@ class SequenceAdapter(TaskAdapter):
                 out[i] = row
         return np.stack(out)
 
-    def _decode(self, logits: np.ndarray) -> np.ndarray:
-        return logits[:, 0] if self.task.kind == "regression" else logits.argmax(-1)
+    def run(self, model, encoded, batch_size=64) -> np.ndarray:
+        """(N, C) logits, one row per encoded example."""
+        return self.predict_logits(model, encoded, batch_size)
 
-    def evaluate(self, model, dataset, batch_size=64) -> dict:
-        """The task's metrics (:func:`bertforge.metrics.task.compute`); for a classifier whose every
-        prediction is one class, also ``collapsed`` and ``majority_baseline`` (:func:`collapse_check`)."""
-        pred = self._decode(self.predict_logits(model, dataset, batch_size))
-        ref = np.array([d["labels"] for d in dataset])
+    def decode(self, outputs, encoded=None, raw: bool = False) -> list:
+        """Per example (``outputs``: (N, C) logits, or N rows (C,)), its labels ranked by score, highest first
+        (ties in label order): ``[{"label", "score"}, …]`` — classification: softmax probabilities (``raw``:
+        the logits); regression: one entry, the predicted value."""
+        names = self.label_names
+        out = []
+        for z in outputs:
+            z = np.asarray(z, dtype=np.float64)
+            if self.task.kind == "regression":
+                out.append([{"label": names[0], "score": float(z[0])}])
+                continue
+            s = z if raw else softmax(z)
+            out.append([{"label": names[i], "score": float(s[i])} for i in np.argsort(-s, kind="stable")])
+        return out
+
+    def gold(self, encoded) -> list:
+        return [d["labels"] for d in encoded]
+
+    def score(self, predictions, gold) -> dict:
+        """The task's metrics (:func:`bertforge.metrics.task.compute`) of ``predictions`` (:meth:`decode`'s)
+        against ``gold`` (class ids, or floats for regression); for a classifier whose every prediction is one
+        class, also ``collapsed`` and ``majority_baseline`` (:func:`collapse_check`)."""
+        if self.task.kind == "regression":
+            pred = np.array([p[0]["score"] for p in predictions])
+        else:
+            ids = {n: i for i, n in enumerate(self.label_names)}
+            pred = np.array([ids[p[0]["label"]] for p in predictions])
+        ref = np.array(gold)
         out = compute(self.task.metrics, pred, ref, self.task.num_labels)
         if self.task.kind == "classification":
             out.update(collapse_check(pred, ref, self.task.metrics[0], self.task.num_labels))
@@ -285,14 +333,20 @@ class SequenceAdapter(TaskAdapter):
         """One dict per example: ``id`` (the row's id, see :mod:`bertforge.data.readers`; the 1-based position
         for a plain list of encoded examples), then ``label`` and ``prob`` (classification: the argmax label
         name and its softmax probability) or ``score`` (regression)."""
-        logits = self.predict_logits(model, dataset, batch_size)
+        decoded = self.decode(self.run(model, dataset, batch_size), dataset)
         examples = getattr(dataset, "examples", None)
         ids = [e.id for e in examples] if examples is not None else list(range(1, len(dataset) + 1))
         if self.task.kind == "regression":
-            return [{"id": i, "score": float(x[0])} for i, x in zip(ids, logits)]
-        probs = torch.softmax(torch.from_numpy(logits), -1).numpy()
-        return [{"id": i, "label": self.task.labels[int(p.argmax())], "prob": float(p.max())}
-                for i, p in zip(ids, probs)]
+            return [{"id": i, "score": p[0]["score"]} for i, p in zip(ids, decoded)]
+        return [{"id": i, "label": p[0]["label"], "prob": p[0]["score"]} for i, p in zip(ids, decoded)]
+
+
+def _text_example(x) -> Example:
+    """A text (str) or a pair ``(text_a, text_b)`` → an unlabelled :class:`~bertforge.data.readers.Example`."""
+    if isinstance(x, str):
+        return Example(x)
+    a, b = x
+    return Example(a, b)
 
 
 def glue_submission(predictions: list) -> str:

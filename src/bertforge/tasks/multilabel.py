@@ -27,11 +27,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..data.collate import PadCollator, encode_examples
-from ..data.readers import read_examples
+from ..data.collate import PadCollator
 from ..errors import ConfigError, DataError
 from ..tokenizer import pad_id
-from .base import Task, Windows
+from .base import Task
 from .classification import SequenceAdapter
 
 KIND = "multi_label_classification"
@@ -288,9 +287,8 @@ class MultiLabelAdapter(SequenceAdapter):
         return {"num_labels": len(self.task.labels), "problem_type": KIND,
                 "id2label": {i: lab for i, lab in enumerate(self.task.labels)}}
 
-    def load(self, path, max_samples=None, require_labels=True) -> list:
-        examples = read_examples(path, self.task, max_samples, require_labels)
-        enc = encode_examples(self.tok, examples, self.max_seq_len)
+    def _encode_labels(self, enc: list) -> None:
+        """Each encoded example's label ids → a 0/1 row of C (what :class:`MultiHotCollator` batches)."""
         c = len(self.task.labels)
         for d in enc:
             if "labels" in d:
@@ -298,9 +296,6 @@ class MultiLabelAdapter(SequenceAdapter):
                 for j in d["labels"]:
                     row[j] = 1.0
                 d["labels"] = row
-        if require_labels and any("labels" not in e for e in enc):
-            raise DataError(f"{path} has rows without a label; task {self.task.name} needs labels here")
-        return Windows(enc, examples)
 
     def collator(self):
         return MultiHotCollator(pad_id(self.tok), len(self.task.labels))
@@ -338,14 +333,40 @@ class MultiLabelAdapter(SequenceAdapter):
 
     def probabilities(self, model, dataset, batch_size=64) -> np.ndarray:
         """(N, C) sigmoid probabilities of ``model`` (module or runner) on ``dataset``."""
-        return sigmoid(self.predict_logits(model, dataset, batch_size))
+        return sigmoid(self.run(model, dataset, batch_size))
 
-    def evaluate(self, model, dataset, batch_size=64) -> dict:
-        """:func:`multilabel_metrics` at the thresholds in use (``thresholds``: ``per_label``/``global``/
-        ``default``/``tuned``), plus ``macro_f1_at_0.5``. Without saved thresholds the per-label ones are
-        tuned on ``dataset`` itself (``thresholds: "tuned"``: optimistic, as any score tuned on its test set)."""
-        probs = self.probabilities(model, dataset, batch_size)
-        y = np.array([d["labels"] for d in dataset])
+    def decode(self, outputs, encoded=None, raw: bool = False) -> list:
+        """Per example (``outputs``: (N, C) logits), every label ranked by its sigmoid probability, highest
+        first (ties in label order): ``[{"label", "score", "predicted"}, …]`` — ``score`` the probability
+        (``raw``: the logit), ``predicted`` whether the probability reaches the label's threshold (those in
+        use, :func:`active_thresholds`)."""
+        names = self.label_names
+        th = active_thresholds(self.thresholds, len(names))
+        out = []
+        for z in outputs:
+            z = np.asarray(z, dtype=np.float64)
+            p = sigmoid(z)
+            s = z if raw else p
+            out.append([{"label": names[i], "score": float(s[i]), "predicted": bool(p[i] >= th[i])}
+                        for i in np.argsort(-p, kind="stable")])
+        return out
+
+    def _probs(self, predictions: list) -> np.ndarray:
+        """(N, C) probabilities in label order, back from :meth:`decode`'s ranked lists (``raw`` False)."""
+        ids = {n: i for i, n in enumerate(self.label_names)}
+        probs = np.zeros((len(predictions), len(ids)))
+        for r, ranked in enumerate(predictions):
+            for x in ranked:
+                probs[r, ids[x["label"]]] = x["score"]
+        return probs
+
+    def score(self, predictions, gold) -> dict:
+        """:func:`multilabel_metrics` of ``predictions`` (:meth:`decode`'s) against ``gold`` (0/1 rows of C) at
+        the thresholds in use (``thresholds``: ``per_label``/``global``/``default``/``tuned``), plus
+        ``macro_f1_at_0.5``. Without saved thresholds the per-label ones are tuned on these predictions
+        themselves (``thresholds: "tuned"``: optimistic, as any score tuned on its test set)."""
+        probs = self._probs(predictions)
+        y = np.array(gold)
         if self.thresholds is None:
             tuned = tune_thresholds(probs, y)
             self.last_tuned = tuned  # what save_thresholds takes when this evaluation's model is the final one
@@ -371,13 +392,16 @@ class MultiLabelAdapter(SequenceAdapter):
     def predictions(self, model, dataset, batch_size=64) -> list:
         """One dict per example: ``id``, ``labels`` (names whose probability ≥ their threshold, in id order)
         and ``scores`` (every label name → its sigmoid probability)."""
-        probs = self.probabilities(model, dataset, batch_size)
-        th = active_thresholds(self.thresholds, probs.shape[1])
+        decoded = self.decode(self.run(model, dataset, batch_size), dataset)
         examples = getattr(dataset, "examples", None)
         ids = [e.id for e in examples] if examples is not None else list(range(1, len(dataset) + 1))
-        names = [str(x) for x in self.task.labels]
-        return [{"id": i, "labels": [names[j] for j in np.flatnonzero(p >= th)],
-                 "scores": {n: round(float(v), 6) for n, v in zip(names, p)}} for i, p in zip(ids, probs)]
+        names = self.label_names
+        out = []
+        for i, ranked, p in zip(ids, decoded, self._probs(decoded)):
+            chosen = {x["label"] for x in ranked if x["predicted"]}
+            out.append({"id": i, "labels": [n for n in names if n in chosen],
+                        "scores": {n: round(float(v), 6) for n, v in zip(names, p)}})
+        return out
 
 
 def save_thresholds(model_dir, adapter: "MultiLabelAdapter", data_cfg, eval_ds=None,

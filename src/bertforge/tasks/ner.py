@@ -9,13 +9,17 @@
   hidden state, saved as ``…ForTokenClassification`` (``classifier.*``). ``logits`` (B, T, C) tag scores;
   positions with ``attention_mask == 0`` are set to 0 (a uniform distribution), so a KL over the last dim
   adds nothing there. As in ``transformers`` the model has no pooler (``add_pooling_layer=False``).
-* adapter: :class:`TokenClassificationAdapter` (kind ``token_classification``): ``load`` returns windows
-  (one sentence can give several), ``evaluate`` re-assembles them into one tag per word before scoring.
+* adapter: :class:`TokenClassificationAdapter` (kind ``token_classification``): ``read`` a file's sentences,
+  or ``encode`` plain texts (cut into words with their character offsets, :func:`split_words`) into windows
+  (one sentence can give several); ``decode`` re-assembles the windows' logits into one tag per word and the
+  entities with character offsets; ``score`` them — the same steps for ``evaluate``, ``predict`` and
+  ``serve``'s ``/ner``.
 * metric: :func:`entity_scores`, entity-level P/R/F1 over chunks as ``conlleval``, computed with ``seqeval``;
   ``accuracy`` is per word.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -24,14 +28,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.conll import (encode_token_windows, label_list, pack_sentences, read_token_examples, unpack_words,
-                          words_from_windows)
+from ..data.conll import (TokenExample, encode_token_windows, label_list, pack_sentences, read_token_examples,
+                          unpack_words, words_from_windows)
 from ..errors import DataError
 from ..checkpoint.layout import read_config
 from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
 from ..tokenizer import pad_id
-from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
+from .base import Task, TaskAdapter, TokenCollator, Windows, softmax, stack_padded, window_logits
 
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
@@ -144,7 +148,8 @@ class TokenClassificationAdapter(TaskAdapter):
         return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
                 "problem_type": None, "add_pooling_layer": False}
 
-    def _read(self, path, max_samples, require_labels):
+    def read(self, path, max_samples=None, require_labels=True) -> list:
+        """A CoNLL column file or a JSONL file (``tokens`` / ``tags``) → :class:`TokenExample` sentences."""
         fields = {}
         if isinstance(self.task.text_columns[0], str):
             fields["tokens_field"] = self.task.text_columns[0]
@@ -152,8 +157,17 @@ class TokenClassificationAdapter(TaskAdapter):
             fields["tags_field"] = self.task.label_column
         return read_token_examples(path, max_samples, require_labels, **fields)
 
-    def load(self, path, max_samples=None, require_labels=True) -> Windows:
-        examples = self._read(path, max_samples, require_labels)
+    def encode(self, items, require_labels=False, source="the input") -> Windows:
+        """Sentences of :meth:`read`, or plain texts (each cut into words by :func:`split_words`, which keep
+        their character offsets) → first-subword-labelled windows of ≤ ``max_seq_len`` tokens (a sentence longer
+        than that gives several, overlapping by ``stride``); sentences of one document are packed together
+        (``pack``; texts never are). Without a label set yet, a labelled file gives it (training).
+
+        Raises:
+            DataError: no label set and no tags to learn it from; a sentence without tags when
+                ``require_labels``; a tag outside the label set (naming the model whose tags they are).
+        """
+        examples = [x if isinstance(x, TokenExample) else text_example(x) for x in items]
         if self.labels is None:
             if not require_labels:
                 raise DataError(f"task {self.task.name} has no label set; use a fine-tuned model's "
@@ -162,14 +176,14 @@ class TokenClassificationAdapter(TaskAdapter):
         l2i = {lab: i for i, lab in enumerate(self.labels)}
         labelled = [e for e in examples if e.tags is not None]
         if require_labels and len(labelled) != len(examples):
-            raise DataError(f"{path} has sentences without tags; task {self.task.name} needs tags here")
+            raise DataError(f"{source} has sentences without tags; task {self.task.name} needs tags here")
         unknown = sorted({t for e in labelled for t in e.tags if t not in l2i})
         if unknown and getattr(self, "labels_from_model", None):  # evaluate / predict / distill / prune
-            raise DataError(f"{path} has tags {unknown[:5]} that {self.labels_from_model} was not fine-tuned "
+            raise DataError(f"{source} has tags {unknown[:5]} that {self.labels_from_model} was not fine-tuned "
                             f"on (its tags: {self.labels}); use data with those tags, or fine-tune with "
                             f"data.labels=[...] listing every tag")
         if unknown:
-            raise DataError(f"{path} has tags {unknown[:5]} outside the label set {self.labels}; pass "
+            raise DataError(f"{source} has tags {unknown[:5]} outside the label set {self.labels}; pass "
                             f"data.labels=[...] with every tag")
         packed, spans = examples, None
         if self.pack and any(e.doc is not None for e in examples):
@@ -195,28 +209,93 @@ class TokenClassificationAdapter(TaskAdapter):
     def collator(self):
         return TokenCollator(pad_id(self.tok))
 
+    def run(self, model, encoded, batch_size=64) -> list:
+        """Per window its logits (T_w, C)."""
+        return window_logits(model, encoded, self.collator(), batch_size)
+
+    def decode(self, outputs, encoded, id2label=None) -> list:
+        """Per-window logits (T_w, C) → per sentence (or text) ``{"tokens", "tags", "entities"}``: one IOB2 tag
+        per word (its first subword's argmax, from the window where that subword has the most context; a word
+        without a subword → O) and the entities those tags chunk (:func:`entity_spans`), each
+        ``{"label", "text", "start", "end", "score"}`` — character offsets into the text (a file's sentence:
+        its words joined by single spaces), ``score`` the mean softmax probability of the entity's tags.
+        ``id2label``: label id → name (default: :attr:`labels` in order)."""
+        id2 = id2label or dict(enumerate(self.labels))
+        per_word = words_from_windows(encoded, outputs, [len(e.tokens) for e in encoded.packed])
+        if encoded.spans is not None:
+            per_word = unpack_words(per_word, encoded.spans, len(encoded.examples))
+        out = []
+        for e, scores in zip(encoded.examples, per_word):
+            tags = word_tags_from_scores(scores, id2)
+            out.append({"tokens": e.tokens, "tags": tags, "entities": entities(e, tags, scores)})
+        return out
+
+    def gold(self, encoded) -> list:
+        return [e.tags for e in encoded.examples]
+
+    def score(self, predictions, gold) -> dict:
+        """Entity-level P/R/F1 and word accuracy (:func:`entity_scores`) of the predictions' tags."""
+        return entity_scores(gold, [p["tags"] for p in predictions])
+
+    @staticmethod
+    def _id2label(model):
+        """A PyTorch model's ``config.id2label`` (what it was built with), None for a runner."""
+        return getattr(getattr(model, "config", None), "id2label", None)
+
     def word_tags(self, model, dataset: Windows, batch_size: int = 64) -> list:
         """Per sentence, one IOB2 tag per word (first-subword prediction; words without a subword → O)."""
-        z = window_logits(model, dataset, self.collator(), batch_size)
-        id2 = getattr(getattr(model, "config", None), "id2label", None) or dict(enumerate(self.labels))
-        per_word = words_from_windows(dataset, z, [len(e.tokens) for e in dataset.packed])
-        if dataset.spans is not None:
-            per_word = unpack_words(per_word, dataset.spans, len(dataset.examples))
-        return [word_tags_from_scores(ws, id2) for ws in per_word]
+        return [p["tags"] for p in self.decode(self.run(model, dataset, batch_size), dataset,
+                                               self._id2label(model))]
 
     def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
         """(N_windows, T_max, C) logits, zero-padded after each window's length."""
         return stack_padded(window_logits(model, dataset, self.collator(), batch_size), 0)
 
     def evaluate(self, model, dataset, batch_size=64) -> dict:
-        pred = self.word_tags(model, dataset, batch_size)
-        gold = [e.tags for e in dataset.examples]
-        return entity_scores(gold, pred)
+        decoded = self.decode(self.run(model, dataset, batch_size), dataset, self._id2label(model))
+        return self.score(decoded, self.gold(dataset))
 
     def predictions(self, model, dataset, batch_size=64) -> list:
         pred = self.word_tags(model, dataset, batch_size)
         return [{"id": e.id, "tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
 
 
+#: a word of a plain text: a run of letters / digits / ``_``, or one other non-space character
+WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def split_words(text: str) -> list:
+    """A plain text → its words as ``(word, start, end)`` (character offsets), cut by :data:`WORD`: runs of
+    word characters, and every punctuation mark on its own (as CoNLL-2003 tokenises)."""
+    return [(m.group(), m.start(), m.end()) for m in WORD.finditer(text)]
+
+
+def text_example(text: str) -> TokenExample:
+    """A plain text → an untagged :class:`TokenExample` of its words that remembers the text and their offsets."""
+    words = split_words(text)
+    return TokenExample([w for w, _, _ in words], text=text, offsets=[(s, e) for _, s, e in words])
+
+
+def entities(example: TokenExample, tags: list, scores: list) -> list:
+    """The entities of one sentence's IOB2 ``tags`` (:func:`entity_spans`) as ``{"label", "text", "start",
+    "end", "score"}``: character offsets into ``example.text`` (or its words joined by single spaces),
+    ``score`` the mean over the entity's words of the softmax probability of their predicted tag (``scores``:
+    per word its logits (C,), None for a word without a subword)."""
+    text, offsets = example.text, example.offsets
+    if text is None or offsets is None:
+        text, offsets, at = " ".join(example.tokens), [], 0
+        for w in example.tokens:
+            offsets.append((at, at + len(w)))
+            at += len(w) + 1
+    out = []
+    for typ, a, b in entity_spans(tags):
+        probs = [float(softmax(scores[k])[int(np.argmax(scores[k]))]) for k in range(a, b + 1)
+                 if scores[k] is not None]
+        s, e = offsets[a][0], offsets[b][1]
+        out.append({"label": typ, "text": text[s:e], "start": s, "end": e,
+                    "score": float(np.mean(probs)) if probs else 0.0})
+    return out
+
+
 __all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores",
-           "word_tags_from_scores", "entity_spans"]
+           "word_tags_from_scores", "entity_spans", "entities", "split_words", "text_example", "WORD"]

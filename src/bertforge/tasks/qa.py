@@ -6,7 +6,10 @@
   ``Linear(H, 2)``, saved as ``…ForQuestionAnswering`` (``qa_outputs.*``). ``logits`` (B, 2, T) =
   ``stack([start_logits, end_logits], 1)``: row 0 scores each position as the answer start, row 1 as its
   end (softmax over the last dim); padding positions get −10⁴, so the span distribution puts no mass on them.
-* adapter: :class:`QAAdapter` (kind ``qa``): ``evaluate`` decodes per-question answers from the windows.
+* adapter: :class:`QAAdapter` (kind ``qa``): ``read`` a SQuAD file's questions, or ``encode`` plain
+  ``{"question", "context"}`` pairs, into question/context windows; ``decode`` the windows' start/end logits
+  into one answer span per question (character offsets into its context); ``score`` them — the same steps for
+  ``evaluate``, ``predict`` and ``serve``'s ``/qa``.
 * metric: :func:`squad_scores`, the official evaluation scripts (``evaluate-v1.1.py``, ``evaluate-v2.0.py``;
   Rajpurkar et al. 2016 §6, 2018): answers are normalised by lower-casing, removing punctuation, removing
   the articles a/an/the and collapsing whitespace; EM = normalised strings equal; F1 = harmonic mean of
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.squad import decode_answers, encode_qa_windows, read_squad
+from ..data.squad import QAExample, decode_answers, encode_qa_windows, read_squad
 from ..errors import ConfigError, DataError
 from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
@@ -201,39 +204,70 @@ class QAAdapter(TaskAdapter):
     def version_2(self) -> bool:
         return self.task.name.endswith("v2")
 
-    def _stride(self) -> int:
+    @property
+    def stride(self) -> int:
+        """Overlap of consecutive windows of one context, in tokens: ``doc_stride``, else
+        ``min(128, max_seq_len // 3)``."""
         return self.doc_stride if self.doc_stride is not None else min(128, self.max_seq_len // 3)
 
     def head_config(self) -> dict:
         return {"num_labels": 2, "id2label": None, "problem_type": None, "add_pooling_layer": False}
 
-    def load(self, path, max_samples=None, require_labels=True) -> Windows:
+    def read(self, path, max_samples=None, require_labels=True) -> list:
+        """A SQuAD JSON file → :class:`~bertforge.data.squad.QAExample` questions. Raises DataError (besides
+        the reader's) for a question without an answer in v1.1 data that needs labels."""
         examples = read_squad(path, max_samples, require_answers=require_labels)
         if require_labels and not self.version_2:
             bad = [e.id for e in examples if not e.answers]
             if bad:
                 raise DataError(f"{path}: question {bad[0]} has no answer; use --task squad_v2 for data "
                                 f"with unanswerable questions")
-        win = encode_qa_windows(self.tok, examples, self.max_seq_len, self._stride(), self.max_query_len,
+        return examples
+
+    def encode(self, items, require_labels=False, source="the input") -> Windows:
+        """Questions of :meth:`read`, or plain pairs (``{"question", "context"}`` dicts or ``(question,
+        context)`` tuples; ids ``"0"``, ``"1"`` … in order) → question/context windows of ≤ ``max_seq_len``
+        tokens (a long context gives several, overlapping by :attr:`stride`; the question cut to
+        ``max_query_len``), with the answer's token positions when ``require_labels``.
+        Raises DataError: ``max_seq_len`` too small for a question and some context."""
+        examples = [x if isinstance(x, QAExample) else question_example(i, x) for i, x in enumerate(items)]
+        win = encode_qa_windows(self.tok, examples, self.max_seq_len, self.stride, self.max_query_len,
                                 with_labels=require_labels)
         return Windows(win, examples)
 
     def collator(self):
         return QACollator(pad_id(self.tok))
 
+    def run(self, model, encoded, batch_size=64) -> list:
+        """Per window its start/end logits (2, T_w)."""
+        return window_logits(model, encoded, self.collator(), batch_size, seq_axis=1)
+
+    def decode(self, outputs, encoded) -> list:
+        """Per-window start/end logits (2, T_w) → per question ``{"id", "answer", "start", "end", "score",
+        "null_score"}``: the best span over all its windows (n-best, :func:`~bertforge.data.squad.
+        decode_answers`), ``start`` / ``end`` its character offsets in the context (−1 for the empty answer of
+        SQuAD v2.0)."""
+        answers = decode_answers(encoded.examples, encoded, [a[0] for a in outputs], [a[1] for a in outputs],
+                                 self.n_best, self.max_answer_len, self.version_2, self.null_threshold)
+        for a in answers:
+            a["end"] = a["start"] + len(a["answer"]) if a["start"] >= 0 else -1
+        return answers
+
+    def gold(self, encoded) -> list:
+        return [[a["text"] for a in e.answers] for e in encoded.examples]
+
+    def score(self, predictions, gold) -> dict:
+        """The official SQuAD EM / F1 (:func:`squad_scores`); ``gold``: per question its answer texts (none:
+        unanswerable)."""
+        return squad_scores({p["id"]: p["answer"] for p in predictions},
+                            {p["id"]: g for p, g in zip(predictions, gold)})
+
     def answers(self, model, dataset: Windows, batch_size: int = 64) -> list:
-        z = window_logits(model, dataset, self.collator(), batch_size, seq_axis=1)
-        return decode_answers(dataset.examples, dataset, [a[0] for a in z], [a[1] for a in z],
-                              self.n_best, self.max_answer_len, self.version_2, self.null_threshold)
+        return self.decode(self.run(model, dataset, batch_size), dataset)
 
     def predict_logits(self, model, dataset, batch_size=64) -> np.ndarray:
         """(N_windows, 2, T_max) start/end logits, zero-padded after each window's length."""
         return stack_padded(window_logits(model, dataset, self.collator(), batch_size, seq_axis=1), 1)
-
-    def evaluate(self, model, dataset, batch_size=64) -> dict:
-        preds = self.answers(model, dataset, batch_size)
-        golds = {e.id: [a["text"] for a in e.answers] for e in dataset.examples}
-        return squad_scores({p["id"]: p["answer"] for p in preds}, golds)
 
     def predictions(self, model, dataset, batch_size=64) -> list:
         preds = self.answers(model, dataset, batch_size)
@@ -241,5 +275,12 @@ class QAAdapter(TaskAdapter):
                  "score": p["score"]} for p, e in zip(preds, dataset.examples)]
 
 
+def question_example(i: int, item) -> QAExample:
+    """A plain question (``{"question", "context"}`` or ``(question, context)``) → an unlabelled
+    :class:`~bertforge.data.squad.QAExample` with id ``str(i)``."""
+    q, c = (item["question"], item["context"]) if isinstance(item, dict) else item
+    return QAExample(str(i), q, c)
+
+
 __all__ = ["TASKS", "QuestionAnsweringHead", "QAAdapter", "QACollator", "split_qa_logits", "QA_PAD_LOGIT",
-           "squad_scores", "normalize_answer", "exact_match", "f1"]
+           "squad_scores", "normalize_answer", "exact_match", "f1", "question_example"]

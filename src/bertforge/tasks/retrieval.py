@@ -470,13 +470,15 @@ class RetrievalAdapter(TaskAdapter):
     def _encode(self, texts) -> list:
         return [e.ids for e in encode_texts(self.tok, list(texts), None, self.max_seq_len)]
 
-    def load(self, path, max_samples=None, require_labels=True):
-        """A training/evaluation pairs file → :class:`Pairs`; a BEIR dir (evaluation) →
-        :class:`RetrievalSet`."""
+    def read(self, path, max_samples=None, require_labels=True):
+        """A training/evaluation pairs file → :class:`PairExample` rows; a BEIR dir (evaluation) → its
+        :class:`RetrievalSet` (scored by search over the corpus: :meth:`evaluate` embeds it then)."""
         p = Path(path)
-        if p.is_dir():
-            return read_retrieval_set(p, max_samples)
-        return self.load_examples(read_pairs(p, max_samples))
+        return read_retrieval_set(p, max_samples) if p.is_dir() else read_pairs(p, max_samples)
+
+    def encode(self, items, require_labels=False, source="the input"):
+        """:class:`PairExample` rows → :class:`Pairs` (:meth:`load_examples`); a :class:`RetrievalSet` as it is."""
+        return items if isinstance(items, RetrievalSet) else self.load_examples(items)
 
     def load_examples(self, ex: list):
         """:class:`PairExample` rows → encoded :class:`Pairs` (one token-id list per column; ``teacher_margin``

@@ -52,7 +52,8 @@ def run(args) -> int:
         _check_glue_format(task)
     out = check_out_file(Path(args.out), (model_dir,), (args.data,), args.overwrite,
                          example="preds.tsv" if fmt == "glue" else "preds.jsonl")
-    data = adapter.load(args.data, require_labels=False)
+    # read → encode → run → decode (the task adapter's steps, as evaluate and the server's routes)
+    data = adapter.encode(adapter.read(args.data, require_labels=False), source=str(args.data))
     preds = adapter.predictions(runner, data, args.batch_size)
     if fmt == "glue":
         from ...tasks.classification import glue_submission
