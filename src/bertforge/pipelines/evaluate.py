@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import resolve_model_dir
 from ..errors import ConfigError, require_at_least
 
 
@@ -57,21 +56,20 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
     length the model was fine-tuned with. Raises ConfigError for a length outside [2, the model's
     positions], an unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
-    from ..checkpoint.read import check_seq_len, read_config, require_saved_head
+    from ..checkpoint.modeldir import ModelDir
+    from ..checkpoint.read import check_seq_len, require_saved_head
     from ..runtime import load_runner
     from ..tasks import adapter_for, model_task
-    from ..tokenizer import load_tokenizer
     require_at_least("--max-seq-len", max_seq_len, 2)
-    model_dir = resolve_model_dir(model_arg)
-    cfg = read_config(model_dir)
+    md = ModelDir.open(model_arg)
+    model_dir, cfg, meta = md.path, md.config, md.meta
     check_seq_len(max_seq_len, cfg)
-    meta = cfg.get("bertforge") or {}
-    name = task_name or meta.get("task")
+    name = task_name or meta.task
     if not name:
         raise ConfigError(f"{model_dir} does not record its task; pass --task NAME")
     task = model_task(name, meta, model_dir)
-    trained_on = meta.get("task")
-    saved = [str(v) for _, v in sorted((cfg.get("id2label") or {}).items(), key=lambda kv: int(kv[0]))]
+    trained_on = meta.task
+    saved = [str(v) for v in md.labels or []]
     if task_name and trained_on and task_name != trained_on and task.labels and saved \
             and task.kind != "qa" \
             and [str(x) for x in task.labels] != saved:  # same count, other names: a positional mismatch
@@ -79,12 +77,12 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
         raise ConfigError(f"{model_dir} was fine-tuned on task {trained_on} (labels {', '.join(saved)}), not "
                           f"{task_name} (labels {', '.join(map(str, task.labels))}); pass --task {trained_on} "
                           f"or fine-tune on {task_name}")
-    tok = load_tokenizer(model_dir)
-    adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.get("max_seq_len") or 128)
+    tok = md.tokenizer()
+    adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.max_seq_len or 128)
     any_encoder = getattr(adapter, "reads_any_encoder", False)  # e.g. retrieval: embeddings of any encoder
     if adapter.head != "base" and not any_encoder:
         require_saved_head(cfg, adapter.head, str(model_dir), task.name, "pass the task it was fine-tuned on")
-    runner = load_runner(model_dir)  # the saved head, which is the adapter's (checked above)
+    runner = load_runner(md)  # the saved head, which is the adapter's (checked above)
     n_out = runner.num_labels if adapter.head != "base" and not any_encoder else None
     if n_out and task.num_labels and n_out != task.num_labels:
         raise ConfigError(f"{model_dir} predicts {n_out} labels but task {task.name} has "

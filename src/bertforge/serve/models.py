@@ -92,8 +92,7 @@ class ServedModel:
             from ..tasks import adapter_for_model
             length = self.max_length
             if self.kind == "question_answering":
-                meta = self.runner.config.get("bertforge") or {}
-                length = min(int(meta.get("max_seq_len") or 384), self.max_length)
+                length = min(int(self.runner.meta.max_seq_len or 384), self.max_length)
             self._adapter = adapter_for_model(self.kind, self.runner.config, self.tokenizer, length, self.labels)
         return self._adapter
 
@@ -188,9 +187,9 @@ class ServedModel:
 
 
 def pooling_of(path: Path) -> str:
-    """The pooling mode a dir declares (:func:`bertforge.models.pooling.read_pooling`); ``mean`` otherwise."""
-    from ..models.pooling import read_pooling
-    return read_pooling(path).mode
+    """The pooling mode a dir declares (:class:`~bertforge.checkpoint.modeldir.ModelDir`); ``mean`` otherwise."""
+    from ..checkpoint.modeldir import ModelDir
+    return ModelDir.open(path, require_config=False).pooling.mode
 
 
 def parse_model_args(values: list) -> list:
@@ -223,23 +222,22 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     Raises:
         CheckpointError: nothing servable at ``path`` (one line naming it).
     """
-    from ..checkpoint.read import EMBEDDED, resolve_model_dir
+    from ..checkpoint.modeldir import ModelDir
     from ..runtime import load_runner
-    p = resolve_model_dir(str(path)) if str(path).lower() in EMBEDDED else Path(path)
-    if not p.exists():
-        raise CheckpointError(f"--model {name}={path}: {p} does not exist; pass a checkpoint dir, an export / "
-                              f"quantize output dir or an .onnx file")
     try:
-        runner = load_runner(p, backend=backend, threads=threads)
+        md = ModelDir.open(path, require_config=False)
+    except CheckpointError as e:
+        raise CheckpointError(f"--model {name}={path}: {e}") from None
+    p = md.graph if md.graph is not None and str(path).endswith(".onnx") else md.path
+    try:
+        runner = load_runner(md, backend=backend, threads=threads)
     except CheckpointError as e:
         raise CheckpointError(f"--model {name}: {e}") from None
     try:
         tok = runner.tokenizer
     except CheckpointError as e:
         raise CheckpointError(f"--model {name}: {e}") from None
-    root = p if p.is_dir() else p.parent
-    from ..models.pooling import read_pooling
-    pooling = read_pooling(root)
+    pooling = md.pooling
     max_len = runner.max_length or 512
     if pooling.max_seq_length:
         max_len = min(max_len, pooling.max_seq_length)
@@ -249,9 +247,7 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
         id2 = runner.config.get("id2label") or {}
         labels = [str(id2[k]) for k in sorted(id2, key=int)] if id2 else \
             [f"LABEL_{i}" for i in range(runner.num_labels or 1)]
-    task = (runner.config.get("bertforge") or {}).get("task")
-    from ..models.pooling import read_truncate_dim
-    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, task, dim=read_truncate_dim(root))
+    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, md.meta.task, dim=md.truncate_dim)
     if tok.get_vocab_size() == 0:
         raise CheckpointError(f"--model {name}: {p} has an empty tokenizer")
     if warm:

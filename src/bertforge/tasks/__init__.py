@@ -177,7 +177,8 @@ def adapter_for_model(kind: str, config: dict, tokenizer, max_seq_len: int, labe
     ``question_answering``), ``config`` its ``config.json`` (``problem_type``; ``bertforge.task`` and
     ``bertforge.thresholds``), ``labels`` its label names in id order. A multi-label classifier decodes at the
     thresholds saved in ``config`` (0.5 without). Raises DataError for another kind."""
-    meta = config.get("bertforge") or {}
+    from ..checkpoint.modeldir import Meta
+    meta = Meta.from_config(config)
     if kind == "token_classification":
         adapter = adapter_for(get_task("ner"), tokenizer, max_seq_len)
         adapter.labels = list(labels)

@@ -302,9 +302,8 @@ class MultiLabelAdapter(SequenceAdapter):
 
     def use_model_thresholds(self, model_dir) -> None:
         """Take the thresholds saved in ``model_dir``'s ``config.json`` (none saved: 0.5 for every label)."""
-        from ..checkpoint.layout import read_config
-        meta = read_config(model_dir).get("bertforge") or {}
-        self.thresholds = meta.get("thresholds") or {"use": "global", "global": 0.5,
+        from ..checkpoint.modeldir import ModelDir
+        self.thresholds = ModelDir.open(model_dir).meta.thresholds or {"use": "global", "global": 0.5,
                                                       "per_label": [0.5] * len(self.task.labels),
                                                       "source": "default"}
 
@@ -432,12 +431,11 @@ def save_thresholds(model_dir, adapter: "MultiLabelAdapter", data_cfg, eval_ds=N
 
 def write_thresholds(model_dir, th: dict) -> None:
     """Set ``bertforge.thresholds`` in ``model_dir/config.json`` (written under a temporary name, renamed)."""
-    p = Path(model_dir) / "config.json"
-    cfg = json.loads(p.read_text(encoding="utf-8"))
-    cfg.setdefault("bertforge", {})["thresholds"] = th
-    tmp = p.with_name("config.json.tmp")
-    tmp.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
-    tmp.replace(p)
+    from ..checkpoint.layout import with_meta
+    from ..checkpoint.modeldir import ModelDir
+    from ..io import atomic_write_text
+    md = ModelDir.open(model_dir)
+    atomic_write_text(md.path / "config.json", json.dumps(with_meta(md.config, thresholds=th), indent=2))
 
 
 __all__ = ["save_thresholds", "write_thresholds", "KIND", "GOEMOTIONS_LABELS", "METRICS", "TASKS", "MultiLabelAdapter", "MultiHotCollator",

@@ -31,7 +31,6 @@ from ..config import ModelConfig
 from ..data.conll import (TokenExample, encode_token_windows, label_list, pack_sentences, read_token_examples,
                           unpack_words, words_from_windows)
 from ..errors import DataError
-from ..checkpoint.layout import read_config
 from ..models.encoder import EncoderOutput
 from ..models.modernbert import PredictionHead, init_modernbert
 from ..tokenizer import pad_id
@@ -197,7 +196,8 @@ class TokenClassificationAdapter(TaskAdapter):
         """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
         from a checkpoint dir's ``config.json`` (distill: the teacher's tags)."""
         if isinstance(model, (str, Path)):
-            id2 = {int(k): v for k, v in (read_config(Path(model)).get("id2label") or {}).items()}
+            from ..checkpoint.modeldir import ModelDir
+            id2 = {int(k): v for k, v in (ModelDir.open(model).config.get("id2label") or {}).items()}
             who = str(model)
         else:
             id2 = getattr(getattr(model, "config", None), "id2label", None)
