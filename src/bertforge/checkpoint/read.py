@@ -287,7 +287,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",
               file=sys.stderr)
     model.load_state_dict(new_state, strict=False)
-    if model.head is not None and hasattr(model.head, "tie_weights"):
+    if model.head is not None:
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
     from ..models.pooling import read_pooling
@@ -307,7 +307,7 @@ def _check_shapes(new_state: dict, own: dict, path) -> None:
 def _head_from_arch(d: dict) -> Optional[str]:
     for arch in d.get("architectures") or []:
         for name, cls in HEADS.items():
-            fams = getattr(cls, "families", None)  # heads that exist for some families only
+            fams = cls.families  # heads that exist for some families only
             if fams and d.get("model_type") not in fams:
                 continue
             # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is

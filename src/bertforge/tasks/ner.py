@@ -28,8 +28,9 @@ from ..data.conll import (encode_token_windows, label_list, pack_sentences, read
                           words_from_windows)
 from ..errors import DataError
 from ..io import read_config
-from ..models.encoder import EncoderOutput
+from ..models.head import Head
 from ..models.modernbert import PredictionHead, init_modernbert
+from ..models.output import EncoderOutput
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
 
@@ -49,7 +50,7 @@ def _dropout_p(config: ModelConfig) -> float:
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
-class TokenClassificationHead(nn.Module):
+class TokenClassificationHead(Head):
     """``dropout → Linear(H, C)`` on every final hidden state (Devlin et al. 2018 §5.3); ModernBERT first
     applies its head transform ``LN(act(W·h))`` (:class:`~bertforge.models.modernbert.PredictionHead`).
 
@@ -59,7 +60,6 @@ class TokenClassificationHead(nn.Module):
     """
 
     hf_suffix = "ForTokenClassification"
-    cls_only = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()
