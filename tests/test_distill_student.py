@@ -9,6 +9,7 @@ from bertforge.config import ModelConfig
 from bertforge.distill.augment import Augmenter, EmbeddingLexicon, MaskedLMPredictor, augment_examples
 from bertforge.distill.cache import TeacherCache
 from bertforge.distill.distiller import Distiller, build_terms, method_terms
+from bertforge.distill.features import combined_logits
 from bertforge.distill.student import build_student, parse_shape
 from bertforge.errors import ConfigError
 from bertforge.models.output import Features
@@ -130,7 +131,7 @@ def test_multi_teacher_averaged_soft_targets():
     d = Distiller(s, [t1, t2], build_terms([{"loss": "kd", "temperature": 3.0}], 1, 4)).eval()
     bt = batch()
     feats = d.teacher_features(**bt)
-    z = d._combined_logits(feats, 3.0)
+    z = combined_logits(feats, "logits", 3.0)
     want = (torch.softmax(t1(**bt).logits / 3, -1) + torch.softmax(t2(**bt).logits / 3, -1)) / 2
     assert torch.allclose(torch.softmax(z / 3, -1), want, atol=1e-6)
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..heads import MLM_HEAD
+from ..heads import MLM_HEAD, has_mlm_head  # noqa: F401  (has_mlm_head: imported from here by cli/commands/distill.py)
 from ..models.output import ModelOutput
 from ..task_model import TaskModel
 from .cache import TeacherCache
