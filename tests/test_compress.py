@@ -17,6 +17,7 @@ import torch
 from bertforge.checkpoint import load_pretrained
 from bertforge.compress import prune as P
 from bertforge.config import ModelConfig
+from bertforge.models.output import Features
 from bertforge.task_model import TaskModel
 
 from helpers import sentences
@@ -59,7 +60,7 @@ def test_physical_head_removal_equals_zero_gates_and_reloads(tmp_path):
     for layer, hs in to_prune.items():
         gates[layer][hs] = 0.0
     with torch.no_grad():
-        want = ref_model(**inputs(x), head_gates=gates).logits
+        want = ref_model(**inputs(x), features=Features(head_gates=gates)).logits
     P.prune_heads(m, to_prune)
     assert P.head_counts(m) == [2, 0, 3]
     assert m.config.layer_num_heads == [2, 0, 3]
@@ -91,7 +92,7 @@ def test_fully_pruned_layer_forward_is_residual_plus_bias():
     P.prune_heads(m, {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3]})
     x = batch()
     with torch.no_grad():
-        out = m(**inputs(x), output_hidden_states=True)
+        out = m(**inputs(x), features=Features(hidden_states=True))
     assert torch.isfinite(out.logits).all()
     # hand computation for layer 0: LN(x + out.bias) then the FFN block
     lyr = m.encoder.layers[0]
@@ -131,7 +132,7 @@ def test_gate_gradient_matches_finite_difference():
         g = [torch.ones(4, dtype=torch.float64) for _ in range(3)]
         g[layer][head] += eps
         with torch.no_grad():
-            logits = m(**inputs(x), head_gates=g).logits
+            logits = m(**inputs(x), features=Features(head_gates=g)).logits
         return float(torch.nn.functional.cross_entropy(logits, x["labels"]))
     for layer, head in [(0, 1), (1, 0), (2, 3)]:
         fd = (loss_at(layer, head, 1e-5) - loss_at(layer, head, -1e-5)) / 2e-5
@@ -166,7 +167,7 @@ def test_auto_loss_is_fisher_without_labels_and_importance_is_per_example():
     imp_task = P.compute_importance(m, [batch(b=6)], loss="task", normalize=False)
     g = [torch.ones(4, requires_grad=True) for _ in range(3)]
     xb = batch(b=6)
-    out = m(**xb, head_gates=g)
+    out = m(**xb, features=Features(head_gates=g))
     torch.nn.functional.cross_entropy(out.logits, xb["labels"], reduction="sum").backward()
     batch_level = torch.cat([gi.grad.abs() for gi in g]) / 6
     per_example = torch.cat(imp_task["heads_raw"]).float()
@@ -232,7 +233,7 @@ def test_flop_formula_matches_torch_flop_counter():
     x = batch(b=1, t=16, labels=False)
     x["attention_mask"][:] = 1
     with FlopCounterMode(display=False) as fc, torch.no_grad():
-        m(**inputs(x), output_attentions=True)  # explicit QKᵀ / probs·V matmuls, which the counter sees
+        m(**inputs(x), features=Features(attentions=True))  # explicit QKᵀ / probs·V matmuls, which the counter sees
     want = fc.get_total_flops()
     got = encoder_flops(config_to_hf(m.config, "base"), 16)
     assert abs(got - want) / want < 0.02, (got, want)

@@ -9,8 +9,10 @@ from bertforge.config import ModelConfig
 from bertforge.distill.augment import Augmenter, EmbeddingLexicon, MaskedLMPredictor, augment_examples
 from bertforge.distill.cache import TeacherCache
 from bertforge.distill.distiller import Distiller, build_terms, method_terms
+from bertforge.distill.features import combined_logits
 from bertforge.distill.student import build_student, parse_shape
 from bertforge.errors import ConfigError
+from bertforge.models.output import Features
 from bertforge.task_model import TaskModel
 
 
@@ -57,7 +59,7 @@ def test_copied_layers_equal_teacher_layers(tmp_path):
     bias = padding_mask_bias(bt["attention_mask"], x.dtype)
     for i in (0, 2):
         x = teacher.encoder.layers[i](x, bias)[0]
-    out = student(**bt, output_hidden_states=True)
+    out = student(**bt, features=Features(hidden_states=True))
     assert torch.allclose(out.hidden_states[-1], x, atol=1e-5)
     # recorded in the saved config.json
     student.save_pretrained(tmp_path / "s")
@@ -101,8 +103,8 @@ def test_projection_and_training_reduces_loss():
     from bertforge.distill.losses import hidden_mse_loss
     with torch.no_grad():
         bt0 = batch(b=2, t=6)
-        hs = student(**bt0, output_hidden_states=True).hidden_states
-        ht = teacher(**bt0, output_hidden_states=True).hidden_states
+        hs = student(**bt0, features=Features(hidden_states=True)).hidden_states
+        ht = teacher(**bt0, features=Features(hidden_states=True)).hidden_states
         want = sum(hidden_mse_loss(hs[s], ht[t], bt0["attention_mask"], proj=d.proj["hidden_mse"])
                    for s, t in [(1, 2), (2, 4)])
         assert float(d(**bt0).terms["hidden_mse"]) == pytest.approx(float(want), rel=1e-5)
@@ -129,7 +131,7 @@ def test_multi_teacher_averaged_soft_targets():
     d = Distiller(s, [t1, t2], build_terms([{"loss": "kd", "temperature": 3.0}], 1, 4)).eval()
     bt = batch()
     feats = d.teacher_features(**bt)
-    z = d._combined_logits(feats, 3.0)
+    z = combined_logits(feats, "logits", 3.0)
     want = (torch.softmax(t1(**bt).logits / 3, -1) + torch.softmax(t2(**bt).logits / 3, -1)) / 2
     assert torch.allclose(torch.softmax(z / 3, -1), want, atol=1e-6)
 

@@ -11,6 +11,7 @@ import transformers as T
 
 from bertforge.checkpoint import load_pretrained
 from bertforge.config import ModelConfig
+from bertforge.models.output import Features
 from bertforge.task_model import TaskModel
 from bertforge.tokenizer import encode_texts, load_tokenizer
 
@@ -38,7 +39,7 @@ def test_minilm_hidden_states_and_attentions_match_transformers(minilm_dir):
     ours = load_pretrained(minilm_dir).eval()
     ref = T.AutoModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
     with torch.no_grad():
-        a = ours(ids, mask, output_hidden_states=True, output_attentions=True)
+        a = ours(ids, mask, features=Features(hidden_states=True, attentions=True))
         b = ref(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
         fast = ours(ids, mask)  # packed / SDPA path
     assert len(a.hidden_states) == 7 and len(a.attentions) == 6
@@ -97,7 +98,7 @@ def test_random_hf_checkpoint_loads_into_ours(family, tmp_path):
         assert ours.encoder.layers[0].ffn is ours.encoder.layers[2].ffn
     ids, mask = _ids(family, pad)
     with torch.no_grad():
-        a = ours(ids, mask, output_hidden_states=True, output_attentions=True)
+        a = ours(ids, mask, features=Features(hidden_states=True, attentions=True))
         b = ref(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
     assert _max_diff(a.hidden_states, b.hidden_states, mask) < 1e-5
     qm = mask[:, None, :, None].expand_as(a.attentions[0]).bool()
@@ -131,7 +132,7 @@ def test_our_saved_dir_loads_in_transformers(family, head, tmp_path):
     mask[1, 7:] = 0
     ids[mask == 0] = cfg.pad_token_id
     with torch.no_grad():
-        a = ours(ids, mask, output_hidden_states=True)
+        a = ours(ids, mask, features=Features(hidden_states=True))
         b = ref(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     assert _max_diff(a.hidden_states, b.hidden_states, mask) < 1e-5
     if head != "base":
@@ -139,7 +140,7 @@ def test_our_saved_dir_loads_in_transformers(family, head, tmp_path):
     # and back into ours
     again = load_pretrained(tmp_path / "m").eval()
     with torch.no_grad():
-        c = again(ids, mask, output_hidden_states=True)
+        c = again(ids, mask, features=Features(hidden_states=True))
     assert _max_diff(a.hidden_states, c.hidden_states, mask) == 0.0
 
 

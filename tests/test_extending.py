@@ -14,6 +14,7 @@ from bertforge.cli import main
 from bertforge.config import ModelConfig
 from bertforge.distill.distiller import Distiller, build_terms
 from bertforge.distill.losses import LOSSES, LossSpec
+from bertforge.models.output import Features
 from bertforge.objectives.collate import PretrainCollator
 from bertforge.objectives.pretrain import OBJECTIVES, resolve_options
 from bertforge.objectives.spec import Objective
@@ -65,8 +66,8 @@ def test_a_loss_added_as_one_function_and_one_table_entry_trains_a_student(monke
     out = distiller(**batch)
     # independent value: F.l1_loss over the real tokens of each mapped pair, through the learned projection
     with torch.no_grad():
-        hs = student(ids, mask, output_hidden_states=True).hidden_states
-        ht = teacher(ids, mask, output_hidden_states=True).hidden_states
+        hs = student(ids, mask, features=Features(hidden_states=True)).hidden_states
+        ht = teacher(ids, mask, features=Features(hidden_states=True)).hidden_states
         keep = mask.bool()
         want = sum(F.l1_loss(distiller.proj["hidden_l1"](hs[s])[keep], ht[t][keep]) for s, t in [(1, 2), (2, 4)])
     assert out.loss.item() == pytest.approx(want.item(), rel=1e-5)

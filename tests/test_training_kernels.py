@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.engine.kernels import apply_kernels
-from bertforge.engine.kernels.cpu import attention_product, vocab_cross_entropy
+from bertforge.engine.kernels.cpu import attention_product
 from bertforge.engine.kernels.dropout import MASK_LEVELS, Dropout, dropout, keep_mask
+from bertforge.engine.kernels.mlm import vocab_cross_entropy
 from bertforge.models.attention import padding_mask_bias
+from bertforge.models.output import Features
 from bertforge.objectives.rtd import sample_from_logits
 
 
@@ -165,7 +167,7 @@ def test_mlm_last_block_on_masked_rows_only_equals_full_computation():
     rows.loss.backward()
     g_rows = [p.grad.clone() for p in m.parameters()]
     m.zero_grad()
-    full = m(ids, am, labels=labels, output_hidden_states=True)
+    full = m(ids, am, labels=labels, features=Features(hidden_states=True))
     full.loss.backward()
     n = int((labels != -100).sum())
     assert rows.last_hidden_state.shape == (n, 32) and full.last_hidden_state.shape == (4, 20, 32)
@@ -314,12 +316,12 @@ def test_vocab_cross_entropy_and_sampler_with_logits_spread_beyond_exp_underflow
 
 def _plain_torch(mp):
     """Route every CPU training kernel back to plain PyTorch ops (the independent reference)."""
-    from bertforge.engine.kernels import cpu
+    from bertforge.engine.kernels import cpu, mlm
     mp.setattr(cpu, "fused_self_attention", lambda *a, **k: None)
     mp.setattr(cpu, "_GELU_APPROXIMATE", {})
     mp.setattr(cpu, "token_embedding", lambda emb, ids: emb(ids))
-    mp.setattr(cpu._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
-    mp.setattr(cpu._BiasedCrossEntropy, "apply", staticmethod(
+    mp.setattr(mlm._DecoderLinear, "apply", staticmethod(lambda x, w, b, buf, tied=None: F.linear(x, w, b)))
+    mp.setattr(mlm._BiasedCrossEntropy, "apply", staticmethod(
         lambda logits, b, t, cb: (lambda z: (*vocab_cross_entropy(z, t, cb), z))(logits + b)))
 
 

@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 #: (and the CLI's start-up, where Ctrl-C must already be handled) does not load torch up front
 _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained": ".checkpoint.read",
          "save_pretrained": ".checkpoint.write", "Encoder": ".models.encoder", "TaskModel": ".task_model",
+         "Features": ".models.output",
          # the Python API (pipelines/, docs/python.md)
          "quantize": ".pipelines.quantize", "export": ".pipelines.export", "evaluate": ".pipelines.evaluate",
          "embed": ".pipelines.embed", "finetune": ".pipelines.finetune", "pretrain": ".pipelines.pretrain",
@@ -19,9 +20,9 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
          "serve": ".serve"}
 
-__all__ = ["ModelConfig", "BertforgeError", "Encoder", "TaskModel", "load_pretrained", "save_pretrained",
-           "finetune", "quantize", "export", "evaluate", "embed", "pretrain", "prune", "translate",
-           "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
+__all__ = ["ModelConfig", "BertforgeError", "Encoder", "Features", "TaskModel", "load_pretrained",
+           "save_pretrained", "finetune", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
+           "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
 
 
 def __getattr__(name: str):

@@ -1,25 +1,26 @@
-"""Every head by name: :data:`HEADS`, the one table a head is registered in.
+"""Every head by name: :data:`HEADS`, the one table a head is registered in; :class:`Head`, the class of them all.
 
-A head reads an :class:`~bertforge.models.encoder.EncoderOutput` and the batch and returns ``logits`` (and
+A head reads an :class:`~bertforge.models.output.EncoderOutput` and the batch and returns ``logits`` (and
 ``loss`` when the batch has labels). Each head lives with what it serves: the task heads in
 :mod:`bertforge.tasks` (classification, NER, QA), the pretraining heads in :mod:`bertforge.objectives`.
 This table sits above both and below :class:`~bertforge.task_model.TaskModel`, which builds a head by
 name, and :mod:`bertforge.checkpoint.write` / :mod:`bertforge.checkpoint.read`, which read and write the name into
 ``config.json``. Nothing registers itself on import: what is in the table is what exists.
 
-A head class has ``hf_suffix`` (the ``transformers`` class-name suffix, e.g. ``ForSequenceClassification``),
-``cls_only`` (True when only position 0 of the last layer is read), ``hf_keys(config)`` (our weight names →
-Hugging Face's) and optionally ``families`` (the families it exists for), ``masked_lm`` (True when its
-``logits`` are masked-LM scores (…, V)), ``labelled_rows_only`` (given labels, only positions with a
-label ≠ -100 are read) and ``tie_weights(encoder)``.
+Every head subclasses :class:`Head` (defined in :mod:`bertforge.models.head`, below the task and objective
+modules that subclass it, and offered here by name): ``hf_suffix`` (the ``transformers`` class-name suffix,
+e.g. ``ForSequenceClassification``), ``cls_only`` (only position 0 of the last layer is read),
+``labelled_rows_only`` (given labels, only positions with a label ≠ -100 are read), ``masked_lm`` (``logits``
+are masked-LM scores (…, V)), ``families`` (the families it exists for), ``has_labels``, ``num_labels``,
+``adds_pooler(config)``, ``tie_weights(encoder)`` and ``hf_keys(config)`` (our weight names → Hugging Face's),
+each documented there with its default.
 """
 from __future__ import annotations
 
-from torch import nn
-
 from .config import ModelConfig
 from .errors import ConfigError
-from .models.encoder import EncoderOutput
+from .models.head import Head
+from .models.output import EncoderOutput
 from .objectives.mlm import MaskedLMHead
 from .objectives.nsp import BertPreTrainingHead
 from .objectives.rtd import ReplacedTokenDetectionHead
@@ -31,20 +32,15 @@ from .tasks.qa import QuestionAnsweringHead
 from .tasks.retrieval import EmbeddingHead
 
 
-class NoHead(nn.Module):
+class NoHead(Head):
     """The encoder alone (``…Model``): no logits, no loss."""
 
     hf_suffix = "Model"
-    cls_only = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()
 
     def forward(self, enc: EncoderOutput, batch: dict) -> dict:
-        return {}
-
-    @staticmethod
-    def hf_keys(config: ModelConfig) -> dict:
         return {}
 
 
@@ -67,7 +63,7 @@ HEADS: dict[str, type] = {
 MLM_HEAD = "mlm"
 
 #: heads whose ``logits`` are masked-LM scores (MLM alone, or with NSP / SOP / SBO)
-MLM_HEADS = tuple(name for name, cls in HEADS.items() if getattr(cls, "masked_lm", False))
+MLM_HEADS = tuple(name for name, cls in HEADS.items() if cls.masked_lm)
 
 
 def head_class(name: str) -> type:
@@ -83,4 +79,4 @@ def has_mlm_head(model) -> bool:
     return getattr(model, "head_name", None) in MLM_HEADS
 
 
-__all__ = ["HEADS", "MLM_HEAD", "MLM_HEADS", "NoHead", "head_class", "has_mlm_head"]
+__all__ = ["HEADS", "Head", "MLM_HEAD", "MLM_HEADS", "NoHead", "head_class", "has_mlm_head"]

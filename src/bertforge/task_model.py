@@ -1,9 +1,10 @@
 """TaskModel: one encoder plus one head, named in :data:`bertforge.heads.HEADS` — the unit that is trained,
 saved and loaded.
 
-``TaskModel(config, head="mlm")`` builds the head registered under that name; which modules were imported
-before does not matter (the table is a literal in :mod:`bertforge.heads`). Load a checkpoint dir with
-:func:`bertforge.checkpoint.read.load_pretrained`; :meth:`TaskModel.save_pretrained` writes one.
+``TaskModel(config, head="mlm")`` builds the encoder of ``config.model_type`` (:data:`ENCODERS`,
+:func:`build_encoder`) and the head registered under that name; which modules were imported before does not
+matter (both tables are literals). Load a checkpoint dir with :func:`bertforge.checkpoint.read.load_pretrained`
+(which builds a TaskModel); :meth:`TaskModel.save_pretrained` writes one.
 """
 from __future__ import annotations
 
@@ -14,64 +15,105 @@ from torch import nn
 
 from .checkpoint.write import save_pretrained
 from .config import ModelConfig
+from .errors import ConfigError
 from .heads import head_class
-from .models.encoder import Encoder, EncoderOutput
-from .models.output import ModelOutput
+from .models.encoder import Encoder, EncoderBase
+from .models.modernbert import ModernBertEncoder
+from .models.output import EncoderOutput, Features, ModelOutput
+
+#: model family (``config.model_type``) → the encoder class that builds it
+ENCODERS: dict[str, type] = {family: cls for cls in (Encoder, ModernBertEncoder) for family in cls.families}
+
+#: keyword arguments ``forward`` took before :class:`~bertforge.models.output.Features` (refused by name)
+_FEATURE_FLAGS = {"output_hidden_states": "hidden_states", "output_attentions": "attentions",
+                  "output_attention_scores": "attention_scores", "output_values": "values",
+                  "head_gates": "head_gates", "cls_only": "cls_only", "output_rows": "rows"}
+
+
+def build_encoder(config: ModelConfig) -> EncoderBase:
+    """The encoder of ``config``'s family (:data:`ENCODERS`), freshly initialised.
+
+    Raises:
+        ConfigError: a family without an encoder class."""
+    if config.model_type not in ENCODERS:
+        raise ConfigError(f"no encoder for model_type={config.model_type!r}; choose one of {', '.join(ENCODERS)}")
+    return ENCODERS[config.model_type](config)
+
+
+def kernels_of(module: nn.Module) -> str:
+    """``cpu`` when some submodule of ``module`` runs a CPU kernel (its class says ``kernels = "cpu"``:
+    ``bertforge.engine.kernels.apply_kernels`` swapped it in), else ``none``."""
+    return "cpu" if any(getattr(type(m), "kernels", None) == "cpu" for m in module.modules()) else "none"
 
 
 class TaskModel(nn.Module):
     """One encoder plus one head, the unit that is trained, saved and loaded.
 
-    ``forward(input_ids, attention_mask, token_type_ids, labels=…, output_hidden_states=…,
-    output_attentions=…)`` → :class:`ModelOutput`. Extra batch keys are passed to the head.
+    ``forward(input_ids, attention_mask, token_type_ids, features=Features(…), labels=…)`` →
+    :class:`ModelOutput`: the head's ``loss``/``logits`` and the encoder's fields that ``features``
+    (:class:`~bertforge.models.output.Features`) asked for. Extra batch keys are passed to the head. The head's
+    own reading (:attr:`~bertforge.models.head.Head.cls_only`, ``labelled_rows_only``) is added to the request.
     ``input_ids`` may be (B, C, T): C texts per example (a retrieval batch: query, positive, negatives), encoded
     as B·C rows of one pass; the head is told ``columns`` = C (outputs are per row, (B·C, …)).
+    :attr:`kernels` says which implementation runs (``repr`` shows it).
+
+    Raises:
+        TypeError: a keyword of the former flags (``output_hidden_states=…``), naming its ``Features`` field.
     """
 
-    def __init__(self, config: ModelConfig, head: str = "base", encoder: Optional[Encoder] = None):
+    def __init__(self, config: ModelConfig, head: str = "base", encoder: Optional[EncoderBase] = None):
         super().__init__()
         head_cls = head_class(head)
-        if getattr(head_cls, "adds_pooler", None) and head_cls.adds_pooler(config) \
-                and not config.add_pooling_layer and encoder is None:
+        if head_cls.adds_pooler(config) and not config.add_pooling_layer and encoder is None:
             # e.g. the bert/albert classifier reads the tanh pooler, which HF's …ForSequenceClassification
             # always has; an encoder saved without one (e.g. SpanBERT pretraining) gets a fresh pooler
             config = config.replace(add_pooling_layer=True)
         self.config = config
-        self.encoder = encoder if encoder is not None else Encoder(config)
+        self.encoder = encoder if encoder is not None else build_encoder(config)
         self.head_name = head
         #: :class:`bertforge.models.pooling.Pooling` of an embedding model (None: not one); written as the
         #: sentence-transformers layout by :meth:`save_pretrained` when the head is ``base``
         self.pooling = None
         self.head = head_cls(config) if head != "base" else None
-        if self.head is not None and hasattr(self.head, "tie_weights"):
+        if self.head is not None:
             self.head.tie_weights(self.encoder)
 
+    @property
+    def kernels(self) -> str:
+        """Which implementation runs: ``cpu`` when some module runs a CPU kernel (``impl.kernels``,
+        ``bertforge.engine.kernels.apply_kernels``), else ``none`` (the plain modules)."""
+        return kernels_of(self)
+
+    def extra_repr(self) -> str:
+        return f"head={self.head_name!r}, kernels={self.kernels}"
+
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_type_ids: Optional[torch.Tensor] = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, output_attention_scores: bool = False,
-                output_values: bool = False, head_gates: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, features: Optional[Features] = None,
                 **batch) -> ModelOutput:
+        old = sorted(set(batch) & set(_FEATURE_FLAGS))
+        if old:
+            raise TypeError(f"TaskModel.forward takes features=Features({_FEATURE_FLAGS[old[0]]}=…) "
+                            f"(bertforge.models.output.Features), not {old[0]}=")
+        req = features or Features()
         if input_ids.dim() == 3:  # (B, C, T): C texts per example, encoded as B·C rows
             batch["columns"] = input_ids.shape[1]
-            if attention_mask is not None and not (output_hidden_states or output_attentions or output_values
-                                                   or output_attention_scores or head_gates is not None):
+            if attention_mask is not None and not req.per_layer:
                 return self._forward_columns(input_ids, attention_mask, token_type_ids, batch)
             input_ids = input_ids.flatten(0, 1)
             attention_mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
             token_type_ids = token_type_ids.flatten(0, 1) if token_type_ids is not None else None
-        wants_layers = output_hidden_states or output_attentions or output_attention_scores
-        cls_only = bool(self.head is not None and self.head.cls_only and not wants_layers)
-        rows = None  # a head that reads only the labelled positions: the last block runs on those alone
-        if getattr(self.head, "labelled_rows_only", False) and batch.get("labels") is not None \
-                and not (wants_layers or output_values or head_gates is not None):
+        wants_layers = req.hidden_states or req.explicit
+        head = self.head
+        cls_only = req.cls_only or bool(head is not None and head.cls_only and not wants_layers)
+        rows = req.rows  # a head that reads only the labelled positions: the last block runs on those alone
+        if rows is None and head is not None and head.labelled_rows_only and batch.get("labels") is not None \
+                and not req.per_layer:
             rows = batch["labels"] != -100
         enc = self.encoder(input_ids, attention_mask, token_type_ids,
-                           output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                           output_attention_scores=output_attention_scores, output_values=output_values,
-                           head_gates=head_gates, cls_only=cls_only, output_rows=rows)
+                           features=req.replace(cls_only=cls_only, rows=rows))
         batch["attention_mask"] = attention_mask
         batch["input_ids"] = input_ids
-        out = self.head(enc, batch) if self.head is not None else {}
+        out = head(enc, batch) if head is not None else {}
         return ModelOutput(loss=out.get("loss"), logits=out.get("logits"),
                            last_hidden_state=enc.last_hidden_state, pooler_output=enc.pooler_output,
                            hidden_states=enc.hidden_states, attentions=enc.attentions,
@@ -111,4 +153,4 @@ class TaskModel(nn.Module):
         save_pretrained(self, out_dir, tokenizer_dir=tokenizer_dir, tokenizer=tokenizer, pooling=pooling)
 
 
-__all__ = ["TaskModel", "ModelOutput"]
+__all__ = ["ENCODERS", "TaskModel", "ModelOutput", "build_encoder", "kernels_of"]

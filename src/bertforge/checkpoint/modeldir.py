@@ -246,7 +246,7 @@ def _head_from_arch(d: dict) -> Optional[str]:
     from ..heads import HEADS
     for arch in d.get("architectures") or []:
         for name, cls in HEADS.items():
-            fams = getattr(cls, "families", None)  # heads that exist for some families only
+            fams = cls.families  # heads that exist for some families only
             if fams and d.get("model_type") not in fams:
                 continue
             # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is

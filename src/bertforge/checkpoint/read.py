@@ -191,7 +191,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
         print(f"bertforge: {path} has no pooler weights; the {head} head's pooler is initialised fresh",
               file=sys.stderr)
     model.load_state_dict(new_state, strict=False)
-    if model.head is not None and hasattr(model.head, "tie_weights"):
+    if model.head is not None:
         model.head.tie_weights(model.encoder)
     model.source_dir = str(path)
     from ..models.pooling import read_pooling

@@ -258,7 +258,7 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
             d.update(bos_token_id=0, eos_token_id=2)
     d.update(vocab_size=config.vocab_size, max_position_embeddings=config.max_position_embeddings,
              initializer_range=config.initializer_range, pad_token_id=config.pad_token_id)
-    if head != "base" and getattr(HEADS[head], "has_labels", True):
+    if head != "base" and HEADS[head].has_labels:
         id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
         d["id2label"] = {str(k): v for k, v in id2label.items()}
         d["label2id"] = {v: int(k) for k, v in id2label.items()}

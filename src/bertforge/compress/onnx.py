@@ -43,7 +43,8 @@ from ..checkpoint.write import config_to_hf
 from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..hardware import cpu_flags
 from ..io import atomic_dir, atomic_write_text
-from ..models.encoder import EncoderOutput
+from ..models.modernbert import ModernBertEncoder
+from ..models.output import EncoderOutput
 from ..tokenizer import copy_tokenizer_files
 from .ort import SESSION_DISABLED_OPTIMIZERS, session  # noqa: F401  (the one session factory; re-exported)
 
@@ -136,8 +137,7 @@ class ExportView(nn.Module):
         self.enc = model.encoder
         self.fused = fused
         head = model.head
-        self.cls_only = bool(head is not None and getattr(head, "cls_only", False)) \
-            if cls_only is None else cls_only
+        self.cls_only = bool(head is not None and head.cls_only) if cls_only is None else cls_only
 
     def _attend(self, att, x, mask_i, mask_f, last_cls: bool):
         n, d = att.num_heads, att.head_dim
@@ -157,7 +157,7 @@ class ExportView(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         enc = self.enc
-        if enc.rotary is not None:
+        if isinstance(enc, ModernBertEncoder):
             return self._forward_modernbert(input_ids, attention_mask)
         x = enc.embeddings(input_ids, token_type_ids)
         mask_i = attention_mask.to(torch.int32)

@@ -48,6 +48,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..heads import has_mlm_head
 from ..models.attention import linear
+from ..models.output import Features
 
 LOSSES = ("auto", "task", "fisher", "mlm")
 
@@ -242,7 +243,7 @@ def compute_importance(model, batches: Iterable[dict], loss: str = "auto", ffn: 
             fg = [torch.ones(b, n, device=dev, requires_grad=True) for n in ffn_sizes(model)] if ffn else []
             inputs = {k: v for k, v in batch.items() if not k.startswith("_") and k not in LABEL_KEYS}
             with (_ffn_gates(model, fg) if ffn else _nullctx()):
-                out = model(**inputs, head_gates=hg)
+                out = model(**inputs, features=Features(head_gates=hg))
                 value = _loss(model, out, batch, mode, g)
             grads = torch.autograd.grad(value, hg + fg, allow_unused=True)
             for i, gr in enumerate(grads[:len(hg)]):

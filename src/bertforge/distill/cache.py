@@ -6,26 +6,26 @@ per feature, padded to ``max_len``; a ``filled`` byte per example records what i
 (and resumed runs) read them back and only the student runs. ``meta.json`` holds a fingerprint of the
 teacher, data and features: a cache made for other inputs is discarded and rebuilt.
 
-Storage: logits float32 (n, C); pooled embeddings float32 (n, H); score margins float32 (n, 1); hidden (n, T, H), attention maps (n, heads, T, T), values
-(n, heads, T, d_k) float16. Valid only for deterministic inputs (no dynamic masking).
+Storage, as each feature's row of :data:`~bertforge.distill.features.FEATURES` says (``shape``, ``seq_axes``,
+``float32``): logits float32 (n, C); pooled embeddings float32 (n, H); score margins float32 (n, 1); hidden
+(n, T, H), attention maps (n, heads, T, T), values (n, heads, T, d_k) float16. Valid only for deterministic
+inputs (no dynamic masking).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
 
 from ..io import atomic_write_text
+from .features import get_feature
 
-#: feature kind → index of the sequence axes (after the example axis) that are padded to max_len
-_SEQ_AXES = {"logits": (), "hidden": (0,), "attention_scores": (1, 2), "attentions": (1, 2),
-             "values": (1,), "embedding": (), "margin": ()}
 
-#: feature kinds stored as float32 (the others float16)
-_FLOAT32 = ("logits", "embedding", "margin")
+def _row(name: str):
+    """The :class:`~bertforge.distill.features.Feature` of a cached feature name ``"<row>.<index>"``."""
+    return get_feature(name.split(".")[0])
 
 
 def is_cache_dir(d) -> bool:
@@ -76,7 +76,7 @@ class TeacherCache:
         mode = "w+" if fresh else "r+"
         self.arrays = {}
         for name, shape in self.shapes.items():
-            dtype = np.float32 if name.split(".")[0] in _FLOAT32 else np.float16
+            dtype = np.float32 if _row(name).float32 else np.float16
             self.arrays[name] = np.lib.format.open_memmap(self.root / f"{name}.npy", mode=mode,
                                                           dtype=dtype, shape=(n, *shape))
         self.filled = np.lib.format.open_memmap(self.root / "filled.npy", mode=mode, dtype=np.uint8,
@@ -96,9 +96,8 @@ class TeacherCache:
         rows = idx.cpu().numpy()
         for name, t in feats.items():
             arr = self.arrays[name]
-            kind = name.split(".")[0]
             x = t.detach().float().cpu().numpy()
-            if kind == "attention_scores":  # masked entries hold the dtype minimum: store 0 there
+            if _row(name).masked_as_zero:  # masked entries hold the dtype minimum: store 0 there
                 x = np.where(x < -1e4, 0.0, x)
             x = x.astype(arr.dtype)
             slices = [slice(None)] + [slice(0, s) for s in x.shape[1:]]
@@ -112,10 +111,9 @@ class TeacherCache:
         rows = idx.cpu().numpy()
         out = {}
         for name, arr in self.arrays.items():
-            kind = name.split(".")[0]
             x = arr[rows]
             sl = [slice(None)] * x.ndim
-            for ax in _SEQ_AXES[kind]:
+            for ax in _row(name).seq_axes:
                 sl[ax + 1] = slice(0, t)
             out[name] = torch.from_numpy(np.ascontiguousarray(x[tuple(sl)])).to(device, torch.float32)
         return out
@@ -124,21 +122,3 @@ class TeacherCache:
         for a in self.arrays.values():
             a.flush()
         self.filled.flush()
-
-
-def feature_shape(kind: str, config, layer: Optional[int], max_len: int, num_labels: int = 0) -> tuple:
-    """Per-example cached shape of a teacher feature (see module doc)."""
-    if kind == "logits":
-        return (num_labels,)
-    if kind == "hidden":
-        return (max_len, config.hidden_size)
-    if kind == "embedding":  # a pooled sentence embedding (H,)
-        return (config.hidden_size,)
-    if kind == "margin":  # a teacher's score margin s(q, p⁺) − s(q, p⁻)
-        return (1,)
-    heads = config.heads_of(layer - 1)
-    if kind in ("attention_scores", "attentions"):
-        return (heads, max_len, max_len)
-    if kind == "values":
-        return (heads, max_len, config.head_dim)
-    raise ValueError(kind)

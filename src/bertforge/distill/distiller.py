@@ -9,8 +9,11 @@ A distillation setup is a list of *terms* (TextBrewer's "intermediate matches" +
 ``{loss: <name in LOSSES>, weight: w, layers: <map>, temperature: T, alpha: α, relation_heads: R}``.
 Each term's weighted value is logged under its name (``terms`` → ``metrics.jsonl``).
 
-Teacher features come from the :class:`~bertforge.distill.cache.TeacherCache` when the batch's rows are
-cached (``example_index`` in the batch), else from running the teachers under ``no_grad``; the result is
+What each loss compares — its *feature*: logits, hidden states, attention maps, values, pooled embeddings,
+score margins — is one row of :data:`bertforge.distill.features.FEATURES`, which says what it asks of the encoders,
+how it is read and cached and how a term's value is formed; the distiller reads those rows and names no
+feature itself. Teacher features come from the :class:`~bertforge.distill.cache.TeacherCache` when the batch's
+rows are cached (``example_index`` in the batch), else from running the teachers under ``no_grad``; the result is
 then written to the cache. With several teachers the soft targets are averaged:
 ``p = (1/K) Σ_k softmax(z_k/T)`` (passed on as logits ``T·log p``); representation losses read the first
 teacher (Hinton et al. 2015 §2 uses ensembles as the teacher; TinyBERT/MiniLM use one).
@@ -25,10 +28,11 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..heads import MLM_HEAD, has_mlm_head
+from ..heads import MLM_HEAD, has_mlm_head  # noqa: F401  (has_mlm_head: imported from here by cli/commands/distill.py)
 from ..models.output import ModelOutput
 from ..task_model import TaskModel
-from .cache import TeacherCache, feature_shape
+from .cache import TeacherCache
+from .features import Feature, get_feature, request_of
 from .losses import get_loss
 from .mapping import resolve_map
 
@@ -49,6 +53,11 @@ class Term:
     @property
     def spec(self):
         return get_loss(self.loss)
+
+    @property
+    def feature(self) -> Feature:
+        """The row of :data:`~bertforge.distill.features.FEATURES` this term's loss compares."""
+        return get_feature(self.spec.feature)
 
 
 #: method name → stage → list of term dicts (the defaults; recipes under recipes/distill/ may override)
@@ -131,7 +140,7 @@ def follows_layer_map(entry: dict) -> bool:
 
 def reads_logits(loss: str) -> bool:
     """Whether a loss compares (softened) logits, so that a temperature applies to it."""
-    return get_loss(loss).feature in ("logits", "mlm_logits")
+    return get_feature(get_loss(loss).feature).soft_targets
 
 
 def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = None,
@@ -166,7 +175,7 @@ def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = No
                 raise ConfigError(f"{e['loss']}: the layer map {lay!r} pairs no layers of a {m}-layer student "
                                   f"with the {n}-layer teacher; use a deeper student or give pairs with "
                                   f"--layer-map (e.g. 1:{n})")
-            if spec.feature in ("attention_scores", "attentions", "values"):
+            if get_feature(spec.feature).blocks_only:
                 zero = [p for p in pairs if 0 in p]
                 if zero:
                     raise ConfigError(f"{e['loss']}: layer 0 (embeddings) has no attention; remove pair "
@@ -242,17 +251,11 @@ class Distiller(nn.Module):
         hs = student.config.hidden_size
         ht = self.teacher.config.hidden_size
         for term in terms:
-            spec = term.spec
-            if spec.feature == "mlm_logits" and not (has_mlm_head(student) and has_mlm_head(self.teacher)):
-                raise ConfigError(f"loss {term.loss} needs masked-LM heads on teacher and student; this "
-                                  f"teacher has none: use representation losses (--method tinybert or minilm)")
-            if spec.feature == "student_mlm" and not has_mlm_head(student):
-                raise ConfigError(f"loss {term.loss} needs a masked-LM head on the student; use --stage "
-                                  f"general with a teacher that has one, or drop the {term.loss} term")
-            if spec.feature == "logits" and (student.head is None or self.teacher.head is None):
-                raise ConfigError(f"loss {term.loss} needs task heads (logits) on teacher and student; use "
-                                  f"--stage task or representation losses")
-            if spec.feature in ("attentions", "attention_scores"):
+            spec, row = term.spec, term.feature
+            problem = row.check(term.loss, student, self.teacher) if row.check is not None else None
+            if problem:
+                raise ConfigError(problem)
+            if row.windowed:
                 check_attention_pairs(term, student.config, self.teacher.config)
             if spec.projects and hs != ht and term.name not in self.proj:
                 # one W per term, shared by all its layer pairs: TinyBERT eq. 8 has a single W_h for every
@@ -262,8 +265,10 @@ class Distiller(nn.Module):
                 nn.init.zeros_(lin.bias)
                 self.proj[term.name] = lin
         self._needs = self._features()
-        # multi-label heads: per-label sigmoid soft targets (losses.multi_label_kd_loss)
-        self._multi_label = getattr(student.config, "problem_type", None) == "multi_label_classification"
+        #: what the student and the first teacher are asked for: the union of the terms' features' requests
+        self._request = request_of(term.feature for term in terms)
+        #: multi-label heads: per-label sigmoid soft targets (losses.multi_label_kd_loss)
+        self.multi_label = getattr(student.config, "problem_type", None) == "multi_label_classification"
 
     # ------------------------------------------------------------------------ projections
     def save_projections(self, out_dir) -> None:
@@ -316,165 +321,101 @@ class Distiller(nn.Module):
             t.eval()
         return self
 
+    def projection(self, term: Term) -> Optional[nn.Linear]:
+        """The learned W (student H → teacher H) of ``term``, or None (equal widths, or a loss without one)."""
+        return self.proj[term.name] if term.name in self.proj else None
+
     def _features(self) -> dict:
-        """Teacher feature names needed: ``{"hidden.3": (kind, layer), "logits.0": ("logits", 0), …}``."""
+        """Teacher features needed: name → (feature row name, index): ``{"hidden.3": ("hidden", 3),
+        "logits.0": ("logits", 0), …}`` — a layer for a layer-wise feature, a teacher for one each teacher gives
+        (``teachers="each"``), else 0."""
         need = {}
         for term in self.terms:
-            kind = term.spec.feature
-            if kind == "student_mlm":  # the student's own loss: no teacher feature
+            row = term.feature
+            if row.teachers == "none":  # the student's own loss: no teacher feature
                 continue
-            if kind in ("embedding", "margin"):
-                need[f"{kind}.0"] = (kind, 0)
-                continue
-            if kind in ("logits", "mlm_logits"):
-                ks = range(len(self._teachers)) if kind == "logits" else [0]
-                for k in ks:
-                    need[f"{kind}.{k}"] = (kind, k)
+            if row.layerwise:
+                indices = [t for _, t in term.pairs]
             else:
-                for _, t in term.pairs:
-                    need[f"{kind}.{t}"] = (kind, t)
+                indices = range(len(self._teachers)) if row.teachers == "each" else [0]
+            for i in indices:
+                need[f"{row.name}.{i}"] = (row.name, i)
         return need
 
+    def _source(self, kind: str, index: int) -> int:
+        """The teacher that gives need ``(kind, index)``: teacher ``index`` for a feature each teacher gives,
+        else the first."""
+        return index if get_feature(kind).teachers == "each" else 0
+
     def cache_shapes(self, max_len: int) -> dict:
-        """Per-example shapes of the cacheable teacher features (all but ``mlm_logits``)."""
+        """Per-example shapes of the cacheable teacher features (see :mod:`.features`).
+
+        Raises:
+            ConfigError: a feature that is not cached (``mlm_logits``), saying why."""
         out = {}
         nl = self.teacher.config.num_labels if self.teacher.head is not None else 0
-        for name, (kind, layer) in self._needs.items():
-            if kind == "mlm_logits":
-                raise ConfigError("mlm_soft reads teacher MLM logits (B×T×V): too large to cache, and MLM "
-                                  "inputs change every epoch; run without the cache")
-            cfg = self._teachers[layer].config if kind == "logits" else self.teacher.config
-            out[name] = feature_shape(kind, cfg, layer, max_len, nl)
+        for name, (kind, index) in self._needs.items():
+            row = get_feature(kind)
+            if row.shape is None:
+                raise ConfigError(row.uncached)
+            out[name] = row.shape(self._teachers[self._source(kind, index)].config, index, max_len, nl)
         return out
-
-    @staticmethod
-    def _wants(kinds) -> dict:
-        return {"output_hidden_states": "hidden" in kinds,
-                "output_attentions": "attentions" in kinds,
-                "output_attention_scores": "attention_scores" in kinds,
-                "output_values": "values" in kinds}
-
-    def _pooled(self, out, attention_mask: torch.Tensor, normalize: bool = False) -> torch.Tensor:
-        """The pooled embeddings (N, H) of a model output whose input was (B, T) or (B, C, T)."""
-        from ..models.pooling import pool
-        mask = attention_mask.flatten(0, 1) if attention_mask.dim() == 3 else attention_mask
-        return pool(out.last_hidden_state, mask, self.pooling, normalize)
-
-    def _margins(self, emb: torch.Tensor, cols: int, sim: str) -> torch.Tensor:
-        """(B·C, H) embeddings of (query, positive, negative) rows → (B,) ``s(q, p⁺) − s(q, p⁻)``."""
-        e = emb.float().reshape(-1, cols, emb.shape[-1])
-        if sim == "cos":
-            e = torch.nn.functional.normalize(e, dim=-1)
-        return (e[:, 0] * e[:, 1]).sum(-1) - (e[:, 0] * e[:, 2]).sum(-1)
-
-    @torch.no_grad()
-    def _teacher_margin(self, input_ids, attention_mask, token_type_ids, pair_input_ids=None,
-                        pair_attention_mask=None, pair_token_type_ids=None) -> torch.Tensor:
-        """The teacher's score margin per triple, (B, 1): a cross-encoder scores the (query, passage) pairs
-        (its one logit), a bi-encoder compares its pooled embeddings (its own similarity)."""
-        if self.cross_encoder:
-            z = self.teacher(pair_input_ids, pair_attention_mask, pair_token_type_ids).logits.float()
-            z = z.reshape(pair_input_ids.shape[0], 2)
-            return (z[:, 0] - z[:, 1])[:, None]
-        out = self.teacher(input_ids, attention_mask, token_type_ids)
-        return self._margins(self._pooled(out, attention_mask), input_ids.shape[1], self.margin_sim)[:, None]
 
     @torch.no_grad()
     def teacher_features(self, input_ids, attention_mask=None, token_type_ids=None, **pairs) -> dict:
-        """Run the teachers (eval, no grad) and collect the needed features (see :meth:`_features`);
+        """Run the teachers (eval, no grad) and collect the needed features (see :meth:`_features`): each
+        teacher once, asked for the union of its features' requests (an ``own_pass`` feature runs it itself);
         ``pairs``: the cross-encoder inputs of ``margin`` (``pair_input_ids`` … (B, 2, T))."""
-        kinds = {k for k, _ in self._needs.values()}
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "pairs": pairs}
         feats = {}
-        if kinds & {"embedding", "margin"}:
-            if "margin" in kinds:
-                feats["margin.0"] = self._teacher_margin(input_ids, attention_mask, token_type_ids, **pairs)
-            if "embedding" in kinds:
-                out = self.teacher(input_ids, attention_mask, token_type_ids)
-                feats["embedding.0"] = self._pooled(out, attention_mask, self.normalize).float()
-            return feats
         for k, teacher in enumerate(self._teachers):
-            if k > 0 and not any(n.startswith("logits.") for n in self._needs):
-                break
-            out = teacher(input_ids, attention_mask, token_type_ids, **(self._wants(kinds) if k == 0 else {}))
-            for name, (kind, layer) in self._needs.items():
-                if kind in ("logits", "mlm_logits"):
-                    if layer == k:
-                        feats[name] = out.logits.float()
-                elif k == 0:
-                    src = {"hidden": out.hidden_states, "attentions": out.attentions,
-                           "attention_scores": out.attention_scores, "values": out.values}[kind]
-                    feats[name] = src[layer] if kind == "hidden" else src[layer - 1]
+            wanted = [(name, get_feature(kind), i) for name, (kind, i) in self._needs.items()
+                      if self._source(kind, i) == k]
+            shared = [row for _, row, _ in wanted if not row.own_pass]
+            out = teacher(input_ids, attention_mask, token_type_ids, features=request_of(shared)) if shared else None
+            for name, row, i in wanted:
+                feats[name] = row.teacher_value(self, out, i, inputs)
         return feats
 
-    def _combined_logits(self, feats: dict, temperature: float, kind: str = "logits") -> torch.Tensor:
-        zs = [feats[n] for n in sorted(feats) if n.startswith(kind + ".")]
-        if len(zs) == 1:
-            return zs[0]
-        z = torch.stack([x.float() for x in zs])
-        if z.shape[-1] == 1:  # regression: average predictions
-            return z.mean(0)
-        t = float(temperature)
-        if self._multi_label:  # averaged per-label probabilities at T, as logits
-            p = torch.sigmoid(z / t).mean(0).clamp(1e-7, 1 - 1e-7)
-            return t * torch.log(p / (1 - p))  # averaged soft targets, as logits whose softmax at T is the mean
-        return t * torch.log(torch.softmax(z / t, -1).mean(0).clamp_min(1e-30))
+    def _given(self, extra: dict) -> Optional[dict]:
+        """The teacher features when the batch carries every one of them (e.g. ``teacher_margin`` scores given
+        with the data), else None."""
+        feats = {}
+        for name, (kind, _) in self._needs.items():
+            row = get_feature(kind)
+            value = row.given(extra) if row.given is not None else None
+            if value is None:
+                return None
+            feats[name] = value
+        return feats or None
 
     # --------------------------------------------------------------------------- forward
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
                 teacher_margin: Optional[torch.Tensor] = None, **extra):
-        kinds = {k for k, _ in self._needs.values()}
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        # teacher side: cache hit, or run the teachers (and fill the cache)
+        # teacher side: cache hit, features given with the data, or run the teachers (and fill the cache)
         feats = None
         if self.cache is not None and example_index is not None and self.cache.has(example_index):
             feats = self.cache.read(example_index, input_ids.shape[1], input_ids.device)
-        if feats is None and teacher_margin is not None and set(self._needs) == {"margin.0"}:
-            feats = {"margin.0": teacher_margin.float().reshape(-1, 1)}  # scores given with the data
+        if feats is None:
+            feats = self._given({**extra, "teacher_margin": teacher_margin})
         if feats is None:
             pairs = {k: v for k, v in extra.items() if k.startswith("pair_")}
             feats = self.teacher_features(input_ids, attention_mask, token_type_ids, **pairs)
             if self.cache is not None and example_index is not None:
                 self.cache.write(example_index, feats, attention_mask.sum(1))
-        # student side
-        out_S = self.student(input_ids, attention_mask, token_type_ids, **self._wants(kinds))
+        # student side: one pass asked for every term's feature
+        out_S = self.student(input_ids, attention_mask, token_type_ids, features=self._request)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "labels": labels, "mlm_labels": mlm_labels}
         total = None
         terms = {}
         for term in self.terms:
-            spec = term.spec
-            kind = spec.feature
-            if kind == "student_mlm":
-                value = spec.fn(out_S.logits, mlm_labels=mlm_labels)
-            elif kind == "embedding":
-                value = spec.fn(self._pooled(out_S, attention_mask), feats["embedding.0"],
-                                proj=self.proj[term.name] if term.name in self.proj else None,
-                                normalize=self.normalize)
-            elif kind == "margin":
-                e = self._pooled(out_S, attention_mask).reshape(input_ids.shape[0], input_ids.shape[1], -1)
-                value = spec.fn(e[:, 0], e[:, 1], e[:, 2], feats["margin.0"], sim=self.margin_sim)
-            elif kind in ("logits", "mlm_logits"):
-                zt = self._combined_logits(feats, term.temperature, kind)
-                value = spec.fn(out_S.logits, zt, temperature=term.temperature, labels=labels,
-                                alpha=term.alpha, mask=attention_mask, mlm_labels=mlm_labels,
-                                multi_label=self._multi_label and kind == "logits")
-            else:
-                value = 0.0
-                for s, t in term.pairs:
-                    if kind == "hidden":
-                        a_S = out_S.hidden_states[s]
-                    else:
-                        a_S = {"attentions": out_S.attentions, "attention_scores": out_S.attention_scores,
-                               "values": out_S.values}[kind][s - 1]
-                    a_T = feats[f"{kind}.{t}"]
-                    kw = {"mask": attention_mask}
-                    if spec.projects:
-                        kw["proj"] = self.proj[term.name] if term.name in self.proj else None
-                    if kind == "values":
-                        kw["relation_heads"] = term.relation_heads
-                    value = value + spec.fn(a_S, a_T, **kw)
-            weighted = term.weight * value
+            weighted = term.weight * term.feature.loss(self, term, out_S, feats, inputs)
             terms[term.name] = terms.get(term.name, 0.0) + weighted.detach()
             total = weighted if total is None else total + weighted
         return ModelOutput(loss=total, logits=out_S.logits, terms=terms)

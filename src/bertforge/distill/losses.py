@@ -42,10 +42,12 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class LossSpec:
-    """``feature``: what the loss reads (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions``
-    | ``values`` | ``mlm_logits`` | ``student_mlm``: the student's MLM logits only | ``embedding``: pooled
-    sentence embeddings | ``margin``: score margins of (query, positive, negative) triples); ``layerwise``: True when it is applied to layer pairs of a map;
-    ``projects``: True when a learned W (student H → teacher H) is inserted when the widths differ."""
+    """``feature``: what the loss reads, the name of its row in :data:`bertforge.distill.features.FEATURES`
+    (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions`` | ``values`` | ``mlm_logits`` |
+    ``student_mlm``: the student's MLM logits only | ``embedding``: pooled sentence embeddings | ``margin``: score
+    margins of (query, positive, negative) triples), which says how it is requested, read and cached;
+    ``layerwise``: True when it is applied to layer pairs of a map; ``projects``: True when a learned W
+    (student H → teacher H) is inserted when the widths differ."""
 
     name: str
     fn: Callable

@@ -137,7 +137,7 @@ def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **
             src = teacher.head.state_dict()
             if all(k in src and src[k].shape == v.shape for k, v in own.items()):
                 student.head.load_state_dict(src)
-    if hasattr(student.head, "tie_weights"):
+    if student.head is not None:
         student.head.tie_weights(student.encoder)
     return student
 

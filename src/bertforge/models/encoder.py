@@ -1,43 +1,30 @@
-"""The one encoder core of bertforge: a stack of post-LN Transformer blocks (Vaswani et al. 2017, §3.1).
+"""The encoder of the BERT family: a stack of post-LN Transformer blocks (Vaswani et al. 2017, §3.1).
 
-Each block is ``x = LN(x + MHA(x))`` then ``x = LN(x + W₂·act(W₁x))``. Every family (bert, roberta,
-albert, electra, distilbert) is this module with a different :class:`~bertforge.config.ModelConfig`;
+Each block is ``x = LN(x + MHA(x))`` then ``x = LN(x + W₂·act(W₁x))``. Every family of this shape (bert, roberta,
+albert, electra, distilbert) is :class:`Encoder` with a different :class:`~bertforge.config.ModelConfig`;
 their differences live in the embeddings and in the weight names (``bertforge.checkpoint.read``).
-
-ModernBERT (``model_type="modernbert"``, Warner et al. 2024) is the same Encoder with its own embeddings,
-pre-LN layers (RoPE, GeGLU, local/global attention) and a final norm: :mod:`.modernbert`.
+ModernBERT (pre-LN, RoPE, GeGLU, local/global attention) is an encoder of its own,
+:class:`~bertforge.models.modernbert.ModernBertEncoder`, on :class:`EncoderBase` as this one: the same call
+(``forward(input_ids, attention_mask, token_type_ids, position_ids, features)``), the same
+:class:`~bertforge.models.output.Features` request and :class:`~bertforge.models.output.EncoderOutput`.
+``bertforge.task_model.build_encoder`` picks the class by ``config.model_type``.
 
 Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing`` = ``none`` |
 ``attention`` (one attention block reused at every depth) | ``ffn`` | ``all`` (one whole block).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 from .activations import get_activation
 from .attention import MultiHeadAttention, linear, padding_mask_bias
 from .embeddings import Embeddings, init_weights
-from . import modernbert
-
-
-@dataclass
-class EncoderOutput:
-    """``last_hidden_state`` (B, T, H); ``pooler_output`` (B, H) or None; ``hidden_states``: L+1 tensors
-    (B, T, H), embeddings first; ``attentions``: L tensors (B, heads, T, T) of probabilities;
-    ``attention_scores``: L tensors of pre-softmax scores (mask added); ``values``: L tensors
-    (B, heads, T, d_k)."""
-
-    last_hidden_state: torch.Tensor
-    pooler_output: Optional[torch.Tensor] = None
-    hidden_states: Optional[tuple] = None
-    attentions: Optional[tuple] = None
-    attention_scores: Optional[tuple] = None
-    values: Optional[tuple] = None
+from .output import EncoderOutput, Features
 
 
 class FeedForward(nn.Module):
@@ -80,84 +67,50 @@ class EncoderLayer(nn.Module):
         return x, probs, scores, values
 
 
-class Encoder(nn.Module):
-    """Embeddings + L encoder blocks + optional pooler (tanh(W·h_[CLS]), Devlin et al. 2018 §3).
+class EncoderBase(nn.Module):
+    """What every encoder shares: the call, input checks, cross-layer sharing, and the kernels in effect.
 
-    ``forward(input_ids (B,T), attention_mask (B,T) 1=token/0=pad, token_type_ids (B,T))`` →
-    :class:`EncoderOutput`. Two arguments serve heads that read only some positions of the last block:
-    ``cls_only=True`` returns ``last_hidden_state`` at position 0 only, (B, 1, H) (a head on [CLS]; ignored
-    when attentions, scores or head gates are asked for); ``output_rows`` (B, T) bool returns it at those
-    positions only, (N, H) in row-major order, with no pooler output (the masked tokens of MLM; ignored
-    with ``cls_only`` or any per-layer output). Here every position is computed and then selected; a faster
-    implementation of the layers may compute only what is returned. Positions where ``attention_mask`` is 0
-    hold no defined value.
+    ``forward(input_ids (B, T), attention_mask (B, T) 1=token/0=pad, token_type_ids (B, T),
+    position_ids (B, T), features)`` → :class:`~bertforge.models.output.EncoderOutput` holding what the
+    :class:`~bertforge.models.output.Features` request ``features`` asked for (default: ``last_hidden_state``
+    and ``pooler_output`` only).
+
+    Raises:
+        ConfigError: a config of a family this class does not build (see :attr:`families`).
+        ValueError: malformed inputs (:meth:`_check_inputs`).
     """
 
-    #: ModernBERT: run a padded batch on its real tokens only (:class:`.modernbert.Unpadded`; speed only)
-    unpad = True
+    #: the families (``config.model_type``) this encoder builds
+    families: tuple = ()
+
+    #: which implementation of ``forward`` runs: ``none`` (these plain modules) or ``cpu`` (the class swapped for
+    #: its CPU kernel by ``bertforge.engine.kernels.apply_kernels``); shown in ``repr``
+    kernels: str = "none"
+
+    #: run a padded batch on its real tokens only where the implementation can (:mod:`.unpad`; speed only)
+    unpad: bool = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if config.model_type not in self.families:
+            raise ConfigError(f"{type(self).__name__} builds {', '.join(self.families)} models, not "
+                              f"model_type={config.model_type!r}; build the encoder with "
+                              f"bertforge.task_model.build_encoder(config)")
         self.config = config
-        modern = config.model_type == "modernbert"
-        self.embeddings = modernbert.ModernBertEmbeddings(config) if modern else Embeddings(config)
-        layer_class = modernbert.ModernBertLayer if modern else EncoderLayer
-        layers = [layer_class(config, i) for i in range(config.num_hidden_layers)]
-        s = config.layer_sharing
-        for lyr in layers[1:]:
-            if s in ("attention", "all"):
-                lyr.attention, lyr.attention_norm = layers[0].attention, layers[0].attention_norm
-            if s in ("ffn", "all"):
-                lyr.ffn, lyr.ffn_norm = layers[0].ffn, layers[0].ffn_norm
-        self.layers = nn.ModuleList(layers)
-        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
-        self.rotary = modernbert.Rotary(config) if modern else None
-        self.final_norm = modernbert.layer_norm(config) if modern else None
-        init_weights(self, config.initializer_range)
-        if modern:
-            modernbert.init_modernbert(self, config)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
-                inputs_embeds: Optional[torch.Tensor] = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
-                output_attention_scores: bool = False, output_values: bool = False,
-                head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
-                output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
-        if inputs_embeds is None:
-            self._check_inputs(input_ids, attention_mask, token_type_ids)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        if self.rotary is not None:  # ModernBERT: RoPE, local/global pre-LN layers, final norm, unpadding
-            last, hidden, attns, scores, values = modernbert.encode(
-                self, x, attention_mask, position_ids, output_hidden_states, output_attentions,
-                output_attention_scores, output_values, head_gates, cls_only, output_rows)
-            return EncoderOutput(last_hidden_state=last, hidden_states=hidden, attentions=attns,
-                                 attention_scores=scores, values=values)
-        bias = padding_mask_bias(attention_mask, x.dtype)
-        explicit = output_attentions or output_attention_scores
-        per_layer = explicit or output_hidden_states or output_values or head_gates is not None
-        hidden, attns, scores, values = [x], [], [], []
-        for i, layer in enumerate(self.layers):
-            gates = head_gates[i] if head_gates is not None else None
-            x, p, s, v = layer(x, bias, explicit=explicit, head_gates=gates)
-            hidden.append(x)
-            attns.append(p)
-            scores.append(s)
-            values.append(v)
-        # a head that reads only [CLS] (cls_only) or only some rows (output_rows) gets just those
-        if per_layer or cls_only:
-            output_rows = None
-        if self.layers and cls_only and not explicit and head_gates is None:
-            x = hidden[-1] = x[:, :1]
-        elif self.layers and output_rows is not None:
-            x = hidden[-1] = x[output_rows]
-        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and output_rows is None) else None
-        return EncoderOutput(
-            last_hidden_state=x, pooler_output=pooled,
-            hidden_states=tuple(hidden) if output_hidden_states else None,
-            attentions=tuple(attns) if output_attentions else None,
-            attention_scores=tuple(scores) if output_attention_scores else None,
-            values=tuple(values) if output_values else None)
+    @staticmethod
+    def share_layers(layers: list, sharing: str) -> list:
+        """ALBERT's cross-layer sharing: every layer takes layer 0's attention (``attention``), FFN (``ffn``)
+        or both (``all``), with their norms; ``none`` leaves ``layers`` as they are. Returns ``layers``."""
+        for lyr in layers[1:]:
+            if sharing in ("attention", "all"):
+                lyr.attention, lyr.attention_norm = layers[0].attention, layers[0].attention_norm
+            if sharing in ("ffn", "all"):
+                lyr.ffn, lyr.ffn_norm = layers[0].ffn, layers[0].ffn_norm
+        return layers
+
+    def extra_repr(self) -> str:
+        return f"kernels={self.kernels}"
 
     def _check_inputs(self, input_ids, attention_mask, token_type_ids=None) -> None:
         """ValueError, naming the fix, for ids that are not a (B, T) integer tensor, a mask or segment ids
@@ -202,4 +155,46 @@ class Encoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-__all__ = ["Encoder", "EncoderLayer", "EncoderOutput", "FeedForward"]
+class Encoder(EncoderBase):
+    """Embeddings + L post-LN blocks + optional pooler (tanh(W·h_[CLS]), Devlin et al. 2018 §3), for the
+    families of :attr:`families`; the call is :class:`EncoderBase`'s.
+
+    Here every position is computed and the ``cls_only`` / ``rows`` positions of a request are then selected;
+    the CPU kernels (``bertforge.engine.kernels.cpu.CpuEncoder``) compute only those, and run a right-padded
+    batch unpadded (:attr:`unpad`).
+    """
+
+    families = ("bert", "roberta", "albert", "electra", "distilbert")
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.embeddings = Embeddings(config)
+        layers = [EncoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        self.layers = nn.ModuleList(self.share_layers(layers, config.layer_sharing))
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
+        init_weights(self, config.initializer_range)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
+                features: Optional[Features] = None) -> EncoderOutput:
+        req = features or Features()
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        bias = padding_mask_bias(attention_mask, x.dtype)
+        hidden, attns, scores, values = [x], [], [], []
+        for i, layer in enumerate(self.layers):
+            x, p, s, v = layer(x, bias, explicit=req.explicit, head_gates=req.gates(i))
+            hidden.append(x)
+            attns.append(p)
+            scores.append(s)
+            values.append(v)
+        rows = req.last_rows  # a head that reads only [CLS] (cls_only) or only some rows gets just those
+        if self.layers and req.last_cls:
+            x = hidden[-1] = x[:, :1]
+        elif self.layers and rows is not None:
+            x = hidden[-1] = x[rows]
+        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None) else None
+        return req.output(x, pooled, hidden, attns, scores, values)
+
+
+__all__ = ["Encoder", "EncoderBase", "EncoderLayer", "EncoderOutput", "FeedForward", "Features"]

@@ -1,6 +1,8 @@
-"""The ModernBERT family (Warner et al. 2024, "Smarter, Better, Faster, Longer", §2.1) on the one encoder core.
+"""The ModernBERT family (Warner et al. 2024, "Smarter, Better, Faster, Longer", §2.1): :class:`ModernBertEncoder`.
 
-What differs from the post-LN BERT block of :mod:`.encoder`, each a small class here:
+An encoder of its own beside the post-LN :class:`~.encoder.Encoder`, with the same call, the same
+:class:`~.output.Features` request and :class:`~.output.EncoderOutput` (both on :class:`~.encoder.EncoderBase`).
+What differs from the post-LN BERT block, each a small class here:
 
 * **Embeddings** — token embeddings → LayerNorm → dropout; no absolute positions, no segments (§2.1.1).
 * **Rotary positions** (RoPE, Su et al. 2021) on queries and keys, with a base frequency θ per attention kind:
@@ -11,8 +13,9 @@ What differs from the post-LN BERT block of :mod:`.encoder`, each a small class 
   embedding norm precedes it), then a **final LayerNorm**; **no biases** in linear layers or norms (§2.1.1).
 * **GeGLU** feed-forward ``W_o·(GELU(x·W_a) ⊙ x·W_g)`` (Shazeer 2020), ``W_i = [W_a; W_g]``.
 * **Unpadding** (§2.1.3): a padded batch runs every linear layer, norm and FFN on its N real tokens only —
-  sequences of similar length are gathered into small padded groups for the attention product alone. Same numbers as the padded computation at
-  every real token (:class:`Unpadded`; ``Encoder.unpad`` switches it, speed only).
+  sequences of similar length are gathered into small padded groups for the attention product alone. Same
+  numbers as the padded computation at every real token (:class:`~.unpad.Unpadded`, shared with the CPU kernels; ``ModernBertEncoder.unpad`` switches
+  it, speed only).
 
 The Hugging Face reference is ``transformers``' ``modeling_modernbert.py``; weight names map in
 :mod:`bertforge.checkpoint.write`. The task heads' transform (Linear → act → LayerNorm,
@@ -20,10 +23,8 @@ The Hugging Face reference is ``transformers``' ``modeling_modernbert.py``; weig
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
-
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,10 @@ from torch import nn
 from ..config import ModelConfig
 from .activations import get_activation
 from .attention import MultiHeadAttention, linear, padding_mask_bias, rotate
+from .embeddings import init_weights
+from .encoder import EncoderBase
+from .output import EncoderOutput, Features
+from .unpad import Unpadded
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 
@@ -92,79 +97,16 @@ def window_bias(attention_mask: Optional[torch.Tensor], b: int, t: int, half_win
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
-@dataclass
-class Unpadded:
-    """Where the real tokens of a padded (B, T) batch are, and how attention runs on them.
-
-    ``idx`` (N,): flat indices into B·T (row-major), so ``x.reshape(B·T, H)[idx]`` is the (N, H) packed batch
-    and :meth:`pad` puts it back. For attention, sequences of similar length are grouped
-    (:meth:`from_mask`): each group gathers its tokens into (n, T_g) with T_g its longest, so the product
-    costs Σ n·T_g² instead of B·T² and most groups need no padding mask. ``groups``: per group
-    ``(gather (n·T_g,) indices into the N packed rows + one zero row, slots (N_g,) of the real tokens
-    among the n·T_g, their packed rows (N_g,), n, T_g, valid (n, T_g) bool or None)``. Any padding side."""
-
-    idx: torch.Tensor
-    batch: int
-    length: int
-    groups: list
-
-    @staticmethod
-    def from_mask(attention_mask: torch.Tensor, slack: float = 0.8) -> "Unpadded":
-        """Groups: sequences sorted by length, longest first; a group takes the next sequence while it is at
-        least ``slack`` × the group's longest (padding inside a group ≤ 1 − ``slack`` per sequence)."""
-        b, t = attention_mask.shape
-        flat = attention_mask.reshape(-1).bool()
-        idx = flat.nonzero(as_tuple=True)[0]
-        lengths = attention_mask.sum(1).tolist()
-        starts = [0]
-        for n in lengths[:-1]:
-            starts.append(starts[-1] + n)
-        order = sorted(range(b), key=lambda i: -lengths[i])
-        groups, cur = [], []
-        for i in order:
-            if lengths[i] == 0:
-                continue
-            if cur and lengths[i] < slack * lengths[cur[0]]:
-                groups.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            groups.append(cur)
-        n_tok = int(idx.numel())
-        dev = attention_mask.device
-        plan = []
-        for g in groups:
-            tg = lengths[g[0]]
-            pos = torch.arange(tg)
-            gather = torch.full((len(g), tg), n_tok, dtype=torch.long)  # n_tok = the zero row
-            for r, i in enumerate(g):
-                gather[r, :lengths[i]] = starts[i] + pos[:lengths[i]]
-            valid = gather != n_tok
-            slots = valid.reshape(-1).nonzero(as_tuple=True)[0]
-            rows = gather.reshape(-1)[slots]
-            plan.append((gather.reshape(-1).to(dev), slots.to(dev), rows.to(dev), len(g), tg,
-                         None if bool(valid.all()) else valid.to(dev)))
-        return Unpadded(idx, b, t, plan)
-
-    def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, …) → (N, …)."""
-        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.idx)
-
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, …) → (B, T, …), zeros at padding."""
-        out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.idx, x)
-        return out.view(self.batch, self.length, *x.shape[1:])
-
-    def group_biases(self, half_window: Optional[int], dtype) -> list:
-        """Per group, the additive bias of its attention: padding inside the group, and for a local layer
-        (``half_window``) the window; None where nothing is masked."""
-        out = []
-        for *_, n, tg, valid in self.groups:
-            if half_window is None:
-                out.append(padding_mask_bias(valid, dtype) if valid is not None else None)
-            else:
-                out.append(window_bias(valid, n, tg, half_window, dtype, self.idx.device))
-        return out
+def group_biases(un: Unpadded, half_window: Optional[int], dtype) -> list:
+    """Per group of :meth:`Unpadded.groups`, the additive bias of its attention: padding inside the group, and
+    for a local layer (``half_window``) the window; None where nothing is masked."""
+    out = []
+    for *_, n, tg, valid in un.groups():
+        if half_window is None:
+            out.append(padding_mask_bias(valid, dtype) if valid is not None else None)
+        else:
+            out.append(window_bias(valid, n, tg, half_window, dtype, un.idx.device))
+    return out
 
 
 class RotaryAttention(MultiHeadAttention):
@@ -178,7 +120,7 @@ class RotaryAttention(MultiHeadAttention):
 
     def forward_unpadded(self, x: torch.Tensor, biases: list, rope: tuple, un: Unpadded) -> torch.Tensor:
         """``x`` (N, H) packed tokens, ``rope`` (cos, sin) each (N, d_k), ``biases`` one per group of ``un``
-        (:meth:`Unpadded.group_biases`) → (N, H). Q/K/V are projected and rotated on the N tokens; each group
+        (:func:`group_biases`) → (N, H). Q/K/V are projected and rotated on the N tokens; each group
         of similar-length sequences is gathered to (n, heads, T_g, d_k) for its attention product."""
         n = x.shape[0]
         if self.num_heads == 0:
@@ -190,7 +132,7 @@ class RotaryAttention(MultiHeadAttention):
         qkv = torch.cat((qkv, qkv.new_zeros(1, 3, h, d)))  # row N: zeros for the slots past a sequence's end
         ctx = qkv.new_empty(n, h * d)
         p = self.dropout.p if self.training else 0.0
-        for (gather, slots, rows, m, tg, _), bias in zip(un.groups, biases):
+        for (gather, slots, rows, m, tg, _), bias in zip(un.groups(), biases):
             q, k, v = qkv.index_select(0, gather).view(m, tg, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
             if bias is not None and bias.dtype != q.dtype:
                 bias = bias.to(q.dtype)
@@ -220,7 +162,7 @@ class ModernBertLayer(nn.Module):
     """One pre-LN block: ``x + drop(Attn(LN(x)))`` then ``x + GeGLU(LN(x))``; layer 0 has no attention norm.
 
     ``forward(x (B, T, H) or packed (N, H), inputs, explicit, head_gates, unpadded)`` where ``inputs`` maps
-    each attention kind to ``(bias, (cos, sin))`` (see :func:`encode`) → ``(x, probs, scores, values)``.
+    each attention kind to ``(bias, (cos, sin))`` (see :func:`layer_inputs`) → ``(x, probs, scores, values)``.
     """
 
     def __init__(self, config: ModelConfig, layer: int):
@@ -308,7 +250,7 @@ def layer_inputs(encoder, attention_mask, positions: torch.Tensor, b: int, t: in
     out = {}
     for kind in kinds:
         if un is not None:
-            bias = un.group_biases(None if kind == GLOBAL else half, dtype)
+            bias = group_biases(un, None if kind == GLOBAL else half, dtype)
         elif kind == GLOBAL:
             bias = padding_mask_bias(attention_mask, dtype)
         else:
@@ -317,51 +259,68 @@ def layer_inputs(encoder, attention_mask, positions: torch.Tensor, b: int, t: in
     return out
 
 
-def encode(encoder, x: torch.Tensor, attention_mask: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
-           output_hidden_states: bool = False, output_attentions: bool = False,
-           output_attention_scores: bool = False, output_values: bool = False,
-           head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
-           output_rows: Optional[torch.Tensor] = None):
-    """The layers of a ModernBERT :class:`~.encoder.Encoder` on embeddings ``x`` (B, T, H), then the final
-    norm; arguments as :meth:`Encoder.forward`. Returns ``(last_hidden_state, hidden_states, attentions,
-    attention_scores, values)``, each per-layer tuple None unless asked for (``hidden_states[-1]`` is the
-    normed last state, as ``last_hidden_state``). A padded batch runs unpadded (:class:`Unpadded`) when ``encoder.unpad`` is
-    True and no per-layer output is asked for (not while tracing for export); positions default to 0…T−1
-    in every row (right padding), as transformers'."""
-    b, t, _ = x.shape
-    explicit = output_attentions or output_attention_scores
-    per_layer = explicit or output_hidden_states or output_values or head_gates is not None
-    if per_layer or cls_only:
-        output_rows = None
-    if position_ids is None:
-        position_ids = torch.arange(t, device=x.device)[None, :].expand(b, t)
-    un = None
-    if (encoder.unpad and attention_mask is not None and not per_layer and not torch.jit.is_tracing()
-            and not torch.compiler.is_compiling() and not torch.onnx.is_in_onnx_export()
-            and not bool(attention_mask.all())):
-        un = Unpadded.from_mask(attention_mask)
-        x, positions = un.pack(x), un.pack(position_ids)
-    else:
-        positions = position_ids
-    inputs = layer_inputs(encoder, attention_mask, positions, b, t, x.dtype, x.device, un)
-    hidden, attns, scores, values = [x], [], [], []
-    for i, layer in enumerate(encoder.layers):
-        gates = head_gates[i] if head_gates is not None else None
-        x, p, s, v = layer(x, inputs, explicit=explicit, head_gates=gates, unpadded=un)
-        hidden.append(x)
-        attns.append(p)
-        scores.append(s)
-        values.append(v)
-    if un is not None:
-        x = un.pad(x)
-    if cls_only and not explicit and head_gates is None:
-        x = x[:, :1]
-    elif output_rows is not None:
-        x = x[output_rows]
-    x = hidden[-1] = encoder.final_norm(x)
-    return (x, tuple(hidden) if output_hidden_states else None, tuple(attns) if output_attentions else None,
-            tuple(scores) if output_attention_scores else None, tuple(values) if output_values else None)
+class ModernBertEncoder(EncoderBase):
+    """ModernBERT: embeddings (LN, no positions) + L pre-LN layers alternating global and local attention, each
+    rotating queries and keys (RoPE), + a final LayerNorm. The call is :class:`~.encoder.EncoderBase`'s; a
+    ``cls_only`` / ``rows`` request selects after the final norm, and ``hidden_states[-1]`` is the normed last
+    state, as ``last_hidden_state``. No pooler output (ModernBERT's heads pool themselves).
+
+    A padded batch runs unpadded (:class:`~.unpad.Unpadded`: linear layers, norms and GeGLU on the N real
+    tokens, attention in groups of similar length) when :attr:`unpad` is True and no per-layer output is asked
+    for (not while tracing, compiling or exporting); positions default to 0…T−1 in every row (right padding),
+    as transformers'. Same numbers as the padded computation at every real token.
+    """
+
+    families = ("modernbert",)
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.embeddings = ModernBertEmbeddings(config)
+        layers = [ModernBertLayer(config, i) for i in range(config.num_hidden_layers)]
+        self.layers = nn.ModuleList(self.share_layers(layers, config.layer_sharing))
+        # built as transformers' checkpoints may carry one (add_pooling_layer); ModernBERT's heads never read it
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
+        self.rotary = Rotary(config)
+        self.final_norm = layer_norm(config)
+        init_weights(self, config.initializer_range)
+        init_modernbert(self, config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
+                features: Optional[Features] = None) -> EncoderOutput:
+        req = features or Features()
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        b, t, _ = x.shape
+        if position_ids is None:
+            position_ids = torch.arange(t, device=x.device)[None, :].expand(b, t)
+        un = None
+        if (self.unpad and attention_mask is not None and not req.per_layer and not torch.jit.is_tracing()
+                and not torch.compiler.is_compiling() and not torch.onnx.is_in_onnx_export()
+                and not bool(attention_mask.all())):
+            un = Unpadded.from_mask(attention_mask)
+            x, positions = un.pack(x), un.pack(position_ids)
+        else:
+            positions = position_ids
+        inputs = layer_inputs(self, attention_mask, positions, b, t, x.dtype, x.device, un)
+        hidden, attns, scores, values = [x], [], [], []
+        for i, layer in enumerate(self.layers):
+            x, p, s, v = layer(x, inputs, explicit=req.explicit, head_gates=req.gates(i), unpadded=un)
+            hidden.append(x)
+            attns.append(p)
+            scores.append(s)
+            values.append(v)
+        if un is not None:
+            x = un.pad(x)
+        rows = req.last_rows
+        if req.last_cls:
+            x = x[:, :1]
+        elif rows is not None:
+            x = x[rows]
+        x = hidden[-1] = self.final_norm(x)
+        return req.output(x, None, hidden, attns, scores, values)
 
 
-__all__ = ["ModernBertEmbeddings", "ModernBertLayer", "RotaryAttention", "GatedFeedForward", "PredictionHead",
-           "Rotary", "Unpadded", "encode", "init_modernbert", "layer_inputs", "window_bias", "GLOBAL", "LOCAL"]
+__all__ = ["ModernBertEmbeddings", "ModernBertEncoder", "ModernBertLayer", "RotaryAttention", "GatedFeedForward",
+           "PredictionHead", "Rotary", "group_biases", "init_modernbert", "layer_inputs", "window_bias", "GLOBAL",
+           "LOCAL"]

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.activations import get_activation
+from ..models.head import Head
 from .spec import Objective
 
 IGNORE_INDEX = -100
@@ -186,7 +187,7 @@ def mlm_outputs(head: MLMPrediction, hidden: torch.Tensor, labels: Optional[torc
                                                       "mlm_count": float(target.numel())}}
 
 
-class MaskedLMHead(nn.Module):
+class MaskedLMHead(Head):
     """Masked-LM head (``…ForMaskedLM``): sparse when ``labels`` (B, T) are given (-100 = no target); the
     batch's optional ``loss_normalizer`` divides the summed loss (see :func:`mlm_outputs`).
 
@@ -196,7 +197,6 @@ class MaskedLMHead(nn.Module):
     every position)."""
 
     hf_suffix = "ForMaskedLM"
-    cls_only = False
     masked_lm = True
     labelled_rows_only = True
 

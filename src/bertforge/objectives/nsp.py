@@ -9,6 +9,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..models.head import Head
 from .mlm import MLMPrediction, mlm_hf_keys, mlm_outputs
 from .spec import Objective
 
@@ -24,11 +25,10 @@ def pair_outputs(out: dict, logits: torch.Tensor, labels, name: str) -> dict:
     return out
 
 
-class BertPreTrainingHead(nn.Module):
+class BertPreTrainingHead(Head):
     """MLM + NSP. Batch keys: ``labels`` (B, T), ``next_sentence_label`` (B,). NSP logits (B, 2)."""
 
     hf_suffix = "ForPreTraining"
-    cls_only = False
     masked_lm = True
     families = ("bert",)
 

@@ -23,12 +23,13 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.activations import get_activation
+from ..models.head import Head
 from .mlm import EXP_FLOOR, centered_row_chunks, masked_positions
 
 RTD_WEIGHT = 50.0
 
 
-class ReplacedTokenDetectionHead(nn.Module):
+class ReplacedTokenDetectionHead(Head):
     """Per-token binary classifier: ``dense (H→H) → act → dense_prediction (H→1)``.
 
     ``logits`` (B, T); with ``labels`` (B, T) ∈ {0 original, 1 replaced}: BCE-with-logits averaged over
@@ -36,7 +37,6 @@ class ReplacedTokenDetectionHead(nn.Module):
     """
 
     hf_suffix = "ForPreTraining"
-    cls_only = False
     families = ("electra",)
 
     def __init__(self, config: ModelConfig):

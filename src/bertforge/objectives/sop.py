@@ -8,16 +8,16 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..models.head import Head
 from .mlm import MLMPrediction, mlm_hf_keys, mlm_outputs
 from .nsp import pair_outputs
 from .spec import Objective
 
 
-class AlbertPreTrainingHead(nn.Module):
+class AlbertPreTrainingHead(Head):
     """MLM + SOP. Batch keys: ``labels`` (B, T), ``sentence_order_label`` (B,). SOP logits (B, 2)."""
 
     hf_suffix = "ForPreTraining"
-    cls_only = False
     masked_lm = True
     families = ("albert",)
 

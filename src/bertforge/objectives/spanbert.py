@@ -18,6 +18,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..models.activations import get_activation
+from ..models.head import Head
 from .mlm import MLMPrediction, masked_positions, mlm_hf_keys, mlm_outputs
 from .spec import Objective
 
@@ -66,11 +67,10 @@ class SpanBoundaryHead(nn.Module):
         return logits, loss, (logits.detach().argmax(-1) == target).float().mean()
 
 
-class SpanBertHead(nn.Module):
+class SpanBertHead(Head):
     """MLM + SBO. Batch keys: ``labels``, ``span_left``, ``span_right``, ``span_pos`` (B, T)."""
 
     hf_suffix = "ForMaskedLM"
-    cls_only = False
     masked_lm = True
     families = ("bert",)
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..engine.kernels import apply_kernels
+from ..models.output import Features
 from .base import Runner, check_threads, split_qa, to_numpy
 
 
@@ -81,7 +82,7 @@ class TorchRunner(Runner):
     @property
     def num_labels(self) -> Optional[int]:
         """The head's output count (None without a head)."""
-        return getattr(self.model.head, "num_labels", None) if self.model.head is not None else None
+        return self.model.head.num_labels if self.model.head is not None else None
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, threads: Optional[int] = None, tokenizer_dir=None,
@@ -150,7 +151,7 @@ class TorchRunner(Runner):
                 return {"last_hidden_state": to_numpy(m.encoder(**x).last_hidden_state)}
             # a head that reads [CLS] only skips the other positions of the last layer unless all are asked
             full = m.head is not None and "last_hidden_state" in outputs
-            o = m(**x, output_hidden_states=full)
+            o = m(**x, features=Features(hidden_states=full))
         res = {}
         if o.logits is not None:
             res["logits"] = to_numpy(o.logits)

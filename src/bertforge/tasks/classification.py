@@ -26,8 +26,9 @@ from ..data.readers import Example, read_examples
 from ..errors import DataError
 from ..metrics.task import compute
 from ..models.activations import get_activation
-from ..models.encoder import EncoderOutput
+from ..models.head import Head
 from ..models.modernbert import PredictionHead, init_modernbert
+from ..models.output import EncoderOutput
 from ..models.pooling import pool
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, UnlabelledLayout, Windows, batch_logits, iter_batches, softmax
@@ -90,7 +91,7 @@ KIND_METRICS = {"classification": ("accuracy", "f1", "mcc"), "regression": ("pea
 
 
 
-class SequenceClassificationHead(nn.Module):
+class SequenceClassificationHead(Head):
     """Classification (cross-entropy), regression (MSE, ``num_labels == 1``) or multi-label classification
     (``problem_type = multi_label_classification``: BCE-with-logits per label, as ``transformers``; optional
     ``pos_weight`` and focal loss, :meth:`set_loss`) on the [CLS] state.

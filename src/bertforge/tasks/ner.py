@@ -31,8 +31,9 @@ from ..config import ModelConfig
 from ..data.conll import (TokenExample, encode_token_windows, label_list, pack_sentences, read_token_examples,
                           unpack_words, words_from_windows)
 from ..errors import DataError
-from ..models.encoder import EncoderOutput
+from ..models.head import Head
 from ..models.modernbert import PredictionHead, init_modernbert
+from ..models.output import EncoderOutput
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, softmax, stack_padded, window_logits
 
@@ -52,7 +53,7 @@ def _dropout_p(config: ModelConfig) -> float:
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
-class TokenClassificationHead(nn.Module):
+class TokenClassificationHead(Head):
     """``dropout → Linear(H, C)`` on every final hidden state (Devlin et al. 2018 §5.3); ModernBERT first
     applies its head transform ``LN(act(W·h))`` (:class:`~bertforge.models.modernbert.PredictionHead`).
 
@@ -62,7 +63,6 @@ class TokenClassificationHead(nn.Module):
     """
 
     hf_suffix = "ForTokenClassification"
-    cls_only = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()

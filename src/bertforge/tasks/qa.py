@@ -32,8 +32,9 @@ from torch import nn
 from ..config import ModelConfig
 from ..data.squad import QAExample, decode_answers, encode_qa_windows, read_squad
 from ..errors import ConfigError, DataError
-from ..models.encoder import EncoderOutput
+from ..models.head import Head
 from ..models.modernbert import PredictionHead, init_modernbert
+from ..models.output import EncoderOutput
 from ..tokenizer import pad_id
 from .base import Task, TaskAdapter, TokenCollator, Windows, stack_padded, window_logits
 
@@ -50,7 +51,7 @@ TASKS = [
 ]
 
 
-class QuestionAnsweringHead(nn.Module):
+class QuestionAnsweringHead(Head):
     """Span start/end scores ``S·h_i`` and ``E·h_i`` from one ``Linear(H, 2)`` (Devlin et al. 2018
     §4.2; HF ``qa_outputs``).
 
@@ -61,7 +62,6 @@ class QuestionAnsweringHead(nn.Module):
     """
 
     hf_suffix = "ForQuestionAnswering"
-    cls_only = False
 
     def __init__(self, config: ModelConfig):
         super().__init__()

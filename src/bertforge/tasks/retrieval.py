@@ -29,12 +29,12 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import ModelConfig
 from ..data.collate import length_sorted_batches
 from ..errors import ConfigError, DataError
-from ..models.encoder import EncoderOutput
+from ..models.head import Head
+from ..models.output import EncoderOutput
 from ..models.pooling import POOLING_MODES, pool
 from ..tokenizer import encode_texts, pad_id
 from .base import Task, TaskAdapter
@@ -128,7 +128,7 @@ class EmbeddingSettings:
     matryoshka_weights: Optional[list] = None
 
 
-class EmbeddingHead(nn.Module):
+class EmbeddingHead(Head):
     """Pooled sentence embeddings and, for a batch of several texts per example, a contrastive loss.
 
     ``enc.last_hidden_state`` (N, T, H) and ``batch["attention_mask"]`` (N, T) → ``logits`` (N, H), the pooled
@@ -138,7 +138,6 @@ class EmbeddingHead(nn.Module):
     has no weights: the dir it saves is the plain encoder (``…Model``) plus its pooling files."""
 
     hf_suffix = "Model"
-    cls_only = False
     has_labels = False  # no label space in config.json
 
     def __init__(self, config: ModelConfig):

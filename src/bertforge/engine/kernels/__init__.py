@@ -2,9 +2,12 @@
 
 The model code in :mod:`bertforge.models` and :mod:`bertforge.objectives` is plain PyTorch and knows
 nothing of this package. :func:`apply_kernels` gives a built model faster implementations by swapping the
-class of each module listed in :data:`CPU_KERNELS` for its subclass in :mod:`.cpu` (``m.__class__ =
-CpuFeedForward``): only ``forward`` changes, so parameters, buffers, ``state_dict`` and hooks stay as they
-are, and ``apply_kernels(model, "none")`` swaps every class back.
+class of each module listed in :data:`CPU_KERNELS` for its subclass in :mod:`.cpu` (the encoder) or
+:mod:`.mlm` (the MLM head) (``m.__class__ = CpuFeedForward``): only ``forward`` changes, so parameters,
+buffers, ``state_dict`` and hooks stay as they are, and ``apply_kernels(model, "none")`` swaps every class
+back. Each kernel class says ``kernels = "cpu"``, so the model shows what runs: ``model.kernels`` and its
+``repr`` (``TaskModel(head='mlm', kernels=cpu)``, ``Encoder(kernels=cpu)``), and the Trainer names it in the
+line it prints when a run starts. ModernBERT's encoder has no CPU kernel (it unpads by itself).
 
 Modes: ``cpu`` — the CPU kernels of :mod:`.cpu` (unpadded layers, the last block only where the head
 reads, fused attention with cheap dropout masks, gradients in reused memory, the chunked vocabulary
@@ -26,7 +29,8 @@ from ...models.attention import MultiHeadAttention
 from ...models.embeddings import Embeddings
 from ...models.encoder import Encoder, EncoderLayer, FeedForward
 from ...objectives.mlm import MLMPrediction
-from . import cpu
+from ...task_model import kernels_of
+from . import cpu, mlm
 from .dropout import Dropout as CpuDropout
 
 #: plain module class → its CPU kernel class (a subclass that only replaces ``forward``)
@@ -36,7 +40,7 @@ CPU_KERNELS: dict[type, type] = {
     FeedForward: cpu.CpuFeedForward,
     EncoderLayer: cpu.CpuEncoderLayer,
     Encoder: cpu.CpuEncoder,
-    MLMPrediction: cpu.CpuMLMPrediction,
+    MLMPrediction: mlm.CpuMLMPrediction,
 }
 
 #: (plain module class, attribute) → kernel class of that child: the dropouts of the encoder's own modules
@@ -101,8 +105,9 @@ def apply_kernels(module: nn.Module, mode: str = "auto") -> nn.Module:
 
 
 def kernels_in_use(module: nn.Module) -> str:
-    """``cpu`` when some submodule of ``module`` runs a CPU kernel, else ``none``."""
-    return "cpu" if any(type(m) in _PLAIN for m in module.modules()) else "none"
+    """``cpu`` when some submodule of ``module`` runs a CPU kernel, else ``none``
+    (:func:`bertforge.task_model.kernels_of`: what ``TaskModel.kernels`` says)."""
+    return kernels_of(module)
 
 
 __all__ = ["CPU_KERNELS", "CPU_CHILD_KERNELS", "apply_kernels", "kernels_in_use", "resolve_kernels"]

@@ -1,14 +1,15 @@
-"""CPU kernels for the encoder and the MLM head: the same functions as the plain modules of
-:mod:`bertforge.models`, computed with less work, memory traffic and page faulting on a CPU.
+"""CPU kernels for the encoder: the same functions as the plain modules of :mod:`bertforge.models`, computed with
+less work, memory traffic and page faulting on a CPU (the MLM head's are in :mod:`.mlm`).
 
 Each class here subclasses a plain module and replaces its ``forward`` (and nothing in its state):
 :func:`bertforge.engine.kernels.apply_kernels` swaps a module's class in place, so parameters, ``state_dict`` and
 hooks stay as they are. Under ``torch.compile`` every kernel steps aside and the plain ``forward`` runs.
 
 * :class:`CpuEncoder` — *unpadding* (as in ModernBERT, Warner et al. 2024 §2.1.3): on a right-padded batch
-  the linear layers, LayerNorms and FFNs run on the N real tokens only (:class:`Packing`); and the last
-  block computes only the positions a head reads: [CLS] (``cls_only``) or the masked tokens
-  (``output_rows``; keys and values still come from every position).
+  the linear layers, LayerNorms and FFNs run on the N real tokens only (:class:`~bertforge.models.unpad.Unpadded`,
+  the helper ModernBERT uses too); and the last block computes only the positions a head reads (the request's
+  :class:`~bertforge.models.output.Features`): [CLS] (``cls_only``) or the masked tokens (``rows``; keys and
+  values still come from every position).
 * :class:`CpuMultiHeadAttention` — in training, attention with dropout straight from the fused QKV
   projection (:class:`_SelfAttentionTrainCPU`: batched GEMMs per head on strided views, no head-layout
   copies, the softmax-and-dropout backward in one buffer); dropout masks from :mod:`.dropout`.
@@ -16,9 +17,9 @@ hooks stay as they are. Under ``torch.compile`` every kernel steps aside and the
   in place in inference.
 * :class:`CpuEmbeddings` — the token-embedding gradient built in reused memory and, when an MLM decoder is
   tied to it, in the decoder's weight gradient (:class:`~.scratch.TiedGradient`).
-* :class:`CpuMLMPrediction` — the sparse decoder's (N, V) logits and weight gradient in reused memory, and
-  the cross-entropy over the vocabulary in cache-sized FP32 row chunks with the decoder bias added inside
-  them (:class:`_BiasedCrossEntropy`; the idea of fused vocabulary losses, Wijmans et al. 2024).
+
+Each kernel class says ``kernels = "cpu"`` (the plain encoder says ``none``): the model's ``kernels`` attribute
+and ``repr`` read it.
 
 Each kernel equals the plain computation in values and gradients (``tests/test_kernels.py``,
 ``tests/test_training_kernels.py``); dropout masks are drawn from another stream than torch's.
@@ -26,7 +27,6 @@ Each kernel equals the plain computation in values and gradients (``tests/test_k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -36,10 +36,11 @@ from torch import nn
 from ...models.activations import gelu_tanh
 from ...models.attention import MultiHeadAttention, attention_scores, causal_mask_bias, padding_mask_bias
 from ...models.embeddings import Embeddings
-from ...models.encoder import Encoder, EncoderLayer, EncoderOutput, FeedForward
-from ...objectives.mlm import EXP_FLOOR, MLMPrediction, centered_row_chunks, row_slices
+from ...models.encoder import Encoder, EncoderLayer, FeedForward
+from ...models.output import EncoderOutput, Features
+from ...models.unpad import Unpadded
 from .dropout import apply_mask, dropout, keep_mask, scaled_keep_mask
-from .scratch import ReusedBuffer, TiedGradient, share_tied_gradient, tied_gradient
+from .scratch import ReusedBuffer, tied_gradient
 
 compiling = torch.compiler.is_compiling
 
@@ -150,6 +151,8 @@ class CpuMultiHeadAttention(MultiHeadAttention):
     """:class:`~bertforge.models.attention.MultiHeadAttention` with :func:`fused_self_attention` in
     training and :func:`attention_product` (cheap dropout masks) otherwise."""
 
+    kernels = "cpu"
+
     def forward(self, hidden_states: torch.Tensor, bias: Optional[torch.Tensor] = None,
                 key_value_states: Optional[torch.Tensor] = None, explicit: bool = False,
                 head_gates: Optional[torch.Tensor] = None, is_causal: bool = False):
@@ -246,6 +249,8 @@ def token_embedding(emb: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
 class CpuEmbeddings(Embeddings):
     """:class:`~bertforge.models.embeddings.Embeddings` with the token lookup of :func:`token_embedding`."""
 
+    kernels = "cpu"
+
     def token_lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
         if compiling():
             return super().token_lookup(input_ids)
@@ -281,6 +286,8 @@ class CpuFeedForward(FeedForward):
     """:class:`~bertforge.models.encoder.FeedForward` with :class:`_GELUTrainCPU` in CPU training and the
     activation in place (no fresh (B, T, I) buffer) in eager inference."""
 
+    kernels = "cpu"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if compiling():
             return super().forward(x)
@@ -297,45 +304,18 @@ class CpuFeedForward(FeedForward):
 
 # ---------------------------------------------------------------------------------- unpadded encoder layers
 
-@dataclass
-class Packing:
-    """Where the real tokens of a right-padded (B, T) batch are: ``idx`` (N,) flat indices into B·T;
-    ``starts`` (B,) packed index of each sequence's first token. Linear layers, LayerNorm and the FFN then
-    run on (N, H) instead of (B, T, H): padding costs nothing (the idea of "unpadding", as in
-    ModernBERT, Warner et al. 2024 §2.1.3). Results equal the padded computation at every real token."""
-
-    idx: torch.Tensor
-    starts: torch.Tensor
-    batch: int
-    length: int
-
-    @staticmethod
-    def from_mask(attention_mask: torch.Tensor) -> Optional["Packing"]:
-        """(B, T) 0/1 mask → :class:`Packing`, or None for a left-padded batch (a row starting with 0)."""
-        b, t = attention_mask.shape
-        if not bool(attention_mask[:, 0].all()):
-            return None  # left padding: keep the padded path
-        flat = attention_mask.reshape(-1).bool()
-        idx = flat.nonzero(as_tuple=True)[0]
-        pos = torch.cumsum(flat.long(), 0) - 1
-        starts = pos[torch.arange(b, device=flat.device) * t]
-        return Packing(idx, starts, b, t)
-
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, H) → (B, T, H) with zeros at padding."""
-        out = x.new_zeros(self.batch * self.length, x.shape[-1]).index_copy(0, self.idx, x)
-        return out.view(self.batch, self.length, -1)
-
-
 class CpuEncoderLayer(EncoderLayer):
     """:class:`~bertforge.models.encoder.EncoderLayer` that can also compute its output only where it is
     needed: at ``output_rows`` (B, T) bool (→ (N, H)), at the ``query_index`` positions, or on packed
-    tokens (``packing``; ``x`` is then (N, H), and with ``cls_only`` only each sequence's first token is
-    returned, (B, H)). Keys and values always come from every real position."""
+    tokens (``packing``, :class:`~bertforge.models.unpad.Unpadded`; ``x`` is then (N, H), and with ``cls_only``
+    only each sequence's first token is returned, (B, H)). Keys and values always come from every real
+    position."""
+
+    kernels = "cpu"
 
     def forward(self, x: torch.Tensor, bias: Optional[torch.Tensor], explicit: bool = False,
                 head_gates: Optional[torch.Tensor] = None, query_index: Optional[torch.Tensor] = None,
-                packing: Optional[Packing] = None, cls_only: bool = False,
+                packing: Optional[Unpadded] = None, cls_only: bool = False,
                 output_rows: Optional[torch.Tensor] = None):
         if output_rows is not None:  # only these (B, T) positions are needed downstream → x becomes (N, H)
             a = self._attend_rows(x, output_rows, bias)
@@ -363,8 +343,8 @@ class CpuEncoderLayer(EncoderLayer):
             bias = bias.to(q.dtype)
         return attention_product(q, k, v, bias, att.dropout.p if self.training else 0.0)
 
-    def _attend_packed(self, x: torch.Tensor, bias, pk: Packing, cls_only: bool) -> torch.Tensor:
-        """Attention on packed tokens: the projections run on the N real tokens only; Q/K/V are scattered
+    def _attend_packed(self, x: torch.Tensor, bias, pk: Unpadded, cls_only: bool) -> torch.Tensor:
+        """Attention on packed tokens: the projections run on the N real tokens only; Q/K/V are padded back
         to (B, T) for the attention product itself. Returns (N, H), or (B, H) for ``cls_only``."""
         att = self.attention
         if att.num_heads == 0:
@@ -422,275 +402,51 @@ class CpuEncoderLayer(EncoderLayer):
 
 
 class CpuEncoder(Encoder):
-    """:class:`~bertforge.models.encoder.Encoder` that runs a right-padded batch unpadded (:class:`Packing`,
-    when ``unpad`` is True and no per-layer output is asked for) and its last block only where the head
-    reads (``cls_only``, ``output_rows``); layers must be :class:`CpuEncoderLayer`. Same outputs as the
-    plain encoder at every real token; padding positions of ``last_hidden_state`` are 0 when unpadded."""
+    """:class:`~bertforge.models.encoder.Encoder` that runs a right-padded batch unpadded
+    (:class:`~bertforge.models.unpad.Unpadded`, when ``unpad`` is True and no per-layer output is asked for)
+    and its last block only where the head reads (a ``cls_only`` or ``rows`` request); layers must be
+    :class:`CpuEncoderLayer`. Same outputs as the plain encoder at every real token; padding positions of
+    ``last_hidden_state`` are 0 when unpadded."""
 
-    #: run linear layers on real tokens only when the batch is padded (same numbers)
-    unpad = True
+    kernels = "cpu"
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
-                inputs_embeds: Optional[torch.Tensor] = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
-                output_attention_scores: bool = False, output_values: bool = False,
-                head_gates: Optional[torch.Tensor] = None, cls_only: bool = False,
-                output_rows: Optional[torch.Tensor] = None) -> EncoderOutput:
-        if compiling() or self.rotary is not None:  # ModernBERT unpads in its own plain path (models/modernbert.py)
-            return super().forward(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                   output_hidden_states, output_attentions, output_attention_scores,
-                                   output_values, head_gates, cls_only, output_rows)
-        if inputs_embeds is None:
-            self._check_inputs(input_ids, attention_mask, token_type_ids)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+                features: Optional[Features] = None) -> EncoderOutput:
+        if compiling():
+            return super().forward(input_ids, attention_mask, token_type_ids, position_ids, features)
+        req = features or Features()
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
         bias = padding_mask_bias(attention_mask, x.dtype)
-        explicit = output_attentions or output_attention_scores
-        per_layer = explicit or output_hidden_states or output_values or head_gates is not None
-        if per_layer or cls_only:
-            output_rows = None
-        packing = Packing.from_mask(attention_mask) if (self.unpad and bias is not None and not per_layer
-                                                         and output_rows is None) else None
+        rows = req.last_rows
+        packing = Unpadded.from_mask(attention_mask, right_padded=True) \
+            if (self.unpad and bias is not None and not req.per_layer and rows is None) else None
         if packing is not None:
-            return self._forward_packed(x, bias, packing, cls_only)
+            return self._forward_packed(x, bias, packing, req.cls_only)
         hidden, attns, scores, values = [x], [], [], []
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
-            gates = head_gates[i] if head_gates is not None else None
-            qi = torch.zeros(1, dtype=torch.long, device=x.device) \
-                if (cls_only and i == n - 1 and not explicit and gates is None) else None
-            rows = output_rows if i == n - 1 else None
-            x, p, s, v = layer(x, bias, explicit=explicit, head_gates=gates, query_index=qi, output_rows=rows)
+            last = i == n - 1
+            qi = torch.zeros(1, dtype=torch.long, device=x.device) if (last and req.last_cls) else None
+            x, p, s, v = layer(x, bias, explicit=req.explicit, head_gates=req.gates(i), query_index=qi,
+                               output_rows=rows if last else None)
             hidden.append(x)
             attns.append(p)
             scores.append(s)
             values.append(v)
-        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and output_rows is None) else None
-        return EncoderOutput(
-            last_hidden_state=x, pooler_output=pooled,
-            hidden_states=tuple(hidden) if output_hidden_states else None,
-            attentions=tuple(attns) if output_attentions else None,
-            attention_scores=tuple(scores) if output_attention_scores else None,
-            values=tuple(values) if output_values else None)
+        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None) else None
+        return req.output(x, pooled, hidden, attns, scores, values)
 
-    def _forward_packed(self, x: torch.Tensor, bias, pk: Packing, cls_only: bool) -> EncoderOutput:
-        b, t, h = x.shape
-        x = x.reshape(b * t, h).index_select(0, pk.idx)
+    def _forward_packed(self, x: torch.Tensor, bias, pk: Unpadded, cls_only: bool) -> EncoderOutput:
+        x = pk.pack(x)
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
             x, *_ = layer(x, bias, packing=pk, cls_only=cls_only and i == n - 1)
-        if cls_only:
-            last = x[:, None, :]
-        else:
-            last = pk.pad(x)
+        last = x[:, None, :] if cls_only else pk.pad(x)
         pooled = torch.tanh(self.pooler(last[:, 0])) if self.pooler is not None else None
         return EncoderOutput(last_hidden_state=last, pooler_output=pooled)
 
 
-# -------------------------------------------------------------------------------------------------- MLM head
-
-_DECODER_GRAD_BUFFER = ReusedBuffer()  # the tied decoder's weight gradient of the previous step, once freed
-_CE_GRAD_BUFFER = ReusedBuffer()  # the (N, V) logits gradient of the previous step, once freed
-
-
-class _DecoderLinear(torch.autograd.Function):
-    """logits = x Wᵀ + b (x (N, E), W (V, E), b (V,) or None → (N, V)) written into a :class:`ReusedBuffer`;
-    gradients as ``F.linear``'s. With ``tied`` (the word embedding's :class:`TiedGradient`), the weight
-    gradient is offered as the pass's dense gradient, or, when one was offered already (by an embedding
-    lookup), deferred into it: one V×E gradient per step instead of a sum of two."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, buffer: ReusedBuffer, tied: Optional[TiedGradient] = None):
-        ctx.save_for_backward(x, weight)
-        ctx.tied = tied
-        out = buffer.empty((x.shape[0], weight.shape[0]), x.dtype, x.device)
-        with torch.autocast("cpu", enabled=False):
-            if bias is None:
-                return torch.mm(x, weight.t(), out=out)
-            return torch.addmm(bias, x, weight.t(), out=out)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        gx = grad @ weight if ctx.needs_input_grad[0] else None
-        gw = None
-        if ctx.needs_input_grad[1]:  # (V, E): becomes (or is added to) weight.grad; reused once that is freed
-            if ctx.tied is not None and ctx.tied.offered():  # add gradᵀ·x into the dense gradient offered
-                ctx.tied.defer(lambda g: g.addmm_(grad.t(), x))
-            else:
-                gw = torch.mm(grad.t(), x, out=_DECODER_GRAD_BUFFER.empty(weight.shape, grad.dtype, grad.device))
-                if ctx.tied is not None:
-                    ctx.tied.offer(gw)
-        gb = grad.sum(0) if ctx.needs_input_grad[2] else None
-        return gx, gw, gb, None, None
-
-
-def _ce_forward(ctx, logits, target, chunk_bytes: int, bias=None):
-    n = logits.shape[0]
-    lse = torch.empty(n, dtype=torch.float32, device=logits.device)
-    row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-    keep = logits.dtype == torch.float32 and ctx.needs_input_grad[0]
-    exps = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device) if keep else None
-    for rows, centered, m in centered_row_chunks(logits, chunk_bytes, out=exps, bias=bias):
-        row_max[rows] = m
-        lse[rows] = centered.clamp_(min=EXP_FLOOR).exp_().sum(-1).log_().add_(m)
-    target_logit = logits.gather(1, target[:, None]).squeeze(1).float()
-    correct = target_logit >= row_max  # the target holds the row's maximum (= arg-max but for exact ties)
-    # kept: exp(x − max) rows and Σexp = exp(lse − max), consumed by the first backward; logits and lse
-    # rebuild the gradient for any further one (backward with retain_graph=True)
-    ctx.exps, ctx.sum_exp = (exps, (lse - row_max).exp_()) if keep else (None, None)
-    ctx.save_for_backward(target, logits, lse)
-    ctx.chunk_bytes = chunk_bytes
-    ctx.mark_non_differentiable(correct)
-    return lse - target_logit, correct
-
-
-def _ce_backward(ctx, grad_rows, grad_logits=None, bias_grad: bool = False):
-    """(N, V) gradient of the logits (plus ``grad_logits`` from other uses of them) and, with ``bias_grad``,
-    its column sums (V,) FP32 — the gradient of a bias added to every row."""
-    gb = None
-    target, logits, lse = ctx.saved_tensors
-    if ctx.exps is not None:
-        grad, ctx.exps = ctx.exps, None
-        scale = grad_rows.float() / ctx.sum_exp
-        if bias_grad:
-            gb = torch.zeros(grad.shape[-1], dtype=torch.float32, device=grad.device)
-        for rows in row_slices(grad.shape[0], grad.shape[-1], ctx.chunk_bytes):
-            p = grad[rows]
-            p.mul_(scale[rows, None])
-            p.scatter_add_(1, target[rows, None], -grad_rows[rows].float()[:, None])
-            if grad_logits is not None:
-                p.add_(grad_logits[rows])
-            if gb is not None:
-                gb.add_(p.sum(0))
-        return grad, gb
-    grad = _CE_GRAD_BUFFER.empty(logits.shape, logits.dtype, logits.device)
-    buf = None  # each chunk in FP32, then cast into the gradient
-    for rows in row_slices(logits.shape[0], logits.shape[-1], ctx.chunk_bytes):
-        if buf is None:
-            buf = torch.empty((rows.stop - rows.start, logits.shape[-1]), dtype=torch.float32, device=logits.device)
-        p = buf[: rows.stop - rows.start]
-        g = grad_rows[rows].float()[:, None]
-        torch.sub(logits[rows], lse[rows, None], out=p).clamp_(min=EXP_FLOOR).exp_().mul_(g)
-        p.scatter_add_(1, target[rows, None], -g)
-        if grad_logits is not None:
-            p.add_(grad_logits[rows])
-        grad[rows] = p
-    if bias_grad:
-        gb = grad.float().sum(0)
-    return grad, gb
-
-
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Per-row softmax cross-entropy over a large vocabulary, computed in FP32 row chunks from logits of any
-    dtype (exp arguments clamped at :data:`~bertforge.objectives.mlm.EXP_FLOOR`). The gradient
-    softmax − one-hot is written in the logits' dtype, never as an (N, V) FP32 copy under bf16 (the idea of
-    fused/chunked vocabulary losses, e.g. Wijmans et al. 2024 "Cut your losses in large-vocabulary language
-    models"):
-
-    * FP32 logits that need a gradient: forward writes exp(x − max) of each chunk straight into the
-      gradient's memory (a :class:`ReusedBuffer`), so backward only scales each row by g / Σexp and
-      subtracts g at the target — no second pass of exp;
-    * otherwise forward keeps only the (N,) log-sum-exp, and backward rebuilds exp(x − lse) chunk by chunk.
-
-    Also returns, without gradient, whether each row's target holds the row maximum (its arg-max, but for
-    exact ties)."""
-
-    @staticmethod
-    def forward(ctx, logits, target, chunk_bytes: int):
-        return _ce_forward(ctx, logits, target, chunk_bytes)
-
-    @staticmethod
-    def backward(ctx, grad_rows, _grad_correct):
-        return _ce_backward(ctx, grad_rows)[0], None, None
-
-
-class _BiasedCrossEntropy(torch.autograd.Function):
-    """:class:`_ChunkedCrossEntropy` of ``logits + bias``, the bias added in place into ``logits`` (N, V)
-    chunk by chunk as the loss reads them (returned as the third output, for other uses), and its gradient
-    summed from the same chunks: the decoder's GEMM then runs without its bias — no (N, V) bias broadcast
-    before it and no separate column-sum pass after it."""
-
-    @staticmethod
-    def forward(ctx, logits, bias, target, chunk_bytes: int):
-        ctx.set_materialize_grads(False)  # logits often have no other use: no (N, V) zero gradient for them
-        rows, correct = _ce_forward(ctx, logits, target, chunk_bytes, bias=bias)
-        ctx.mark_dirty(logits)
-        return rows, correct, logits
-
-    @staticmethod
-    def backward(ctx, grad_rows, _grad_correct, grad_logits):
-        if grad_rows is None:
-            grad_rows = torch.zeros_like(ctx.saved_tensors[2])  # the loss itself unused: its gradient is 0
-        grad, gb = _ce_backward(ctx, grad_rows, grad_logits, bias_grad=ctx.needs_input_grad[1])
-        return grad, gb, None, None
-
-
-def vocab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, chunk_bytes: int = 1 << 21) -> tuple:
-    """Cross-entropy of ``logits`` (N, V) (any float dtype; computed in FP32) against ``target`` (N,) class
-    ids, in row chunks of ``chunk_bytes`` of FP32 (:class:`_ChunkedCrossEntropy`). Returns
-    ``(loss_per_row (N,) float32, correct (N,) bool)`` as :func:`bertforge.objectives.mlm.vocab_cross_entropy`
-    does; equal to ``F.cross_entropy(logits.float(), target, reduction="none")`` and its gradient (tests)."""
-    return _ChunkedCrossEntropy.apply(logits, target, chunk_bytes)
-
-
-class CpuMLMPrediction(MLMPrediction):
-    """:class:`~bertforge.objectives.mlm.MLMPrediction` whose sparse (N, E) → (N, V) decoder writes into
-    memory reused from the previous step and shares the tied weight's gradient with the token lookup
-    (:class:`_DecoderLinear`), and whose cross-entropy adds the decoder bias inside its row chunks in FP32
-    training (:class:`_BiasedCrossEntropy`)."""
-
-    def kernel_setup(self) -> None:
-        """Called by :func:`bertforge.engine.kernels.apply_kernels` after the class swap."""
-        if "_logits_buffer" not in self.__dict__:
-            self._logits_buffer = ReusedBuffer()  # scratch memory, not state: never saved
-        if self._embedding:
-            share_tied_gradient(self._embedding[0])
-
-    def kernel_teardown(self) -> None:
-        """Called by :func:`bertforge.engine.kernels.apply_kernels` before the class is swapped back."""
-        self.__dict__.pop("_logits_buffer", None)
-
-    def tie(self, word_embeddings: nn.Embedding) -> None:
-        super().tie(word_embeddings)
-        share_tied_gradient(word_embeddings)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if compiling():
-            return super().forward(h)
-        return self._decode(self._transform(h))
-
-    @staticmethod
-    def _sparse_training_dtype(x: torch.Tensor) -> Optional[torch.dtype]:
-        """The compute dtype (autocast's, else ``x``'s) of the sparse CPU training path for (N, E) ``x``;
-        None when that path does not apply."""
-        if x.dim() == 2 and x.device.type == "cpu" and torch.is_grad_enabled():
-            return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-        return None
-
-    def _decode(self, x: torch.Tensor, bias: bool = True) -> torch.Tensor:
-        dt = self._sparse_training_dtype(x)
-        if dt is None:
-            return F.linear(x, self.decoder_weight, self.bias)
-        # sparse training path: (N, V) logits in memory reused from the previous step (see ReusedBuffer)
-        w = self.decoder_weight
-        tied = tied_gradient(self._embedding[0]) if w.dtype == dt else None
-        return _DecoderLinear.apply(x.to(dt), w.to(dt), self.bias.to(dt) if bias else None, self._logits_buffer,
-                                    tied)
-
-    def logits_and_cross_entropy(self, h: torch.Tensor, target: torch.Tensor, chunk_bytes: int = 1 << 21):
-        """As :meth:`MLMPrediction.logits_and_cross_entropy`, the loss in row chunks of ``chunk_bytes``."""
-        if compiling():
-            return super().logits_and_cross_entropy(h, target)
-        x = self._transform(h)
-        if self._sparse_training_dtype(x) == torch.float32 and self.decoder_weight.dtype == torch.float32:
-            rows, correct, logits = _BiasedCrossEntropy.apply(self._decode(x, bias=False), self.bias, target,
-                                                              chunk_bytes)
-            return logits, rows, correct
-        logits = self._decode(x)
-        return (logits, *vocab_cross_entropy(logits, target, chunk_bytes))
-
-
-__all__ = ["CpuEmbeddings", "CpuEncoder", "CpuEncoderLayer", "CpuFeedForward", "CpuMLMPrediction",
-           "CpuMultiHeadAttention", "Packing", "attention_product", "fused_self_attention", "token_embedding",
-           "vocab_cross_entropy"]
+__all__ = ["CpuEmbeddings", "CpuEncoder", "CpuEncoderLayer", "CpuFeedForward", "CpuMultiHeadAttention",
+           "attention_product", "fused_self_attention", "token_embedding"]

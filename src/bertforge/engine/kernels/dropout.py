@@ -108,6 +108,8 @@ class Dropout(nn.Dropout):
     """Drop-in :class:`torch.nn.Dropout` (same ``p``, ``train()``/``eval()``) with the cheap CPU mask; under
     ``torch.compile`` it is torch's dropout."""
 
+    kernels = "cpu"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return super().forward(x)

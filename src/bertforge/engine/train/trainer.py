@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from ...config import Recipe
 from ...errors import ConfigError, TrainingError
 from ...io import _explain, append_jsonl
-from ..kernels import apply_kernels
+from ..kernels import apply_kernels, kernels_in_use
 from ..kernels.allocator import keep_freed_memory
 from . import checkpoint as ckpt
 from . import distributed as dist_utils
@@ -96,6 +96,8 @@ class Trainer:
         set_seed(self.cfg.seed)
         self.model = model.to(self.device)
         self.model = apply_kernels(self.model, getattr(self.impl, "kernels", "auto"))  # speed: impl.kernels
+        #: the kernels in effect (``cpu`` | ``none``), named in the line :meth:`fit` prints when the run starts
+        self.kernels = kernels_in_use(self.model)
         if self.cfg.dropout_off:
             for m in self.model.modules():
                 if isinstance(m, nn.Dropout):
@@ -284,6 +286,8 @@ class Trainer:
         if self.is_main:
             self.recipe.save(self.out_dir / "recipe.yaml")
         dist_utils.barrier(self.ctx)
+        if self.is_main:
+            print(self.start_line(), file=sys.stderr, flush=True)
         from tqdm.auto import tqdm
         bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
                    disable=not (self.impl.progress and self.is_main), dynamic_ncols=True)
@@ -346,6 +350,13 @@ class Trainer:
                                                   self.cfg.load_best_at_end, self.cfg.save_every)
         return {"step": self.step, "best": self.best, "best_step": self.best_step, "model_step": model_step,
                 **last_metrics}
+
+    def start_line(self) -> str:
+        """The line :meth:`fit` prints on stderr (rank 0) when the run starts: from which step, where, in which
+        dtype and with which kernels (``impl.kernels``, :mod:`bertforge.engine.kernels`), e.g.
+        ``bertforge train: step 0 of 40 on cpu, float32, kernels cpu (impl.kernels=auto)``."""
+        return (f"bertforge train: step {self.step} of {self.total_steps} on {self.device.type}, {self.dtype}, "
+                f"kernels {self.kernels} (impl.kernels={getattr(self.impl, 'kernels', 'auto')})")
 
     def _guard_finite(self, losses: list, bar) -> None:
         """TrainingError (``reason="non_finite_loss"``) before the optimizer step when a micro-batch loss of
