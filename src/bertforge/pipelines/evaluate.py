@@ -88,7 +88,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
         raise ConfigError(f"{model_dir} predicts {n_out} labels but task {task.name} has "
                           f"{task.num_labels}; pass the task it was fine-tuned on")
     if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
-        adapter.use_model_labels(model_dir)
+        adapter.use_model_labels(md)
     if hasattr(adapter, "use_model_thresholds"):  # multi-label: the thresholds saved in the dir
         adapter.use_model_thresholds(model_dir)
     elif threshold is not None or labels_file is not None:

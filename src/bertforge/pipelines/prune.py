@@ -169,7 +169,8 @@ def _task_and_adapter(model_dir, cfg, task_name, max_seq_len, tok):
     task = model_task(name, meta, model_dir)
     adapter = adapter_for(task, tok, max_seq_len or meta.max_seq_len or 128)
     if hasattr(adapter, "use_model_labels"):  # a tagger's tag set, as it was fine-tuned
-        adapter.use_model_labels(model_dir)
+        from ..checkpoint.modeldir import ModelDir
+        adapter.use_model_labels(ModelDir.open(model_dir))
     return task, adapter
 
 

@@ -95,8 +95,7 @@ class Runner(ABC):
     weights_file: Optional[str] = None
     size_bytes: Optional[int] = None
     tokenizer_dir: Optional[Path] = None
-    #: the :class:`~bertforge.checkpoint.modeldir.ModelDir` it was loaded from (set by ``load_runner``)
-    model_dir = None
+    _model_dir = None
 
     def __init__(self):
         self.info: dict = {}
@@ -108,11 +107,22 @@ class Runner(ABC):
         return head_kind(self.head, self.config) if self.head is not None else "unknown"
 
     @property
+    def model_dir(self):
+        """The :class:`~bertforge.checkpoint.modeldir.ModelDir` it was loaded from (``load_runner`` sets it;
+        opened from :attr:`path` on first use otherwise)."""
+        if self._model_dir is None:
+            from ..checkpoint.modeldir import ModelDir
+            self._model_dir = ModelDir.open(self.path, require_config=False)
+        return self._model_dir
+
+    @model_dir.setter
+    def model_dir(self, md) -> None:
+        self._model_dir = md
+
+    @property
     def meta(self):
         """bertforge's metadata of the model (:class:`~bertforge.checkpoint.modeldir.Meta`: task, thresholds,
         max length …), all None for a model bertforge did not write."""
-        if self.model_dir is not None:
-            return self.model_dir.meta
         from ..checkpoint.modeldir import Meta
         return Meta.from_config(self.config)
 

@@ -194,11 +194,13 @@ class TokenClassificationAdapter(TaskAdapter):
 
     def use_model_labels(self, model) -> None:
         """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
-        from a checkpoint dir's ``config.json`` (distill: the teacher's tags)."""
+        from an opened checkpoint dir (:class:`~bertforge.checkpoint.modeldir.ModelDir`: distill, the teacher's
+        tags)."""
         if isinstance(model, (str, Path)):
-            from ..checkpoint.modeldir import ModelDir
-            id2 = {int(k): v for k, v in (ModelDir.open(model).config.get("id2label") or {}).items()}
-            who = str(model)
+            raise TypeError("use_model_labels takes a model or ModelDir.open(path), not a path")
+        if isinstance(getattr(model, "config", None), dict):  # a ModelDir: its config.json's id2label
+            id2 = dict(enumerate(model.labels or []))
+            who = str(model.path)
         else:
             id2 = getattr(getattr(model, "config", None), "id2label", None)
             who = getattr(model, "source_dir", None) or "the model"

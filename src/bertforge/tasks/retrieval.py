@@ -522,9 +522,7 @@ class RetrievalAdapter(TaskAdapter):
         :mod:`bertforge.runtime` through :class:`bertforge.runtime.embedder.Embedder` (the dir's pooling)."""
         s = self.settings
         if not isinstance(model, torch.nn.Module):
-            from ..checkpoint.modeldir import ModelDir
-            p = model.model_dir.pooling if model.model_dir is not None else \
-                ModelDir.open(model.path, require_config=False).pooling
+            p = model.model_dir.pooling  # a runner: the pooling its dir declares
             return embed_texts(model, self.tok, texts, self.max_seq_len, p.mode, p.normalize, batch_size)
         return embed_texts(model, self.tok, texts, self.max_seq_len, s.pooling, s.normalize, batch_size)
 
