@@ -5,14 +5,17 @@ these; a notebook calls them directly (docs/python.md).
 =================  ===========================================  ==========================
 function           does                                         returns
 =================  ===========================================  ==========================
+``distill``        a teacher taught to a smaller student        :class:`TrainResult`
 ``quantize``       INT8 for a CPU kind, with the accuracy gate  :class:`QuantizeResult`
 ``export``         ONNX export (+ ORT optimisation)             :class:`ExportResult`
 ``evaluate``       a model dir's task metrics on labelled data  :class:`EvalResult`
 ``embed``          sentence embeddings of texts                 ``(N, d)`` float32 array
 =================  ===========================================  ==========================
 
-The functions are exported as ``bertforge.quantize``, ``bertforge.export``, ``bertforge.evaluate`` and
-``bertforge.embed`` (loaded on first use); each module here holds one of them with its option and result types.
+The functions are exported as ``bertforge.distill``, ``bertforge.quantize``, ``bertforge.export``,
+``bertforge.evaluate`` and ``bertforge.embed`` (loaded on first use); each module here holds one of them with its
+option and result types (:mod:`~bertforge.pipelines.distill` builds its teachers, data and student in
+:mod:`~bertforge.pipelines.distill_data`, its static table in :mod:`~bertforge.pipelines.distill_static`).
 """
 
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ...errors import BertforgeError, ConfigError
+from ...errors import BertforgeError
 from ...pipelines.recipe import apply_train_flags, build_recipe, check_flags_agree, check_recipe  # noqa: F401
-from ...pipelines.rundir import enclosing_output, holds_output
+from ...pipelines.rundir import check_cache_dir, enclosing_output, holds_output  # noqa: F401
 
 if TYPE_CHECKING:
     from ...config import Recipe
@@ -53,34 +53,6 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out (the old one is kept until the new run finishes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def check_cache_dir(cache: Path, out: Path, inputs: tuple = (), *, reuse_hint: str, kind: str = "a cache",
-                    is_cache=None, inside_out: bool = False) -> None:
-    """Refuse a ``--cache-dir`` before anything is written when it is a file; is, contains or lies inside an
-    input model dir or ``--out`` (with ``inside_out`` a dir below ``--out`` is fine, e.g. distill's default
-    ``<out>/teacher_cache``); holds files that ``is_cache(dir)`` rejects; or is / lies inside another run,
-    model, checkpoint or export dir, unless ``is_cache`` accepts it filled (an earlier distill run's
-    ``teacher_cache`` may be reused). Cache files would otherwise land where bertforge promises not to write.
-
-    Raises:
-        ConfigError: one line naming the overlap and the fix (``reuse_hint``: what else may be passed).
-    """
-    if cache.exists() and not cache.is_dir():
-        raise ConfigError(f"--cache-dir {cache} is a file; pass a directory (new, or {reuse_hint})")
-    res, out_res = cache.resolve(), Path(out).resolve()
-    for what, d in [("the input", Path(i).resolve()) for i in inputs] + [("--out", out_res)]:
-        below_out = inside_out and d == out_res
-        if d == res or res in d.parents or (d in res.parents and not below_out):
-            raise ConfigError(f"--cache-dir {cache} overlaps {what} {d}; choose a directory outside it")
-    if is_cache is not None and not is_cache(cache):
-        raise ConfigError(f"--cache-dir {cache} holds files that are not {kind}; pass a new or empty directory, "
-                          f"or {reuse_hint}")
-    parent = res if (cache.is_dir() and holds_output(res)) else enclosing_output(res)
-    reused = is_cache is not None and cache.is_dir() and any(cache.iterdir())
-    if parent is not None and not (inside_out and parent == out_res) and not reused:
-        raise ConfigError(f"--cache-dir {cache} lies inside {parent}, which holds a bertforge run or model; "
-                          f"choose a directory outside it")
 
 
 def check_out_file(out: Path, protected=(), inputs=(), overwrite: bool = False, flag: str = "--out",
