@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     from transformers import AutoModelForSequenceClassification
 
     from bertforge.tasks import adapter_for
-    from bertforge.cli.commands._common import resolve_model_dir
+    from bertforge.checkpoint.modeldir import resolve_model_dir
     from bertforge.tasks import get_task
     from bertforge.distill.cache import TeacherCache
     from bertforge.distill.data import DistillCollator, IndexedDataset

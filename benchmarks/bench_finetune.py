@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bertforge.tasks import adapter_for  # noqa: E402
-from bertforge.cli.commands._common import resolve_model_dir  # noqa: E402
+from bertforge.checkpoint.modeldir import resolve_model_dir  # noqa: E402
 from bertforge.tasks import get_task  # noqa: E402
 from bertforge.checkpoint import load_pretrained  # noqa: E402
 from bertforge.tokenizer import load_tokenizer  # noqa: E402

@@ -105,7 +105,7 @@ def items(seed=0):
 
 def hf_collator():
     import transformers
-    from bertforge.cli.commands._common import resolve_model_dir
+    from bertforge.checkpoint.modeldir import resolve_model_dir
     tok = transformers.AutoTokenizer.from_pretrained(str(resolve_model_dir("minilm")))
     assert len(tok) == V
     return transformers.DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)

@@ -1,11 +1,13 @@
 """docs/python.md's session, run as written: the Python API (bertforge.embed / quantize / finetune / export /
-evaluate / serve).
+evaluate / distill / serve).
 
 Truths: the session's own claims — the embedding pair that is close in meaning is closer than the unrelated
 one; the AVX2 INT8 dir records the 7-bit scheme and a cosine gate, and its vectors keep cosine ≥ 0.95 with
 FP32's; the export's FP32 parity is < 1e-4; evaluate scores exactly the rows asked for, with the same metrics
 the CLI prints for the same dir; a 64-step fine-tune is above chance, and its exported graph scores what the run
-reported on the same 200 dev rows; the server it starts answers with both SST-2 labels and probabilities that
+reported on the same 200 dev rows; the 32-step distillation writes a student with the two layers asked for (the
+dir's own config.json), fewer parameters than its teacher, and `evaluate` of that dir scores what the run's last
+evaluation reported; the server it starts answers with both SST-2 labels and probabilities that
 sum to 1, the model's own prediction for that text first, and is stopped after.
 """
 import json
@@ -36,6 +38,12 @@ def test_the_python_session_of_the_docs_runs_and_its_claims_hold(tmp_path, data_
     assert ft.metrics["step"] == 64 and (ft.out / "recipe.yaml").is_file() and (ft.out / "model.safetensors").is_file()
     assert r.task.name == "sst2" and r.n == 200 and ft.metrics["accuracy"] > 0.6
     assert r.metrics["accuracy"] == pytest.approx(ft.metrics["accuracy"], abs=0.011)  # ONNX vs PyTorch: ≤ 2 rows
+    kd, s = ns["kd"], ns["s"]
+    cfg = json.loads((kd.out / "config.json").read_text())
+    assert kd.metrics["step"] == 32 and kd.metrics["method"] == "kd" and kd.metrics["stage"] == "task"
+    assert cfg["num_hidden_layers"] == 2 and cfg["bertforge"]["task"] == "sst2"
+    assert kd.metrics["student_params"] < kd.metrics["teacher_params"]
+    assert s.n == 200 and s.metrics["accuracy"] == pytest.approx(kd.metrics["accuracy"], abs=1e-9)
     answer, srv = ns["answer"], ns["srv"]
     assert sorted(a["label"] for a in answer) == ["0", "1"] and sum(a["score"] for a in answer) == pytest.approx(1)
     from bertforge.checkpoint import load_pretrained

@@ -4,6 +4,8 @@ Pretrain (BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT), fine-tune, distill (KD, Dis
 MiniLM), prune, quantize and benchmark — on one encoder core, one Trainer and Hugging Face checkpoint
 directories in and out.
 """
+from types import ModuleType as _ModuleType
+
 __version__ = "0.1.0"
 
 #: public names → the module that defines them, imported on first use (PEP 562), so that `import bertforge`
@@ -21,8 +23,25 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "Features", "TaskModel", "load_pretrained",
-           "save_pretrained", "finetune", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
+           "save_pretrained", "finetune", "distill", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
            "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
+
+
+class _DistillPackage(_ModuleType):
+    """The class of ``bertforge.distill``, which is two things: the distillation subpackage (losses, layer maps,
+    students, the distiller; ``bertforge.distill.distiller`` …) and, called, the Python API's distillation,
+    :func:`bertforge.pipelines.distill.distill` (loaded on the first call). A lazy name cannot take the
+    subpackage's place: importing any of its modules binds ``bertforge.distill`` to the package again."""
+
+    def __call__(self, teacher, student, out, **options):
+        """:func:`bertforge.pipelines.distill.distill`: ``teacher`` into ``student``, written to ``out``."""
+        import importlib
+        return importlib.import_module(".pipelines.distill", __name__).distill(teacher, student, out, **options)
+
+
+from . import distill  # noqa: E402  (the subpackage: a docstring only, no torch)
+
+distill.__class__ = _DistillPackage
 
 
 def __getattr__(name: str):

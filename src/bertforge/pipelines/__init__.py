@@ -6,6 +6,7 @@ these; a notebook calls them directly (docs/python.md).
 function             does                                                         returns
 ===================  ===========================================================  ==========================
 ``finetune``         fine-tune on a labelled task with the one Trainer            :class:`TrainResult`
+``distill``          a teacher taught to a smaller student                        :class:`TrainResult`
 ``pretrain``         pretrain an encoder from raw text (BERT, RoBERTa, ALBERT …)  :class:`TrainResult`
 ``prune``            heads / FFN neurons by importance, or weights by magnitude   :class:`PruneResult`
 ``translate_train``  train a translation Transformer on parallel text             :class:`TrainResult`
@@ -21,14 +22,9 @@ function             does                                                       
 
 The functions are exported at the top of the package (``bertforge.pretrain``, ``bertforge.prune`` …, loaded on
 first use); each module here holds one job with its option and result types (``translate.py``: both
-``translate_train`` and ``translate``). ``demo.py`` (with ``demo_report.py``) holds the demo's stage table and
-report: its stages are ``bertforge`` commands, so ``bertforge demo`` passes the command runner in
-(:func:`bertforge.pipelines.demo.demo_with`).
+``translate_train`` and ``translate``; ``distill.py`` builds its teachers, data and student in
+``distill_data.py``, its static table in ``distill_static.py``). ``demo.py`` (with ``demo_report.py``) holds the
+demo's stage table and report: its stages are ``bertforge`` commands, so ``bertforge demo`` passes the command
+runner in (:func:`bertforge.pipelines.demo.demo_with`). A model dir is opened with
+:class:`bertforge.checkpoint.modeldir.ModelDir`.
 """
-
-
-def resolve_model_dir(name):
-    """:func:`bertforge.checkpoint.read.resolve_model_dir`, imported on first call: a pipeline module loads
-    without torch, so its options are checked (and the CLI's errors worded) before torch loads."""
-    from ..checkpoint.read import resolve_model_dir as resolve
-    return resolve(name)

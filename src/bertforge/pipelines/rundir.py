@@ -37,7 +37,7 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from ..errors import BertforgeError
+from ..errors import BertforgeError, ConfigError
 from ..io import _explain, remove_stale_siblings, staging_dir, swap_in
 
 #: what a folder bertforge wrote holds at its top: a run, a checkpoint, or an exported graph

@@ -44,7 +44,7 @@ def file_fingerprint(path) -> dict:
 
 def numbered(flag: str, i: int, n: int) -> str:
     """The name of the ``i``-th (0-based) of ``n`` values of a many-valued flag: ``--teacher`` for one,
-    ``--teacher #2`` for the second of several (the names :func:`bertforge.cli.commands.distill.
+    ``--teacher #2`` for the second of several (the names :func:`bertforge.pipelines.distill.
     source_fingerprints` gives the teachers)."""
     return flag if n == 1 else f"{flag} #{i + 1}"
 
