@@ -10,16 +10,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from ...errors import BertforgeError  # noqa: F401
+from ...checkpoint.modeldir import resolve  # noqa: F401  a model name → its path (torch-free)
 from ...pipelines.outputs import check_cache_dir, check_out_file, check_out_files  # noqa: F401
 from ...pipelines.recipe import apply_train_flags, build_recipe, check_flags_agree, check_recipe  # noqa: F401
-from ...pipelines.rundir import enclosing_output, holds_output  # noqa: F401
-
-if TYPE_CHECKING:
-    from ...config import Recipe
-
-
-from ...checkpoint.modeldir import resolve  # noqa: E402,F401  a model name → its path (torch-free)
 
 
 def add_recipe_args(p: argparse.ArgumentParser, default_recipe: Optional[str] = None) -> None:
