@@ -54,7 +54,8 @@ def _ner_dir(root: Path) -> Path:
 def _ner_adapter(model_dir: Path, runner, max_seq_len: int):
     from bertforge.tasks import adapter_for, get_task
     adapter = adapter_for(get_task("ner"), runner.tokenizer, max_seq_len)
-    adapter.use_model_labels(model_dir)
+    from bertforge.checkpoint.modeldir import ModelDir
+    adapter.use_model_labels(ModelDir.open(model_dir))  # a dir is read through ModelDir
     return adapter
 
 
