@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Optional
 
 
-def embed(model, texts, *, max_seq_len: int = 256, batch_size: int = 32, dim: Optional[int] = None,
+def embed(model, texts, *, max_seq_len: Optional[int] = None, batch_size: int = 32, dim: Optional[int] = None,
           normalize: Optional[bool] = None, threads: Optional[int] = None):
     """(N, d) float32 sentence embeddings of ``texts`` (a list of str) by ``model`` — a checkpoint dir, an
     export / INT8 dir, a static embedding dir or ``"minilm"`` — pooled as the dir declares (its
     ``1_Pooling``; mean otherwise), cut to ``dim`` coordinates (Matryoshka) and L2-normalised when the dir says
-    so (``normalize`` overrides). Texts are cut at ``max_seq_len`` tokens.
+    so (``normalize`` overrides). Texts are cut at ``max_seq_len`` tokens (None: the ``max_seq_length`` the dir
+    declares, capped at its positions — where the server cuts them too).
 
     Raises:
         ConfigError: ``texts`` is a single string or holds a non-string; ``dim`` wider than the model.

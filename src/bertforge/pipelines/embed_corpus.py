@@ -44,7 +44,7 @@ class EmbedCorpusOptions:
 
     shard_size: int = 100_000
     batch_size: int = 64
-    max_seq_len: int = 256
+    max_seq_len: Optional[int] = None
     threads: Optional[int] = None
     backend: str = "auto"
     index: Optional[str] = None
@@ -82,7 +82,7 @@ def embed_corpus_with(model, inputs: list, out, args: EmbedCorpusOptions) -> Emb
     """:func:`embed_corpus` from a complete :class:`EmbedCorpusOptions` (what the verb builds from its flags)."""
     from ..data.stream import check_inputs, plan_shards
     for flag, v in (("--shard-size", args.shard_size), ("--batch-size", args.batch_size),
-                    ("--max-seq-len", args.max_seq_len)):
+                    ("--max-seq-len", 1 if args.max_seq_len is None else args.max_seq_len)):
         if v < 1:
             raise ConfigError(f"{flag} {v}: pass a positive number")
     for flag, v, choices in (("--backend", args.backend, ("auto", "torch", "onnxruntime")),
@@ -258,6 +258,7 @@ def embed_shards(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     if not embedder.can_embed:
         raise ConfigError(f"{model_dir} outputs logits only; pass an embedding model (encoder or static dir)")
     dim = int(embedder.embed(["dimension probe"], 8, 1).shape[1])
+    args.max_seq_len = args.max_seq_len or embedder.max_seq_len  # the dir's declared length, as /embed cuts
     key = _key(model_dir, inputs, args, dim, embedder.pooling)
     mpath = out / "manifest.json"
     old = None

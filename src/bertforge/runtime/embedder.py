@@ -79,6 +79,9 @@ class Embedder:
                               f"vectors; pass a smaller --dim")
         #: coordinates kept (Matryoshka truncation); None: all
         self.dim = dim
+        #: tokens a text is cut at when no ``max_seq_len`` is given: the dir's declared ``max_seq_length``
+        #: capped at the positions, as the server cuts (:meth:`~bertforge.checkpoint.modeldir.ModelDir.embed_max_length`)
+        self.max_seq_len = md.embed_max_length(self.max_positions)
 
     @property
     def width(self) -> Optional[int]:
@@ -95,13 +98,15 @@ class Embedder:
         encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len), offsets=False)
         return length_sorted_batches(encs, pad_id(self.tok), batch_size)
 
-    def embed(self, texts: list, max_seq_len: int = 256, batch_size: int = 16,
+    def embed(self, texts: list, max_seq_len: Optional[int] = None, batch_size: int = 16,
               normalize: Optional[bool] = None) -> np.ndarray:
         """Sentence embeddings, (N, dim or H) float32, in the order of ``texts``: the last hidden states pooled
         by :attr:`pooling` (:func:`bertforge.models.pooling.pool_numpy`), cut to :attr:`dim` coordinates, then
         L2-normalised when the dir says so (``normalize`` overrides it). Texts are cut at ``max_seq_len``
-        tokens (capped at the model's positions); batches are formed by length."""
+        tokens (capped at the model's positions; None: :attr:`max_seq_len`, what the dir declares); batches
+        are formed by length."""
         from ..models.pooling import pool_numpy
+        max_seq_len = max_seq_len or self.max_seq_len
         norm = self.pooling.normalize if normalize is None else normalize
         width = self.dim or self.width or 0
         out = np.zeros((len(texts), width), dtype=np.float32) if width else None
@@ -178,7 +183,7 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
 
 
 # ------------------------------------------------------------------------------------------ metrics
-def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: int = 256,
+def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: Optional[int] = None,
                        top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False) -> dict:
     """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
     (:class:`bertforge.runtime.embedder.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
@@ -187,6 +192,7 @@ def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 3
     with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
     from ..metrics.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
     doc_ids, q_ids = list(data.corpus), list(data.queries)
+    max_seq_len = max_seq_len or embedder.max_seq_len
     t0 = time.perf_counter()
     dv = embedder.embed([data.corpus[d] for d in doc_ids], max_seq_len, batch_size)
     t1 = time.perf_counter()
