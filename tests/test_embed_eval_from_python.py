@@ -49,5 +49,5 @@ def test_two_tiny_models_are_scored_in_order_as_their_embedders_score(tmp_path):
         assert row["params"] == sum(p.numel() for p in e.runner.model.parameters())
         assert row["latency_ms"] > 0 and row["latency_seq_len"] == 32
     assert json.loads(out.read_text()) == r.record
-    with pytest.raises(ConfigError, match="--reference 'third' is none of the models"):
+    with pytest.raises(ConfigError, match="^reference 'third' is none of the models"):
         bertforge.embed_eval([f"first={a}"], seq_len=32, rounds=1, iters=1, reference="third", no_progress=True)

@@ -136,7 +136,7 @@ def test_onnx_runtime_on_this_host_computes_the_scheme_it_was_given(graphs):
 
 def test_bench_warns_when_an_int8_graph_runs_on_another_cpu_kind(graphs, capsys):
     from bertforge.cli import main
-    from bertforge.cli.commands.bench import target_mismatch
+    from bertforge.runtime.bench import target_mismatch
     here = Q.host_target()
     other = "avx2" if here != "avx2" else "vnni"
     assert target_mismatch({"int8_target": here, "int8_scheme": Q.DEFAULT_SCHEME[here]}) is None

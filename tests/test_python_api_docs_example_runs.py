@@ -62,13 +62,30 @@ def test_the_python_session_of_the_docs_runs_and_its_claims_hold(tmp_path, data_
     assert cli["accuracy"] == pytest.approx(r.metrics["accuracy"]) and cli["n"] == 200
 
 
-def test_python_api_errors_are_the_cli_errors(tmp_path):
+def test_python_api_errors_name_the_python_options(tmp_path, capsys):
+    """The CLI's check, worded with the Python option's name for a Python caller (and the flag for the CLI);
+    values of the wrong type refused in one line before anything is written."""
     import bertforge
-    from bertforge.errors import BertforgeError
-    with pytest.raises(BertforgeError, match="--max-drop -1 is not a number of points"):
+    from bertforge.cli import main
+    from bertforge.errors import BertforgeError, ConfigError
+    with pytest.raises(BertforgeError, match=r"^max_drop -1 is not a number of points"):
         bertforge.quantize("minilm", tmp_path / "q", max_drop=-1)
+    assert main(["quantize", "--model", "minilm", "--out", str(tmp_path / "q"), "--max-drop", "-1"]) == 2
+    assert "--max-drop -1 is not a number of points" in capsys.readouterr().err
     with pytest.raises(BertforgeError, match="unknown option"):
         bertforge.quantize("minilm", tmp_path / "q", max_dorp=1)
+    for bad, said in (({"overwrite": "no"}, "overwrite='no' is a str; pass True or False"),
+                      ({"max_drop": "0.5"}, "max_drop='0.5' is a str; pass a number"),
+                      ({"calib_samples": 1.5}, "calib_samples=1.5 is a float; pass a whole number"),
+                      ({"scheme": "u4"}, "scheme 'u4' is not an INT8 scheme")):
+        with pytest.raises(ConfigError, match=said):
+            bertforge.quantize("minilm", tmp_path / "q", **bad)
+    for texts in (None, 3, ["ok", 4]):
+        with pytest.raises(ConfigError, match="texts"):
+            bertforge.embed("minilm", texts)
+    with pytest.raises(ConfigError, match="max_seq_len=2 leaves no room"):
+        bertforge.embed("minilm", ["x"], max_seq_len=2)
+    assert bertforge.embed("minilm", (t for t in ["a", "b"])).shape == (2, 384)  # any iterable, read once
     with pytest.raises(BertforgeError, match="list of strings"):
         bertforge.embed("minilm", "one text")
     assert not (tmp_path / "q").exists()

@@ -19,12 +19,15 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "prune": ".pipelines.prune", "translate": ".pipelines.translate",
          "translate_train": ".pipelines.translate", "embed_corpus": ".pipelines.embed_corpus",
          "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench",
+         "predict": ".pipelines.predict", "retrieval_eval": ".pipelines.retrieval_eval", "bench": ".pipelines.bench",
+         "ModelDir": ".checkpoint.modeldir",
          # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
          "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "Features", "TaskModel", "load_pretrained",
            "save_pretrained", "finetune", "distill", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
-           "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
+           "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve", "predict",
+           "retrieval_eval", "bench", "ModelDir"]
 
 
 class _DistillPackage(_ModuleType):

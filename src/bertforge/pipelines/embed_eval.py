@@ -16,12 +16,13 @@ overlap@10 of nearest neighbours) and NDCG@10 / MRR@10 / Recall@1 of a retrieval
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ..checkpoint.modeldir import resolve
 from ..errors import ConfigError, require_at_least
+from .options import options_from, python_names
 
 
 @dataclass
@@ -83,13 +84,12 @@ def embed_eval(models: Union[dict, list, str], **options) -> EmbedEvalResult:
         ConfigError: an option out of range, two models of one name, ``seq_len`` beyond a model's positions,
             a ``reference`` that names no model; BertforgeError: an ``out`` file that is refused (all before
             any model runs)."""
-    unknown = sorted(set(options) - {f.name for f in fields(EmbedEvalOptions)})
-    if unknown:
-        raise ConfigError(f"embed_eval() got unknown option(s) {', '.join(unknown)}; see EmbedEvalOptions")
     if isinstance(models, (str, Path)):
         models = [str(models)]
     specs = [f"{n}={p}" for n, p in models.items()] if isinstance(models, dict) else [str(m) for m in models]
-    return embed_eval_with(specs, EmbedEvalOptions(**options))
+    opts = options_from(EmbedEvalOptions, "embed_eval", options)
+    with python_names(EmbedEvalOptions):
+        return embed_eval_with(specs, opts)
 
 
 def embed_eval_with(models: list, args: EmbedEvalOptions) -> EmbedEvalResult:

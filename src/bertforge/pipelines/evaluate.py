@@ -7,6 +7,7 @@ task, the task adapter and the runner every verb that scores a model uses).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,12 @@ def evaluate(model, data, *, task: Optional[str] = None, max_seq_len: Optional[i
     Raises:
         ConfigError: an unknown task, a head that does not fit it, a bad length or batch size.
         DataError / CheckpointError: unreadable data or model dir."""
+    from .options import check_option
+    batch_size = check_option("evaluate", "batch_size", batch_size, int)
+    max_samples = check_option("evaluate", "max_samples", max_samples, Optional[int])
+    max_seq_len = check_option("evaluate", "max_seq_len", max_seq_len, Optional[int])
+    if data is None or not isinstance(data, (str, os.PathLike)):
+        raise ConfigError(f"evaluate(): data={data!r:.60} is a {type(data).__name__}; pass the labelled file's path")
     require_at_least("batch_size", batch_size, 1)
     require_at_least("max_samples", max_samples, 1)
     model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file)

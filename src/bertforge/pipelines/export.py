@@ -6,12 +6,13 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -41,10 +42,14 @@ def export(model, out, **options) -> ExportResult:
 
     Raises:
         ConfigError: contradicting options. BertforgeError: the exporter failed or FP32 parity exceeds 1e-4."""
-    unknown = sorted(set(options) - {f.name for f in fields(ExportOptions)})
-    if unknown:
-        raise ConfigError(f"export() got unknown option(s) {', '.join(unknown)}; see ExportOptions")
-    rec = _run(model, out, ExportOptions(**options))
+    opts = options_from(ExportOptions, "export", options)
+    with python_names(ExportOptions):
+        return export_with(model, out, opts)
+
+
+def export_with(model, out, opts: ExportOptions) -> ExportResult:
+    """:func:`export` from a complete :class:`ExportOptions` (what the verb builds from its flags)."""
+    rec = _run(model, out, opts)
     return ExportResult(Path(rec["out"]), rec)
 
 
@@ -88,4 +93,4 @@ def _export_static(out, args, model_dir) -> dict:
     return {"model": str(model_dir), "out": str(run_dir.out), **rec}
 
 
-__all__ = ["ExportOptions", "ExportResult", "export"]
+__all__ = ["export_with", "ExportOptions", "ExportResult", "export"]

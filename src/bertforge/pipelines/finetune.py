@@ -9,13 +9,14 @@ into a run folder that holds the model, ``recipe.yaml`` and ``metrics.jsonl``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError, DataError
 from .recipe import build_recipe
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -57,18 +58,20 @@ class TrainResult:
     metrics: dict
 
 
-def finetune(model, task, train, out, **options) -> TrainResult:
+def finetune(model, task=None, train=None, out=None, **options) -> TrainResult:
     """Fine-tune ``model`` (a checkpoint dir or ``"minilm"``) on ``task`` (``sst2``, ``stsb``, ``conll2003``,
-    ``squad``, ``goemotions``, ``retrieval`` … or a custom spec via ``overrides``) with the training file
-    ``train``, into the run folder ``out``; ``options``: the other fields of :class:`FinetuneOptions`.
+    ``squad``, ``goemotions``, ``retrieval`` … or a custom spec via ``overrides``; None: the task ``model`` was
+    fine-tuned on) with the training file ``train`` (None: the task's own data, where it has some), into the
+    run folder ``out``; ``options``: the other fields of :class:`FinetuneOptions`.
 
     Raises:
         ConfigError / DataError / CheckpointError: one line naming what to change (checked before anything
             is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(FinetuneOptions)})
-    if unknown:
-        raise ConfigError(f"finetune() got unknown option(s) {', '.join(unknown)}; see FinetuneOptions")
-    return finetune_with(FinetuneOptions(model=str(model), task=task, train=str(train), out=str(out), **options))
+    if out is None:
+        raise ConfigError("finetune(): pass out, the run folder to write (e.g. out='runs/sst2')")
+    opts = options_from(FinetuneOptions, "finetune", dict(model=model, task=task, train=train, out=out, **options))
+    with python_names(FinetuneOptions):
+        return finetune_with(opts)
 
 
 def finetune_with(opts: FinetuneOptions) -> TrainResult:

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
@@ -27,6 +27,7 @@ from .finetune import TrainResult
 from .outputs import check_cache_dir
 from .recipe import apply_train_flags, check_flags_agree, check_recipe
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -76,13 +77,12 @@ def pretrain(objective, corpus: Union[str, Path, list, None], out, **options) ->
     Raises:
         ConfigError / DataError / CheckpointError: one line naming what to change (checked before the run
             folder is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(PretrainOptions)})
-    if unknown:
-        raise ConfigError(f"pretrain() got unknown option(s) {', '.join(unknown)}; see PretrainOptions")
     if isinstance(corpus, (str, Path)):
         corpus = [corpus]
-    return pretrain_with(PretrainOptions(objective=objective, out=str(out),
-                                         corpus=None if corpus is None else [str(c) for c in corpus], **options))
+    opts = options_from(PretrainOptions, "pretrain", dict(objective=objective, out=out, **options),
+                        corpus=None if corpus is None else [str(c) for c in corpus])
+    with python_names(PretrainOptions):
+        return pretrain_with(opts)
 
 
 def pretrain_with(opts: PretrainOptions) -> TrainResult:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +26,7 @@ from ..errors import ConfigError, DataError, require_at_least
 from ..checkpoint.layout import carry_declarations
 from ..io import json_safe
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -71,14 +72,12 @@ def prune(model, out, **options) -> PruneResult:
     Raises:
         ConfigError: an out-of-range share, importance options with ``magnitude``, nothing to prune, head
             pruning without ``data``; DataError: unreadable ``data`` / ``eval`` (all before ``out`` is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(PruneOptions)})
-    if unknown:
-        raise ConfigError(f"prune() got unknown option(s) {', '.join(unknown)}; see PruneOptions")
-    opts = PruneOptions(**options)
+    opts = options_from(PruneOptions, "prune", options)
     for key in ("data", "eval"):
         if getattr(opts, key) is not None:
             setattr(opts, key, str(getattr(opts, key)))
-    return prune_with(model, out, opts)
+    with python_names(PruneOptions):
+        return prune_with(model, out, opts)
 
 
 def prune_with(model, out, opts: PruneOptions) -> PruneResult:

@@ -10,12 +10,13 @@ accuracy gate (:mod:`bertforge.compress.int8`); PyTorch: torch.ao dynamic INT8. 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ..errors import BertforgeError, ConfigError, require_at_least
 from .rundir import RunDir
+from .options import options_from, python_names
 
 
 @dataclass
@@ -65,10 +66,13 @@ def quantize(model, out, **options) -> QuantizeResult:
     Raises:
         ConfigError: contradicting or out-of-range options, an input that is already exported / quantized.
         BertforgeError: the accuracy gate finds no scheme within ``max_drop`` (nothing is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(QuantizeOptions)})
-    if unknown:
-        raise ConfigError(f"quantize() got unknown option(s) {', '.join(unknown)}; see QuantizeOptions")
-    opts = QuantizeOptions(**options)
+    opts = options_from(QuantizeOptions, "quantize", options)
+    with python_names(QuantizeOptions):
+        return quantize_with(model, out, opts)
+
+
+def quantize_with(model, out, opts: QuantizeOptions) -> QuantizeResult:
+    """:func:`quantize` from a complete :class:`QuantizeOptions` (what the verb builds from its flags)."""
     rec = _run(model, out, opts)
     return QuantizeResult(Path(rec["out"]), rec)
 
@@ -170,6 +174,8 @@ def _saturation_note(args) -> Optional[str]:
 def _check_int8_args(args) -> None:
     """One line for INT8 options that contradict each other or are out of range (before anything is read)."""
     from ..compress.int8 import SCHEMES
+    if args.scheme is not None and args.scheme not in SCHEMES:
+        raise ConfigError(f"--scheme {args.scheme!r} is not an INT8 scheme; choose one of {', '.join(SCHEMES)}")
     if args.reduce_range and args.scheme not in (None, "u8s8-7bit"):
         raise ConfigError(f"--reduce-range means --scheme u8s8-7bit, not {args.scheme}; pass one of them")
     if args.calibration and not (args.scheme and SCHEMES[args.scheme].static):
@@ -256,4 +262,4 @@ def _encode(tok, texts: list, max_len: int) -> list:
     return out
 
 
-__all__ = ["QuantizeOptions", "QuantizeResult", "quantize", "gate_spec", "calibration_texts"]
+__all__ = ["quantize_with", "QuantizeOptions", "QuantizeResult", "quantize", "gate_spec", "calibration_texts"]

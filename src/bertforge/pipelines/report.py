@@ -21,7 +21,10 @@ def _main_rank() -> bool:
 
 
 def _number(x: float) -> str:
-    """``1``, ``2.5``, ``0.33``: at most two decimals, no trailing zeros."""
+    """``1``, ``2.5``, ``0.33``: at most two decimals, no trailing zeros; a small positive share keeps two
+    significant digits (``0.00075``), never ``0``."""
+    if 0 < abs(x) < 0.005:
+        return f"{x:.2g}"
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 

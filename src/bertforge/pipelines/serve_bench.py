@@ -18,12 +18,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
 from ..checkpoint.modeldir import resolve
 from ..errors import BertforgeError, ConfigError, require_at_least
+from .options import options_from, python_names
 
 #: the options of ``bertforge serve`` a run passes on when the server offers them (the verb passes the ones its
 #: build's ``serve`` has; a Python caller gets this package's)
@@ -74,13 +75,12 @@ def serve_bench(models: Union[dict, list, str], **options) -> ServeBenchResult:
     Raises:
         ConfigError: an option out of range, a name given twice; BertforgeError: a model dir or ``texts`` file
             that does not exist, a refused ``out``, a server that does not start."""
-    unknown = sorted(set(options) - {f.name for f in fields(ServeBenchOptions)})
-    if unknown:
-        raise ConfigError(f"serve_bench() got unknown option(s) {', '.join(unknown)}; see ServeBenchOptions")
     if isinstance(models, (str, Path)):
         models = [str(models)]
     specs = [f"{n}={p}" for n, p in models.items()] if isinstance(models, dict) else [str(m) for m in models]
-    return serve_bench_with(specs, ServeBenchOptions(**options))
+    opts = options_from(ServeBenchOptions, "serve_bench", options)
+    with python_names(ServeBenchOptions):
+        return serve_bench_with(specs, opts)
 
 
 def model_dirs(specs: list) -> dict:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
@@ -27,6 +27,7 @@ from ..errors import ConfigError, DataError, require_number
 from .finetune import TrainResult
 from .recipe import apply_train_flags
 from .rundir import RunDir
+from .options import options_from, python_names
 
 #: the defaults of `translate train` (mirrored in recipes/translate/small.yaml; a test keeps them equal)
 DEFAULT_RECIPE = {
@@ -131,13 +132,11 @@ def translate_train(src, tgt, valid_src, valid_tgt, out, **options) -> TrainResu
 
     Raises:
         ConfigError / DataError: one line naming what to change (checked before the run folder is written)."""
-    unknown = sorted(set(options) - {f.name for f in fields(TranslateTrainOptions)})
-    if unknown:
-        raise ConfigError(f"translate_train() got unknown option(s) {', '.join(unknown)}; see "
-                          f"TranslateTrainOptions")
     files = {k: None if v is None else str(v)
              for k, v in (("src", src), ("tgt", tgt), ("valid_src", valid_src), ("valid_tgt", valid_tgt))}
-    return translate_train_with(TranslateTrainOptions(out=str(out), **files, **options))
+    opts = options_from(TranslateTrainOptions, "translate_train", dict(out=out, **options), **files)
+    with python_names(TranslateTrainOptions):
+        return translate_train_with(opts)
 
 
 def translate(model, input: Union[str, Path, list], **options) -> TranslateResult:  # noqa: A002 (the flag)
@@ -148,10 +147,9 @@ def translate(model, input: Union[str, Path, list], **options) -> TranslateResul
         ConfigError: a decode setting out of range, ``reference`` not aligned with ``input``, an ``output`` that
             would land in a run or model dir or on an input; CheckpointError: ``model`` is no translation
             checkpoint."""
-    unknown = sorted(set(options) - {f.name for f in fields(TranslateOptions)})
-    if unknown:
-        raise ConfigError(f"translate() got unknown option(s) {', '.join(unknown)}; see TranslateOptions")
-    return translate_with(model, input, TranslateOptions(**options))
+    opts = options_from(TranslateOptions, "translate", options)
+    with python_names(TranslateOptions):
+        return translate_with(model, input, opts)
 
 
 # --------------------------------------------------------------------------------------- train

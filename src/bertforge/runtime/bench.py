@@ -251,6 +251,19 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     return rec
 
 
-__all__ = ["bench", "check_int8_option", "check_bench_args", "check_threads", "check_memory",
+__all__ = ["bench", "target_mismatch", "check_int8_option", "check_bench_args", "check_threads", "check_memory",
            "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "cpu_flags", "summarize",
            "random_inputs"]
+
+
+def target_mismatch(rec: dict):
+    """A warning when an INT8 graph made for one CPU kind (``onnx.json``'s target) is timed on another: its
+    scheme may be slower here, or (8-bit weights on an AVX2 CPU) saturate and lose accuracy. None if it fits."""
+    from ..compress.int8 import SCHEMES, exact_on, host_target
+    target, scheme = rec.get("int8_target"), rec.get("int8_scheme")
+    here = host_target()
+    if not target or target == here:
+        return None
+    why = "its u8×s8 products saturate here (re-quantize with --target avx2)" \
+        if scheme in SCHEMES and not exact_on(SCHEMES[scheme], here) else "figures here may not hold there"
+    return f"this graph was quantized for {target} (scheme {scheme}) but this CPU is {here}: {why}"

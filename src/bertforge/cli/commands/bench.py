@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 from ..names import BACKENDS
-from ._common import print_json, resolve
+from ._common import print_json
 
 
 def add_arguments(p) -> None:
@@ -37,27 +37,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...runtime.bench import bench, check_bench_args
-    check_bench_args(args.seq_len, args.batch_size, args.threads, args.warmup, args.iters, args.min_seconds)
-    rec = bench(resolve(args.model), args.backend, args.seq_len, args.batch_size, args.threads,
-                args.warmup, args.iters, args.min_seconds, args.int8)
-    warning = target_mismatch(rec)
-    if warning:
+    from ...pipelines.bench import bench
+    rec = bench(args.model, backend=args.backend, seq_len=args.seq_len, batch_size=args.batch_size,
+                threads=args.threads, warmup=args.warmup, iters=args.iters, min_seconds=args.min_seconds,
+                int8=args.int8)
+    if rec.get("warning"):
         import sys
-        print(f"bertforge bench: warning: {warning}", file=sys.stderr)
-        rec["warning"] = warning
+        print(f"bertforge bench: warning: {rec['warning']}", file=sys.stderr)
     print_json(rec)
     return 0
-
-
-def target_mismatch(rec: dict):
-    """A warning when an INT8 graph made for one CPU kind (``onnx.json``'s target) is timed on another: its
-    scheme may be slower here, or (8-bit weights on an AVX2 CPU) saturate and lose accuracy. None if it fits."""
-    from ...compress.int8 import exact_on, host_target, SCHEMES
-    target, scheme = rec.get("int8_target"), rec.get("int8_scheme")
-    here = host_target()
-    if not target or target == here:
-        return None
-    why = "its u8×s8 products saturate here (re-quantize with --target avx2)" \
-        if scheme in SCHEMES and not exact_on(SCHEMES[scheme], here) else "figures here may not hold there"
-    return f"this graph was quantized for {target} (scheme {scheme}) but this CPU is {here}: {why}"

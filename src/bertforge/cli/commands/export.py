@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...pipelines.export import ExportOptions, export
+    from ...pipelines.export import ExportOptions, export_with
     opts = {f: getattr(args, f) for f in ExportOptions.__dataclass_fields__}
-    print_json(export(args.model, args.out, **opts).record)
+    print_json(export_with(args.model, args.out, ExportOptions(**opts)).record)
     return 0

@@ -8,11 +8,7 @@ Example:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from ...errors import ConfigError, require_at_least
-from ...io import atomic_write_text
-from ._common import check_out_file
 from .evaluate import add_multilabel_args
 
 
@@ -30,36 +26,11 @@ def add_arguments(p) -> None:
     add_multilabel_args(p)
 
 
-def _check_glue_format(task) -> None:
-    if task.kind not in ("classification", "regression"):
-        raise ConfigError(f"--format glue writes sentence (pair) classification and regression predictions; "
-                          f"task {task.name} is {task.kind}: use --format jsonl")
-
-
 def run(args) -> int:
-    require_at_least("--batch-size", args.batch_size, 1)
+    from ...pipelines.predict import predict
     fmt = getattr(args, "format", "jsonl")
-    if fmt == "glue" and args.task:  # before loading the model
-        from ...tasks import ALIASES, TASKS
-        named = TASKS.get(ALIASES.get(args.task.lower(), args.task.lower()))
-        if named is not None:
-            _check_glue_format(named)
-    from ...pipelines.evaluate import load_for_task
-    model_dir, task, adapter, runner = load_for_task(args.model, args.task, args.max_seq_len,
-                                                     getattr(args, "threshold", None),
-                                                     getattr(args, "labels_file", None))
-    if fmt == "glue":
-        _check_glue_format(task)
-    out = check_out_file(Path(args.out), (model_dir,), (args.data,), args.overwrite,
-                         example="preds.tsv" if fmt == "glue" else "preds.jsonl")
-    # read → encode → run → decode (the task adapter's steps, as evaluate and the server's routes)
-    data = adapter.encode(adapter.read(args.data, require_labels=False), source=str(args.data))
-    preds = adapter.predictions(runner, data, args.batch_size)
-    if fmt == "glue":
-        from ...tasks.classification import glue_submission
-        text = glue_submission(preds)
-    else:
-        text = "".join(json.dumps(p) + "\n" for p in preds)
-    atomic_write_text(out, text)
+    preds = predict(args.model, args.data, args.out, task=args.task, format=fmt, max_seq_len=args.max_seq_len,
+                    batch_size=args.batch_size, threshold=getattr(args, "threshold", None),
+                    labels_file=getattr(args, "labels_file", None), overwrite=args.overwrite)
     print(json.dumps({"out": args.out, "n": len(preds), "format": fmt}))
     return 0

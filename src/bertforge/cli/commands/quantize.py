@@ -54,7 +54,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...pipelines.quantize import QuantizeOptions, quantize
+    from ...pipelines.quantize import QuantizeOptions, quantize_with
     opts = {f: getattr(args, f) for f in QuantizeOptions.__dataclass_fields__}
-    print_json(quantize(args.model, args.out, **opts).record)
+    print_json(quantize_with(args.model, args.out, QuantizeOptions(**opts)).record)
     return 0

@@ -13,12 +13,8 @@ Example:
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
-from ...errors import require_at_least
-from ...io import atomic_write_text
 from ..names import INDEX_KINDS
 from ._common import print_json
 
@@ -44,32 +40,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...data.beir import read_beir
-    from ...runtime.bench import check_threads
-    from ._common import check_out_file, resolve
-    check_threads(args.threads)
-    for k in ("batch_size", "max_seq_len", "top_k", "dim"):
-        require_at_least(f"--{k.replace('_', '-')}", getattr(args, k), 1)
-    model_path = resolve(str(args.model))
-    if args.out:  # before anything is computed: never into a model dir, nor over a file, nor over the data
-        models = [model_path if model_path.is_dir() else model_path.parent] if model_path.exists() else []
-        data_dir = Path(args.data)
-        inputs = [f for f in data_dir.rglob("*") if f.is_file()] if data_dir.is_dir() else [data_dir]
-        check_out_file(Path(args.out), models, inputs, args.overwrite, example="retrieval.json")
-    data = read_beir(args.data, args.split)
-    import torch
-
-    from ...runtime.embedder import evaluate_retrieval, load_embedder
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    emb = load_embedder(args.model, None, args.tokenizer, threads=args.threads, dim=args.dim)
-    result = evaluate_retrieval(emb, data, index=args.index, batch_size=args.batch_size,
-                                max_seq_len=args.max_seq_len, top_k=args.top_k)
-    result.update(model=str(args.model), data=str(args.data), split=args.split, threads=torch.get_num_threads())
-    if args.out:
-        atomic_write_text(Path(args.out), json.dumps(result, indent=2))
+    from ...pipelines.retrieval_eval import retrieval_eval
+    result = retrieval_eval(args.model, args.data, split=args.split, index=args.index, dim=args.dim,
+                            batch_size=args.batch_size, max_seq_len=args.max_seq_len, top_k=args.top_k,
+                            threads=args.threads, tokenizer=args.tokenizer, out=args.out,
+                            overwrite=args.overwrite)
     sys.stderr.write("  ".join(f"{k.upper().replace('RECALL', 'Recall').replace('NDCG', 'NDCG')} {result[k]:.4f}"
                                for k in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100")) + "\n")
     print_json(result)
     return 0
-
