@@ -18,7 +18,7 @@ from typing import Optional
 
 from ..errors import BertforgeError, CheckpointError
 from . import layout
-from .layout import Pooling
+from .layout import Pooling, Prompts
 
 #: what a model dir can hold, by the file that says so (:meth:`ModelDir.open` picks the first that applies):
 #: ``bundle`` (``manifest.json`` of ``bertforge bundle``), ``static`` (a token table, ``model_type: static``),
@@ -71,7 +71,8 @@ class ModelDir:
     ``format``: one of :data:`FORMATS`; ``config``: ``config.json`` ({} for a bare graph's folder);
     ``meta``: :class:`Meta`; ``pooling``: the declared sentence pooling (:class:`~bertforge.checkpoint.layout.
     Pooling`, ``declared=False`` when the dir says nothing); ``truncate_dim``: the Matryoshka dimension it
-    serves (None: all); ``graph``: the ONNX file (None for weights-only dirs)."""
+    serves (None: all); ``prompts``: the prompts it declares (:class:`~bertforge.checkpoint.layout.Prompts`:
+    names → texts, and the default one); ``graph``: the ONNX file (None for weights-only dirs)."""
 
     path: Path
     name: str
@@ -81,6 +82,7 @@ class ModelDir:
     pooling: Pooling
     truncate_dim: Optional[int] = None
     graph: Optional[Path] = None
+    prompts: Prompts = field(default_factory=Prompts)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -108,7 +110,8 @@ class ModelDir:
             config = {}
         return cls(path=folder, name=str(name), format=_format_of(folder, config, graph), config=config,
                    meta=Meta.from_config(config), pooling=layout.read_pooling(folder),
-                   truncate_dim=layout.read_truncate_dim(folder), graph=graph)
+                   truncate_dim=layout.read_truncate_dim(folder), graph=graph,
+                   prompts=layout.read_prompts(folder))
 
     # ------------------------------------------------------------------ what it is
     @property
