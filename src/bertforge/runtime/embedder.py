@@ -35,6 +35,15 @@ from ..tokenizer import encode_texts, pad_id
 from . import load_runner
 
 
+def embed_length(runner, pooling) -> int:
+    """Tokens per input an embedding is computed from, special tokens included: the ``max_seq_length`` a
+    sentence-transformers dir declares (``sentence_bert_config.json``), capped at the model's positions (512
+    when unknown) — what ``SentenceTransformer(dir)`` cuts at, and what ``bertforge serve`` and
+    :meth:`Embedder.embed` use when no length is given."""
+    n = runner.max_length or 512
+    return min(n, pooling.max_seq_length) if pooling.max_seq_length else n
+
+
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(B, T, H) hidden states, (B, T) mask of 1/0 → (B, H) mean over unmasked positions."""
     m = mask[..., None].astype(np.float32)
@@ -79,6 +88,10 @@ class Embedder:
                               f"vectors; pass a smaller --dim")
         #: coordinates kept (Matryoshka truncation); None: all
         self.dim = dim
+        #: the prompts the dir declares (:class:`bertforge.checkpoint.layout.Prompts`)
+        self.prompts = md.prompts
+        #: tokens per text when :meth:`embed` is given no length (:func:`embed_length`)
+        self.max_seq_len = embed_length(runner, self.pooling)
 
     @property
     def width(self) -> Optional[int]:
@@ -95,13 +108,26 @@ class Embedder:
         encs = encode_texts(self.tok, texts, None, self.truncation(max_seq_len), offsets=False)
         return length_sorted_batches(encs, pad_id(self.tok), batch_size)
 
-    def embed(self, texts: list, max_seq_len: int = 256, batch_size: int = 16,
-              normalize: Optional[bool] = None) -> np.ndarray:
+    def embed(self, texts: list, max_seq_len: Optional[int] = None, batch_size: int = 16,
+              normalize: Optional[bool] = None, prompt_name: Optional[str] = None) -> np.ndarray:
         """Sentence embeddings, (N, dim or H) float32, in the order of ``texts``: the last hidden states pooled
         by :attr:`pooling` (:func:`bertforge.models.pooling.pool_numpy`), cut to :attr:`dim` coordinates, then
-        L2-normalised when the dir says so (``normalize`` overrides it). Texts are cut at ``max_seq_len``
-        tokens (capped at the model's positions); batches are formed by length."""
+        L2-normalised when the dir says so (``normalize`` overrides it). Each text is prefixed with the prompt
+        ``prompt_name`` names (None: the dir's ``default_prompt_name``, as ``SentenceTransformer.encode``
+        does; ``""``: none), then cut at ``max_seq_len`` tokens (None: :attr:`max_seq_len`, the dir's; capped
+        at the model's positions); batches are formed by length. Raises ConfigError for a prompt name the dir
+        does not declare."""
         from ..models.pooling import pool_numpy
+        if max_seq_len is None:
+            max_seq_len = self.max_seq_len
+        if prompt_name != "":
+            try:
+                prompt = self.prompts.text(prompt_name)
+            except KeyError:
+                raise ConfigError(f"prompt {prompt_name!r} is not declared by {self.name}; choose one of "
+                                  f"{', '.join(self.prompts.prompts) or 'none'}") from None
+            if prompt:
+                texts = [prompt + t for t in texts]
         norm = self.pooling.normalize if normalize is None else normalize
         width = self.dim or self.width or 0
         out = np.zeros((len(texts), width), dtype=np.float32) if width else None
