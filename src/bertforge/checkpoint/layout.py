@@ -31,7 +31,7 @@ def read_json_object(path: Path) -> dict:
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8"))
         return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -56,8 +56,9 @@ def read_config(path) -> dict:
                               "transformers or bertforge")
     try:
         data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{cfg} is not valid JSON ({type(e).__name__}: {str(e)[:80]}); restore or re-save "
+                              f"it") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{cfg} holds a JSON {type(data).__name__}, not an object of model settings; "
                               f"restore or re-save it")
@@ -85,8 +86,9 @@ def shard_index(path: Path):
         return None
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        sorted(set(weight_map.values()))  # names must be hashable, comparable strings
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        if not all(isinstance(v, str) for v in weight_map.values()):  # names must be strings
+            raise TypeError("a shard name that is not a string")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{index} is not a shard index with a weight_map ({type(e).__name__}); "
                               f"re-save the checkpoint") from None
     return index, weight_map

@@ -242,15 +242,20 @@ def resolve(name) -> Path:
 def saved_head_name(cfg: dict) -> Optional[str]:
     """The task head a checkpoint's config records (bertforge's ``bertforge_head``, else transformers'
     ``architectures``), or None for an encoder without one."""
-    return cfg.get("bertforge_head") or _head_from_arch(cfg)
+    head = cfg.get("bertforge_head")
+    return head if isinstance(head, str) and head else _head_from_arch(cfg)
 
 
 def _head_from_arch(d: dict) -> Optional[str]:
     from ..heads import HEADS
-    for arch in d.get("architectures") or []:
+    archs = d.get("architectures")
+    model_type = d.get("model_type") if isinstance(d.get("model_type"), str) else None
+    for arch in archs if isinstance(archs, list) else []:
+        if not isinstance(arch, str):
+            continue
         for name, cls in HEADS.items():
             fams = cls.families  # heads that exist for some families only
-            if fams and d.get("model_type") not in fams:
+            if fams and model_type not in fams:
                 continue
             # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is
             # told apart by the head name bertforge records, not by the class name)
@@ -271,7 +276,8 @@ def _format_of(folder: Path, config: dict, graph: Optional[Path]) -> str:
         if "quantization" in made and graph.name == "model.onnx":
             return "int8" if made["quantization"] else "onnx"
         return "int8" if _graph_is_int8(graph) else "onnx"
-    bits = (layout.meta_section(config).get("quantization") or {}).get("bits")
+    quantization = layout.meta_section(config).get("quantization")
+    bits = quantization.get("bits") if isinstance(quantization, dict) else None
     if isinstance(bits, (int, float)) and bits < 8:
         return "low-bit"
     return "fp32"
