@@ -20,7 +20,6 @@ import pytest
 from helpers import make_tiny_checkpoint, sentences
 
 pytest.importorskip("pydantic")
-pytestmark = pytest.mark.unit
 
 PROMPTS = {"query": "query: ", "doc": "passage: "}
 MAX_LEN = 24

@@ -29,7 +29,6 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-pytestmark = pytest.mark.unit
 
 MAX_LEN = 24
 SETTINGS = dict(deadline=5000, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
