@@ -283,3 +283,20 @@ def test_offline_embed_agrees_with_the_served_vectors(srv, emb_dir):
     assert st == 200 and cos.min() >= 0.9999, cos
     no_prompt = np.asarray(bertforge.embed(emb_dir, texts[:1], prompt_name=""))[0]
     assert float(unit(no_prompt) @ unit(offline[0])) < 0.9999  # the default prompt is applied, not ignored
+
+
+def test_sentence_transformers_of_the_dir_agrees_with_embed(srv, emb_dir):
+    """sentence-transformers reads the same declarations (pooling, max_seq_length, prompts and the default one)."""
+    st_mod = pytest.importorskip("sentence_transformers")
+    model = st_mod.SentenceTransformer(str(emb_dir), device="cpu")
+    texts = TEXTS[:3] + [LONG]
+    for kw, body in (({}, {}), ({"prompt_name": "doc"}, {"prompt_name": "doc"})):
+        want = model.encode(texts, **kw)
+        st, got = post(srv.url, "/embed", {"inputs": texts, "truncate": True, **body})
+        cos = (unit_rows(want) * unit_rows(got)).sum(1)
+        assert st == 200 and cos.min() >= 0.9999, (kw, cos)
+
+
+def unit_rows(a):
+    a = np.asarray(a, dtype=np.float64)
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
