@@ -357,7 +357,10 @@ class OpenAIError(BaseModel):
 #: what each union field of a request may hold, for its error message
 UNION_HINTS = {"inputs": "send a text, token ids, or a list of them", "input": "send a text, token ids, "
                "or a list of them", "ids": "send a list of token ids or a list of such lists",
-               "question": "send a text", "context": "send a text"}
+               "question": "send a text", "context": "send a text",
+               ("PredictRequest", "inputs"): "send a text, a pair [a, b], or a list of [a] / [a, b]",
+               ("TokenizeRequest", "inputs"): "send a text or a list of texts",
+               ("NerRequest", "inputs"): "send a text or a list of texts"}
 
 
 def where(loc: tuple) -> str:
@@ -391,8 +394,9 @@ def parse(cls: type, body: dict):
             raise invalid(f"unknown field {field!r}: {cls.__name__} has no such field (see GET /openapi.json)",
                           field, "unknown_field") from None
         top = field.split("[")[0].split(".")[0]
-        if top in UNION_HINTS and first["type"].endswith("_type"):
-            msg = f"{field}: {UNION_HINTS[top]} (got {json.dumps(body.get(top))[:40]})"
+        hint = UNION_HINTS.get((cls.__name__, top), UNION_HINTS.get(top))
+        if hint and first["type"].endswith("_type"):
+            msg = f"{field}: {hint} (got {json.dumps(body.get(top))[:40]})"
         else:
             text = first["msg"].removeprefix("Value error, ")
             msg = f"{field}: {text}" if field != "body" else text
