@@ -277,20 +277,28 @@ def carry_pooling(src_dir, dst_dir) -> bool:
 ST_DECLARATIONS = ("modules.json", "sentence_bert_config.json", ST_MODEL_CONFIG)
 
 
-def carry_declarations(src_dir, dst_dir) -> list:
+def carry_declarations(src_dir, dst_dir, hidden_size: Optional[int] = None) -> list:
     """Copy everything ``src_dir`` declares about how it embeds into ``dst_dir`` (an export, a quantized or
-    pruned copy of the same model), whole: ``modules.json``, ``sentence_bert_config.json`` (max length),
-    ``config_sentence_transformers.json`` (``truncate_dim``, prompts, similarity function) and the settings
-    files of the modules ``modules.json`` lists (``1_Pooling/config.json``, ``2_Normalize/`` …) — so a key
-    added later travels with no change to the steps. The transformer's own files (weights, ``config.json``,
-    tokenizer) are the caller's. Returns the relative paths written. Files are written atomically."""
+    pruned copy of the same model, or a student distilled from it), whole: ``modules.json``,
+    ``sentence_bert_config.json`` (max length), ``config_sentence_transformers.json`` (``truncate_dim``,
+    prompts, similarity function) and the settings files of the modules ``modules.json`` lists
+    (``1_Pooling/config.json``, ``2_Normalize/`` …) — so a key added later travels with no change to the steps.
+    The transformer's own files (weights, ``config.json``, tokenizer) are the caller's.
+
+    ``hidden_size``: the width of ``dst_dir``'s model when it differs from the source's (a distilled student):
+    the pooling's ``word_embedding_dimension`` is rewritten to it, and a ``truncate_dim`` wider than it is
+    dropped (a vector cannot be cut to more coordinates than it has). Returns the relative paths written.
+    Files are written atomically."""
     from ..io import atomic_write_text
     src, dst = Path(src_dir), Path(dst_dir)
     src = src.parent if src.is_file() else src
     written = []
     for name in ST_DECLARATIONS:
         if (src / name).is_file():
-            atomic_write_text(dst / name, (src / name).read_text(encoding="utf-8"))
+            text = (src / name).read_text(encoding="utf-8")
+            if name == ST_MODEL_CONFIG and hidden_size is not None:
+                text = _fit_truncate_dim(text, hidden_size)
+            atomic_write_text(dst / name, text)
             written.append(name)
     modules = []
     try:
@@ -304,9 +312,39 @@ def carry_declarations(src_dir, dst_dir) -> list:
             continue  # the transformer itself (path ""), or nothing to copy
         (dst / sub).mkdir(parents=True, exist_ok=True)
         for f in sorted((src / sub).glob("*.json")):
-            atomic_write_text(dst / sub / f.name, f.read_text(encoding="utf-8"))
+            text = f.read_text(encoding="utf-8")
+            if hidden_size is not None and f.name == CONFIG_FILE:
+                text = _with_key(text, "word_embedding_dimension", int(hidden_size))
+            atomic_write_text(dst / sub / f.name, text)
             written.append(f"{sub}/{f.name}")
     return written
+
+
+def _with_key(text: str, key: str, value) -> str:
+    """``text`` (a JSON object) with ``key`` set to ``value`` where the object has that key."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(obj, dict) and key in obj:
+        obj[key] = value
+        return json.dumps(obj, indent=2)
+    return text
+
+
+def _fit_truncate_dim(text: str, hidden_size: int) -> str:
+    """``config_sentence_transformers.json`` text without a ``truncate_dim`` wider than ``hidden_size``."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(obj, dict) and isinstance(obj.get("truncate_dim"), int) and obj["truncate_dim"] > hidden_size:
+        import warnings
+        warnings.warn(f"truncate_dim {obj['truncate_dim']} is wider than the new model's {hidden_size} "
+                      f"dimensions; the copy serves all {hidden_size}", stacklevel=3)
+        obj.pop("truncate_dim")
+        return json.dumps(obj, indent=2)
+    return text
 
 
 def write_truncate_dim(model_dir, dim: int) -> None:

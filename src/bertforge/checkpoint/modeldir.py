@@ -154,6 +154,16 @@ class ModelDir:
         ``max_seq_length``; None when the dir says neither."""
         return self.meta.max_seq_len or self.pooling.max_seq_length
 
+    def embed_max_length(self, positions: Optional[int] = None) -> int:
+        """The tokens (special tokens included) a text is cut at when this dir embeds it, for every consumer
+        alike (``embed``, ``retrieval-eval``, the server's ``/embed``): the sentence-transformers
+        ``max_seq_length`` the dir declares (what ``SentenceTransformer(dir)`` cuts at), capped at the model's
+        ``positions`` (a runner's ``max_length``; default :attr:`positions`, 512 when unknown); the positions
+        when it declares none."""
+        n = positions or (self.positions if self.config else None) or 512
+        declared = self.pooling.max_seq_length
+        return min(n, int(declared)) if declared else n
+
     @property
     def positions(self) -> int:
         """Token positions the model can embed (``max_position_embeddings``; RoBERTa less its offset)."""

@@ -517,14 +517,18 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
     return distiller, cache
 
 
-def _embedding_files(data: Data, student, dst) -> None:
+def _embedding_files(data: Data, student, dst, teacher_dir) -> None:
     """An embedding student's dir is an embedding dir: the teacher's pooling, in the sentence-transformers
-    layout (:func:`bertforge.models.pooling.write_pooling`)."""
+    layout (:func:`bertforge.models.pooling.write_pooling`), and what else the teacher's dir declares
+    (prompts, ``truncate_dim`` where the student is that wide: :func:`~bertforge.checkpoint.layout.carry_declarations`)."""
     if data.pooling is None:
         return
+    from ..checkpoint.layout import carry_declarations
     from ..models.pooling import write_pooling
     write_pooling(dst, data.pooling.mode, data.pooling.normalize, hidden_size=student.config.hidden_size,
                   max_seq_length=data.pooling.max_seq_length)
+    if data.pooling.declared:
+        carry_declarations(teacher_dir, dst, hidden_size=student.config.hidden_size)
 
 
 def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_dirs, sources: dict,
@@ -539,7 +543,7 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
                               step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
                       save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
-                                              m.save_projections(dst), _embedding_files(data, m.student, dst)),
+                                              m.save_projections(dst), _embedding_files(data, m.student, dst, teacher_dirs[0])),
                       sources=sources)
     if data.counts:
         print_training_plan("distill", data.counts, trainer)

@@ -83,8 +83,8 @@ def embed_corpus_with(model, inputs: list, out, args: EmbedCorpusOptions) -> Emb
     """:func:`embed_corpus` from a complete :class:`EmbedCorpusOptions` (what the verb builds from its flags)."""
     from ..data.stream import check_inputs, plan_shards
     for flag, v in (("--shard-size", args.shard_size), ("--batch-size", args.batch_size),
-                    ("--max-seq-len", args.max_seq_len)):
-        if v is not None and v < 1:
+                    ("--max-seq-len", 1 if args.max_seq_len is None else args.max_seq_len)):
+        if v < 1:
             raise ConfigError(f"{flag} {v}: pass a positive number")
     for flag, v, choices in (("--backend", args.backend, ("auto", "torch", "onnxruntime")),
                              ("--index", args.index, (None, "faiss")),
@@ -197,13 +197,13 @@ def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch
     return vecs, ids
 
 
-def _key(model_dir: Path, inputs: list, args, dim: int, pooling, max_seq_len: int) -> dict:
+def _key(model_dir: Path, inputs: list, args, dim: int, pooling) -> dict:
     from ..io import dir_fingerprint
     fp = dir_fingerprint(model_dir) if model_dir.is_dir() else {"path": str(model_dir.resolve())}
     return {"model_sha256": fp.get("sha256"),
             "inputs": [{"path": str(p.resolve()), "bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns}
                        for p in inputs],
-            "shard_size": args.shard_size, "max_seq_len": max_seq_len, "dim": dim,
+            "shard_size": args.shard_size, "max_seq_len": args.max_seq_len, "dim": dim,
             "pooling": {"mode": pooling.mode, "normalize": pooling.normalize}}
 
 
@@ -259,8 +259,8 @@ def embed_shards(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     if not embedder.can_embed:
         raise ConfigError(f"{model_dir} outputs logits only; pass an embedding model (encoder or static dir)")
     dim = int(embedder.embed(["dimension probe"], 8, 1).shape[1])
-    max_seq_len = args.max_seq_len or embedder.max_seq_len  # None: the dir's length, as serve's /embed cuts
-    key = _key(model_dir, inputs, args, dim, embedder.pooling, max_seq_len)
+    args.max_seq_len = args.max_seq_len or embedder.max_seq_len  # the dir's declared length, as /embed cuts
+    key = _key(model_dir, inputs, args, dim, embedder.pooling)
     mpath = out / "manifest.json"
     old = None
     if mpath.is_file():
@@ -293,7 +293,7 @@ def embed_shards(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
             continue
         _remove_shard(out, shard["index"])  # a half-written or stale shard is redone
         ts = time.perf_counter()
-        vecs, ids = embed_shard(embedder, inputs, shard, dim, max_seq_len, args.batch_size)
+        vecs, ids = embed_shard(embedder, inputs, shard, dim, args.max_seq_len, args.batch_size)
         write_shard(out, shard, vecs, ids)
         del vecs, ids
         computed.append(shard["index"])

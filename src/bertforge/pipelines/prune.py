@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ConfigError, DataError, require_at_least
+from ..checkpoint.layout import carry_declarations
 from ..io import json_safe
 from .rundir import RunDir
 
@@ -334,6 +335,7 @@ def _run(model_name: str, out, args) -> dict:
     result["parameters"] = P.count_parameters(model)
     with run_dir as tmp:
         model.save_pretrained(tmp, tokenizer_dir=model_dir)
+        carry_declarations(model_dir, tmp)  # pooling, length, truncate_dim, prompts: what the dir declares
         if history:
             write_history(tmp, history, result["metric"])
         result["file_mb"] = round((tmp / "model.safetensors").stat().st_size / 2**20, 3)

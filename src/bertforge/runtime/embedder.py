@@ -35,15 +35,6 @@ from ..tokenizer import encode_texts, pad_id
 from . import load_runner
 
 
-def embed_length(runner, pooling) -> int:
-    """Tokens per input an embedding is computed from, special tokens included: the ``max_seq_length`` a
-    sentence-transformers dir declares (``sentence_bert_config.json``), capped at the model's positions (512
-    when unknown) — what ``SentenceTransformer(dir)`` cuts at, and what ``bertforge serve`` and
-    :meth:`Embedder.embed` use when no length is given."""
-    n = runner.max_length or 512
-    return min(n, pooling.max_seq_length) if pooling.max_seq_length else n
-
-
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(B, T, H) hidden states, (B, T) mask of 1/0 → (B, H) mean over unmasked positions."""
     m = mask[..., None].astype(np.float32)
@@ -88,10 +79,11 @@ class Embedder:
                               f"vectors; pass a smaller --dim")
         #: coordinates kept (Matryoshka truncation); None: all
         self.dim = dim
+        #: tokens a text is cut at when no ``max_seq_len`` is given: the dir's declared ``max_seq_length``
+        #: capped at the positions, as the server cuts (:meth:`~bertforge.checkpoint.modeldir.ModelDir.embed_max_length`)
+        self.max_seq_len = md.embed_max_length(self.max_positions)
         #: the prompts the dir declares (:class:`bertforge.checkpoint.layout.Prompts`)
         self.prompts = md.prompts
-        #: tokens per text when :meth:`embed` is given no length (:func:`embed_length`)
-        self.max_seq_len = embed_length(runner, self.pooling)
 
     @property
     def width(self) -> Optional[int]:
@@ -204,7 +196,7 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
 
 
 # ------------------------------------------------------------------------------------------ metrics
-def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: int = 256,
+def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: Optional[int] = None,
                        top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False) -> dict:
     """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
     (:class:`bertforge.runtime.embedder.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
@@ -213,6 +205,7 @@ def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 3
     with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
     from ..metrics.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
     doc_ids, q_ids = list(data.corpus), list(data.queries)
+    max_seq_len = max_seq_len or embedder.max_seq_len
     t0 = time.perf_counter()
     dv = embedder.embed([data.corpus[d] for d in doc_ids], max_seq_len, batch_size)
     t1 = time.perf_counter()

@@ -288,7 +288,6 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     """
     from ..checkpoint.modeldir import ModelDir
     from ..runtime import load_runner
-    from ..runtime.embedder import embed_length
     try:
         md = ModelDir.open(path, require_config=False)
     except CheckpointError as e:
@@ -303,7 +302,7 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     except CheckpointError as e:
         raise CheckpointError(f"--model {name}: {e}") from None
     pooling = md.pooling
-    max_len = embed_length(runner, pooling)  # what the offline embedder cuts at, too
+    max_len = md.embed_max_length(runner.max_length)  # where the offline embedder cuts, too
     kind = runner.kind
     labels = None
     if kind in ("classification", "regression", "token_classification"):

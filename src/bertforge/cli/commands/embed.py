@@ -28,8 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="output dir: manifest.json + shard-NNNNN.{npy,ids.json,json}")
     p.add_argument("--shard-size", type=int, default=100_000, metavar="N", help="records per shard (100000)")
     p.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (64)")
-    p.add_argument("--max-seq-len", type=int, default=None,
-                   help="tokens per text (longer texts are cut; default: the dir's max_seq_length, as serve)")
+    p.add_argument("--max-seq-len", type=int, help="tokens per text (longer texts are cut; default: the max_seq_length the model dir declares, else its positions — where the server cuts)")
     p.add_argument("--threads", type=int, help="intra-op threads (default: PyTorch's)")
     p.add_argument("--backend", default="auto", choices=("auto", "torch", "onnxruntime"),
                    help="runner backend (auto: what the dir holds)")

@@ -32,8 +32,9 @@ def add_arguments(p) -> None:
                    help="exact numpy search (default) or a faiss index: flat (exact), hnsw, ivf (approximate)")
     p.add_argument("--dim", type=int, help="keep the first D coordinates of each vector (Matryoshka models)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
-    p.add_argument("--max-seq-len", type=int, default=256,
-                   help="truncation of documents and queries in tokens (default 256)")
+    p.add_argument("--max-seq-len", type=int,
+                   help="truncation of documents and queries in tokens (default: the max_seq_length the model "
+                        "dir declares, else its positions — where /embed and `embed` cut too)")
     p.add_argument("--top-k", type=int, default=100,
                    help="documents retrieved per query (default 100; never fewer than the largest cut-off, 100)")
     p.add_argument("--threads", type=int, help="intra-op threads for PyTorch and ONNX Runtime")
