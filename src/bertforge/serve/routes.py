@@ -156,7 +156,8 @@ async def similarity(st, req: S.SimilarityRequest):
 # ---------------------------------------------------------------------------------------------- task heads
 async def predict(st, req: S.PredictRequest):
     v = req.inputs
-    one = isinstance(v, str) or all(isinstance(x, str) for x in v)  # "a", ["a"] or ["a", "b"]: one input
+    # "a", ["a"] or ["a", "b"]: one input (TEI); three or more bare texts: a batch of texts (bertforge's)
+    one = isinstance(v, str) or (len(v) <= 2 and all(isinstance(x, str) for x in v))
     seqs_in, _ = _batch(v, "inputs", st.limits["max_client_batch_size"], lambda _: one)
     pairs_in = [(x, None) if isinstance(x, str) else (x[0], x[1] if len(x) == 2 else None) for x in seqs_in]
     model = st.model_for(req.model, "predict")

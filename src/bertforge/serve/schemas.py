@@ -134,10 +134,12 @@ class OpenAIEmbeddingRequest(Body):
 
 
 class PredictRequest(Body):
-    """``POST /predict`` (TEI): a text, ``[a]`` or a pair ``[a, b]`` (one input), or a list of ``[a]`` / ``[a, b]``."""
+    """``POST /predict`` (TEI): a text, ``[a]`` or a pair ``[a, b]`` (one input), or a list of ``[a]`` / ``[a, b]``
+    (bertforge also takes texts in that list, and three or more bare texts as a batch: TEI refuses both)."""
 
     inputs: Union[Text, Annotated[list[Text], Field(min_length=1, max_length=2)],
-                  Annotated[list[Annotated[list[Text], Field(min_length=1, max_length=2)]], Field(min_length=1)]]
+                  Annotated[list[Union[Text, Annotated[list[Text], Field(min_length=1, max_length=2)]]],
+                            Field(min_length=1)]]
     raw_scores: bool = Field(False, description="The logits instead of softmax / sigmoid scores.")
     truncate: Optional[bool] = Field(None, description=TRUNCATE)
     truncation_direction: Direction = Field("Right", description=DIRECTION)
