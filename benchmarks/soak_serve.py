@@ -7,7 +7,7 @@ sentences: SST-2 dev and SQuAD v1.1 dev questions from ../shared/data), and ever
 of these kinds, each with the status text-embeddings-inference documents for it:
 
   malformed-json   a body cut short: '{"inputs": ["abc"'                          → 422
-  wrong-type       {"inputs": 42}, {"inputs": [1, 2]}, {"inputs": "x", "normalize": "yes"}  → 422
+  wrong-type       {"inputs": 42}, {"inputs": [true, 2]}, {"inputs": "x", "normalize": "yes"}  → 422
   empty-string     {"inputs": ""}, {"inputs": ["ok", ""]}                          → 422
   huge-text        one 1 MB text with "truncate": false                             → 413 (over the body
                    limit) or 422 (too many tokens without truncation)
@@ -52,7 +52,7 @@ def bad_requests(lg) -> list:
     return [
         ("malformed-json", [R("/embed", b'{"inputs": ["abc"', kind="malformed-json", texts=0)]),
         ("wrong-type", [lg.json_request("/embed", {"inputs": 42}, 0, "wrong-type"),
-                        lg.json_request("/embed", {"inputs": [1, 2]}, 0, "wrong-type"),
+                        lg.json_request("/embed", {"inputs": [True, 2]}, 0, "wrong-type"),
                         lg.json_request("/embed", {"inputs": "x", "normalize": "yes"}, 0, "wrong-type")]),
         ("empty-string", [lg.json_request("/embed", {"inputs": ""}, 0, "empty-string"),
                           lg.json_request("/embed", {"inputs": ["ok", ""]}, 0, "empty-string")]),

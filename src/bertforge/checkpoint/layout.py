@@ -9,7 +9,7 @@ through :class:`bertforge.checkpoint.modeldir.ModelDir`, which calls these reade
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +31,7 @@ def read_json_object(path: Path) -> dict:
     try:
         d = json.loads(Path(path).read_text(encoding="utf-8"))
         return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -56,8 +56,9 @@ def read_config(path) -> dict:
                               "transformers or bertforge")
     try:
         data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{cfg} is not valid JSON ({e}); restore or re-save it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{cfg} is not valid JSON ({type(e).__name__}: {str(e)[:80]}); restore or re-save "
+                              f"it") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{cfg} holds a JSON {type(data).__name__}, not an object of model settings; "
                               f"restore or re-save it")
@@ -85,8 +86,9 @@ def shard_index(path: Path):
         return None
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        sorted(set(weight_map.values()))  # names must be hashable, comparable strings
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        if not all(isinstance(v, str) for v in weight_map.values()):  # names must be strings
+            raise TypeError("a shard name that is not a string")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{index} is not a shard index with a weight_map ({type(e).__name__}); "
                               f"re-save the checkpoint") from None
     return index, weight_map
@@ -363,8 +365,48 @@ def read_truncate_dim(model_dir) -> Optional[int]:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
+@dataclass(frozen=True)
+class Prompts:
+    """The prompts a sentence-transformers dir declares in ``config_sentence_transformers.json``: ``prompts``
+    (name → the text put before every input, e.g. ``{"query": "query: "}``) and ``default_prompt_name`` (the
+    one used when a caller names none; None: no prompt). ``SentenceTransformer.encode(prompt_name=…)`` and
+    text-embeddings-inference's ``prompt_name`` read the same two keys."""
+
+    prompts: dict = field(default_factory=dict)
+    default_prompt_name: Optional[str] = None
+
+    def text(self, name: Optional[str] = None) -> str:
+        """The prompt text of ``name`` (None: the default prompt's, or "" without one). Raises KeyError for a
+        name the dir does not declare."""
+        if name is None:
+            return self.prompts[self.default_prompt_name] if self.default_prompt_name else ""
+        return self.prompts[name]
+
+
+def read_prompts(model_dir) -> Prompts:
+    """The :class:`Prompts` of ``config_sentence_transformers.json`` in ``model_dir`` (a file: its folder);
+    ``Prompts()`` when the file is missing or no JSON object.
+
+    Raises:
+        CheckpointError: ``prompts`` is not an object of texts, or ``default_prompt_name`` is not a name in it
+            (what sentence-transformers refuses at load too)."""
+    d = Path(model_dir)
+    f = (d.parent if d.is_file() else d) / ST_MODEL_CONFIG
+    cfg = read_json_object(f)
+    prompts = cfg.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in prompts.items()):
+        raise CheckpointError(f"{f}: 'prompts' must be an object of name → prompt text; fix or remove it")
+    default = cfg.get("default_prompt_name")
+    if default is not None and (not isinstance(default, str) or default not in prompts):
+        names = ", ".join(map(repr, prompts)) or "none"
+        raise CheckpointError(f"{f}: default_prompt_name {json.dumps(default)[:60]} is not one of its prompts "
+                              f"({names}); fix it or remove the key")
+    return Prompts(dict(prompts), default)
+
+
 __all__ = ["CONFIG_FILE", "META_KEY", "INT8_FILE", "STATIC_MODEL_TYPE", "SHARD_INDEXES", "read_json_object",
            "read_config", "meta_section", "with_meta", "shard_index", "weight_files", "deployed_format",
            "find_graph", "is_static_config", "is_static_dir", "is_quantized_dir", "POOLING_MODES", "Pooling",
            "check_pooling_mode", "read_pooling", "write_pooling", "carry_pooling", "write_truncate_dim",
-           "read_truncate_dim", "ST_MODEL_CONFIG", "token_positions", "carry_declarations", "ST_DECLARATIONS"]
+           "read_truncate_dim", "Prompts", "read_prompts", "ST_MODEL_CONFIG", "token_positions", "carry_declarations", "ST_DECLARATIONS"]

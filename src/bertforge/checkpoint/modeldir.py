@@ -19,7 +19,7 @@ from typing import Optional
 
 from ..errors import BertforgeError, CheckpointError
 from . import layout
-from .layout import Pooling
+from .layout import Pooling, Prompts
 
 #: what a model dir can hold, by the file that says so (:meth:`ModelDir.open` picks the first that applies):
 #: ``bundle`` (``manifest.json`` of ``bertforge bundle``), ``static`` (a token table, ``model_type: static``),
@@ -72,7 +72,8 @@ class ModelDir:
     ``format``: one of :data:`FORMATS`; ``config``: ``config.json`` ({} for a bare graph's folder);
     ``meta``: :class:`Meta`; ``pooling``: the declared sentence pooling (:class:`~bertforge.checkpoint.layout.
     Pooling`, ``declared=False`` when the dir says nothing); ``truncate_dim``: the Matryoshka dimension it
-    serves (None: all); ``graph``: the ONNX file (None for weights-only dirs)."""
+    serves (None: all); ``prompts``: the prompts it declares (:class:`~bertforge.checkpoint.layout.Prompts`:
+    names → texts, and the default one); ``graph``: the ONNX file (None for weights-only dirs)."""
 
     path: Path
     name: str
@@ -82,6 +83,7 @@ class ModelDir:
     pooling: Pooling
     truncate_dim: Optional[int] = None
     graph: Optional[Path] = None
+    prompts: Prompts = field(default_factory=Prompts)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -109,7 +111,8 @@ class ModelDir:
             config = {}
         return cls(path=folder, name=str(name), format=_format_of(folder, config, graph), config=config,
                    meta=Meta.from_config(config), pooling=layout.read_pooling(folder),
-                   truncate_dim=layout.read_truncate_dim(folder), graph=graph)
+                   truncate_dim=layout.read_truncate_dim(folder), graph=graph,
+                   prompts=layout.read_prompts(folder))
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -262,15 +265,20 @@ def resolve(name) -> Path:
 def saved_head_name(cfg: dict) -> Optional[str]:
     """The task head a checkpoint's config records (bertforge's ``bertforge_head``, else transformers'
     ``architectures``), or None for an encoder without one."""
-    return cfg.get("bertforge_head") or _head_from_arch(cfg)
+    head = cfg.get("bertforge_head")
+    return head if isinstance(head, str) and head else _head_from_arch(cfg)
 
 
 def _head_from_arch(d: dict) -> Optional[str]:
     from ..heads import HEADS
-    for arch in d.get("architectures") or []:
+    archs = d.get("architectures")
+    model_type = d.get("model_type") if isinstance(d.get("model_type"), str) else None
+    for arch in archs if isinstance(archs, list) else []:
+        if not isinstance(arch, str):
+            continue
         for name, cls in HEADS.items():
             fams = cls.families  # heads that exist for some families only
-            if fams and d.get("model_type") not in fams:
+            if fams and model_type not in fams:
                 continue
             # ``…Model`` is the encoder alone: the base head (the embedding head is saved as one too, and is
             # told apart by the head name bertforge records, not by the class name)
@@ -291,7 +299,8 @@ def _format_of(folder: Path, config: dict, graph: Optional[Path]) -> str:
         if "quantization" in made and graph.name == "model.onnx":
             return "int8" if made["quantization"] else "onnx"
         return "int8" if _graph_is_int8(graph) else "onnx"
-    bits = (layout.meta_section(config).get("quantization") or {}).get("bits")
+    quantization = layout.meta_section(config).get("quantization")
+    bits = quantization.get("bits") if isinstance(quantization, dict) else None
     if isinstance(bits, (int, float)) and bits < 8:
         return "low-bit"
     return "fp32"

@@ -10,15 +10,17 @@ from typing import Optional
 
 
 def embed(model, texts, *, max_seq_len: Optional[int] = None, batch_size: int = 32, dim: Optional[int] = None,
-          normalize: Optional[bool] = None, threads: Optional[int] = None):
+          normalize: Optional[bool] = None, threads: Optional[int] = None, prompt_name: Optional[str] = None):
     """(N, d) float32 sentence embeddings of ``texts`` (a list of str) by ``model`` — a checkpoint dir, an
     export / INT8 dir, a static embedding dir or ``"minilm"`` — pooled as the dir declares (its
     ``1_Pooling``; mean otherwise), cut to ``dim`` coordinates (Matryoshka) and L2-normalised when the dir says
-    so (``normalize`` overrides). Texts are cut at ``max_seq_len`` tokens (None: the ``max_seq_length`` the dir
-    declares, capped at its positions — where the server cuts them too).
+    so (``normalize`` overrides). Each text gets the prompt ``prompt_name`` names (None: the dir's
+    ``default_prompt_name``; ``""``: none) and is cut at ``max_seq_len`` tokens (None: the dir's
+    ``max_seq_length``, capped at its positions) — the vectors ``POST /embed`` of ``bertforge serve`` gives.
 
     Raises:
-        ConfigError: ``texts`` is a single string or holds a non-string; ``dim`` wider than the model.
+        ConfigError: ``texts`` is a single string or holds a non-string; ``dim`` wider than the model; a
+            prompt name the dir does not declare.
         CheckpointError: nothing loadable at ``model``."""
     from ..errors import ConfigError
     from ..runtime.embedder import load_embedder
@@ -36,13 +38,14 @@ def embed(model, texts, *, max_seq_len: Optional[int] = None, batch_size: int = 
     dim = check_option("embed", "dim", dim, Optional[int])
     threads = check_option("embed", "threads", threads, Optional[int])
     normalize = check_option("embed", "normalize", normalize, Optional[bool])
+    prompt_name = check_option("embed", "prompt_name", prompt_name, Optional[str])
     if max_seq_len is not None and max_seq_len < 3:
         raise ConfigError(f"embed(): max_seq_len={max_seq_len} leaves no room for a token beside [CLS] and "
                           f"[SEP]; pass 3 or more (None: what the dir declares)")
     if batch_size < 1:
         raise ConfigError(f"embed(): batch_size={batch_size} must be ≥ 1")
     emb = load_embedder(str(model), threads=threads, dim=dim)
-    return emb.embed(texts, max_seq_len, batch_size, normalize=normalize)
+    return emb.embed(texts, max_seq_len, batch_size, normalize=normalize, prompt_name=prompt_name)
 
 
 __all__ = ["embed"]

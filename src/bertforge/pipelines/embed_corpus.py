@@ -45,6 +45,7 @@ class EmbedCorpusOptions:
 
     shard_size: int = 100_000
     batch_size: int = 64
+    #: tokens per text; None: the dir's ``max_seq_length`` capped at its positions (what ``serve`` cuts at)
     max_seq_len: Optional[int] = None
     threads: Optional[int] = None
     backend: str = "auto"

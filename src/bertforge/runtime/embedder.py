@@ -82,6 +82,8 @@ class Embedder:
         #: tokens a text is cut at when no ``max_seq_len`` is given: the dir's declared ``max_seq_length``
         #: capped at the positions, as the server cuts (:meth:`~bertforge.checkpoint.modeldir.ModelDir.embed_max_length`)
         self.max_seq_len = md.embed_max_length(self.max_positions)
+        #: the prompts the dir declares (:class:`bertforge.checkpoint.layout.Prompts`)
+        self.prompts = md.prompts
 
     @property
     def width(self) -> Optional[int]:
@@ -99,14 +101,25 @@ class Embedder:
         return length_sorted_batches(encs, pad_id(self.tok), batch_size)
 
     def embed(self, texts: list, max_seq_len: Optional[int] = None, batch_size: int = 16,
-              normalize: Optional[bool] = None) -> np.ndarray:
+              normalize: Optional[bool] = None, prompt_name: Optional[str] = None) -> np.ndarray:
         """Sentence embeddings, (N, dim or H) float32, in the order of ``texts``: the last hidden states pooled
         by :attr:`pooling` (:func:`bertforge.models.pooling.pool_numpy`), cut to :attr:`dim` coordinates, then
-        L2-normalised when the dir says so (``normalize`` overrides it). Texts are cut at ``max_seq_len``
-        tokens (capped at the model's positions; None: :attr:`max_seq_len`, what the dir declares); batches
-        are formed by length."""
+        L2-normalised when the dir says so (``normalize`` overrides it). Each text is prefixed with the prompt
+        ``prompt_name`` names (None: the dir's ``default_prompt_name``, as ``SentenceTransformer.encode``
+        does; ``""``: none), then cut at ``max_seq_len`` tokens (None: :attr:`max_seq_len`, the dir's; capped
+        at the model's positions); batches are formed by length. Raises ConfigError for a prompt name the dir
+        does not declare."""
         from ..models.pooling import pool_numpy
-        max_seq_len = max_seq_len or self.max_seq_len
+        if max_seq_len is None:
+            max_seq_len = self.max_seq_len
+        if prompt_name != "":
+            try:
+                prompt = self.prompts.text(prompt_name)
+            except KeyError:
+                raise ConfigError(f"prompt {prompt_name!r} is not declared by {self.name}; choose one of "
+                                  f"{', '.join(self.prompts.prompts) or 'none'}") from None
+            if prompt:
+                texts = [prompt + t for t in texts]
         norm = self.pooling.normalize if normalize is None else normalize
         width = self.dim or self.width or 0
         out = np.zeros((len(texts), width), dtype=np.float32) if width else None

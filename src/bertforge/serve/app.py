@@ -2,22 +2,26 @@
 routes share, the request plumbing (body, auth, limits, metrics) and :func:`build_app`. The routes are in
 :mod:`~bertforge.serve.routes`, the checks of their bodies in :mod:`~bertforge.serve.schemas`.
 
-Routes (JSON in and out; docs/serve.md has a curl example of each):
+Routes (JSON in and out; docs/serve.md has a curl example of each and the field-by-field table):
 
-* text-embeddings-inference compatible: ``POST /embed``, ``POST /predict``, ``POST /rerank``,
-  ``POST /tokenize``;
-* OpenAI compatible: ``POST /v1/embeddings``;
+* text-embeddings-inference compatible: ``POST /embed``, ``/embed_all``, ``/embed_sparse`` (422: no SPLADE),
+  ``/similarity``, ``/predict``, ``/rerank``, ``/tokenize``, ``/decode``;
+* OpenAI compatible: ``POST /v1/embeddings``, ``GET /v1/models``;
 * beyond TEI: ``POST /ner`` (entities with character offsets), ``POST /qa`` (answer span with character
   offsets);
-* ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus text).
+* ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus text), ``GET /openapi.json`` (generated from the
+  request models of :mod:`~bertforge.serve.schemas`), ``GET /docs`` (that document as a page).
 
-Every POST body may name a model (``"model": NAME``); without it the first served model that answers the
-route does. Errors are ``{"error": "...", "error_type": "..."}`` with the status text-embeddings-inference
-documents: 401 ``unauthorized`` (``api_key`` set, bearer token missing or wrong; compared in constant time),
-413 ``payload_too_large`` (more than ``max_client_batch_size`` inputs, a body over ``payload_limit`` bytes),
-422 ``validation`` (malformed JSON, invalid UTF-8, wrong types, empty text, too long without truncation,
-an unknown model or one that does not answer the route), 429 ``overloaded`` (``max_concurrent_requests``
-requests already in flight), 500 ``backend`` (the model failed), 404 / 405 for an unknown path / method.
+Every POST body may name a model (``"model": NAME``); without it — or with one model served, whatever it names —
+the first served model that answers the route does. Errors are ``{"error": "...", "error_type": "..."}`` (on
+``/v1/*`` OpenAI's ``{"error": {"message", "type", "param", "code"}}``) with the status
+text-embeddings-inference documents: 401 ``unauthorized`` (``api_key`` set, bearer token missing or wrong;
+compared in constant time), 413 ``payload_too_large`` (more than ``max_client_batch_size`` inputs, a body over
+``payload_limit`` bytes), 422 ``validation`` (malformed JSON, invalid UTF-8, an unknown field, wrong types, empty
+text, too long without truncation, an unknown model among several or one that does not answer the route; on
+``/v1/*`` an unknown model among several is 404 ``model_not_found``), 429 ``overloaded``
+(``max_concurrent_requests`` requests already in flight), 500 ``backend`` (the model failed), 404 / 405 for an
+unknown path / method.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from .batching import ModelWorker
 from .metrics import ServerMetrics
 from .models import ServedModel, load_model
 from .routes import POST_ROUTES
-from .schemas import HTTPError, dumps, invalid
+from .schemas import HTTPError, dumps, invalid, parse
 
 #: the defaults of :func:`build_app` (and the ``bertforge serve`` flags)
 LIMITS = {"max_batch_tokens": 16384, "max_batch_requests": 32, "max_wait_ms": 0.0,
@@ -48,18 +52,18 @@ LIMITS = {"max_batch_tokens": 16384, "max_batch_requests": 32, "max_wait_ms": 0.
           "auto_truncate": False, "api_key": None}
 
 #: routes that need no bearer token (load balancers' probes)
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", "/openapi.json", "/docs")
 
 #: the routes answered with GET (the POST ones: :data:`~bertforge.serve.routes.POST_ROUTES`)
-GET_ROUTES = ("/health", "/info", "/metrics")
+GET_ROUTES = ("/health", "/info", "/metrics", "/v1/models", "/openapi.json", "/docs")
 
 
 def _json(obj, status: int = 200) -> Response:
     return Response(dumps(obj).encode(), status, media_type="application/json")
 
 
-def _error(status: int, message: str, kind: str) -> Response:
-    return _json({"error": message, "error_type": kind}, status)
+def _error(status: int, message: str, kind: str, path: str = "", code=None) -> Response:
+    return _json(error_body(path, status, message, kind, None, code), status)
 
 
 class ServerState:
@@ -84,24 +88,28 @@ class ServerState:
         then can a batch gain by waiting (see :mod:`bertforge.serve.batching`)."""
         return self.in_flight > sum(w.inside for w in self.workers.values())
 
-    def model_for(self, body: dict, route: str) -> ServedModel:
-        """The model a request names (``"model"``) or, without a name, the first that answers ``route``."""
-        name = body.get("model")
-        if name is not None:
-            if not isinstance(name, str) or name not in self.models:
-                raise invalid(f"model {json.dumps(name)[:60]} is not served here; choose one of "
-                              f"{', '.join(self.models)}")
+    def model_for(self, name, route: str, openai: bool = False) -> ServedModel:
+        """The model a request names or, without a name, the first that answers ``route``. With one model
+        served, any name picks it (as text-embeddings-inference, which serves one, does). An unknown name
+        among several: 422, or on ``/v1/*`` (``openai``) 404 ``model_not_found`` as OpenAI answers."""
+        if name is not None and len(self.models) > 1:
+            if name not in self.models:
+                msg = (f"model {json.dumps(name)[:60]} is not served here; choose one of "
+                       f"{', '.join(self.models)} (GET /v1/models)")
+                if openai:
+                    raise HTTPError(404, msg, "invalid_request_error", "model", "model_not_found")
+                raise invalid(msg, "model", "model_not_found")
             m = self.models[name]
             if route not in m.routes or (route == "embed" and not m.can_embed):
                 raise invalid(f"model {name!r} is a {m.kind} model and does not answer /{route}; it answers "
-                              f"{', '.join('/' + r for r in m.routes)}")
+                              f"{', '.join('/' + r for r in m.routes)}", "model")
             return m
         for m in self.models.values():
             if route in m.routes and (route != "embed" or m.can_embed):
                 return m
         need = {"ner": "a token-classification", "qa": "a question-answering",
                 "predict": "a sequence-classification"}.get(route, "an embedding")
-        raise invalid(f"no served model answers /{route}; serve {need} model dir")
+        raise invalid(f"no served model answers /{route}; serve {need} model dir", "model")
 
     async def run(self, model: ServedModel, seqs: list, kind: str) -> list:
         try:
@@ -153,10 +161,25 @@ async def _send_json(send, status: int, obj) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _post_endpoint(st: ServerState, fn):
-    """The ASGI app of one POST route: body → JSON → ``fn(st, body)`` → JSON answer, or the error answer.
-    Raw ASGI (no Request / Response objects): this is the per-request hot path."""
+def error_body(path: str, status: int, message: str, kind: str, param=None, code=None) -> dict:
+    """An error answer's body: TEI's ``{"error", "error_type"}``, or on ``/v1/*`` OpenAI's ``{"error":
+    {"message", "type", "param", "code"}}`` (``type``: ``invalid_request_error``, ``authentication_error``,
+    ``rate_limit_error`` or ``server_error``; ``code``: what went wrong, e.g. ``model_not_found``)."""
+    if not path.startswith("/v1/"):
+        return {"error": message, "error_type": kind}
+    kind_openai = {401: "authentication_error", 429: "rate_limit_error"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind_openai, "param": param, "code": code or kind}}
+
+
+def _post_endpoint(st: ServerState, path: str, fn, request_model):
+    """The ASGI app of one POST route: body → JSON → ``request_model`` (validated: 422 naming the field) →
+    ``fn(st, request)`` → JSON answer, or the error answer. Raw ASGI (no Request / Response objects): this is
+    the per-request hot path."""
     limit = st.limits["payload_limit"]
+
+    def fail(status, message, kind, param=None, code=None):
+        return status, error_body(path, status, message, kind, param, code)
 
     async def answer(scope, receive) -> tuple:
         try:
@@ -164,18 +187,21 @@ def _post_endpoint(st: ServerState, fn):
             try:
                 body = json.loads(raw)
             except UnicodeDecodeError:
-                raise invalid("the body is not valid UTF-8; send UTF-8 JSON") from None
+                raise invalid("the body is not valid UTF-8; send UTF-8 JSON", None, "invalid_json") from None
             except ValueError as e:
-                raise invalid(f"the body is not valid JSON ({str(e)[:80]}); send a JSON object") from None
+                raise invalid(f"the body is not valid JSON ({str(e)[:80]}); send a JSON object", None,
+                              "invalid_json") from None
+            except RecursionError:
+                raise invalid("the body nests too deep; send a flat JSON object", None, "invalid_json") from None
             if not isinstance(body, dict):
-                raise invalid(f"the body is a JSON {type(body).__name__}; send a JSON object")
-            return 200, await fn(st, body)
+                raise invalid(f"the body is a JSON {type(body).__name__}; send a JSON object", None, "invalid_json")
+            return 200, await fn(st, parse(request_model, body))
         except HTTPError as e:
-            return e.status, {"error": e.message, "error_type": e.kind}
+            return fail(e.status, e.message, e.kind, e.param, e.code)
         except UnicodeError:
-            return 422, {"error": "the input is not valid UTF-8; send valid text", "error_type": "validation"}
+            return fail(422, "the input is not valid UTF-8; send valid text", "validation")
         except BertforgeError as e:  # a library check on the input (e.g. a QA question too long)
-            return 422, {"error": " ".join(str(e).split()), "error_type": "validation"}
+            return fail(422, " ".join(str(e).split()), "validation")
 
     async def endpoint(scope, receive, send) -> None:
         try:
@@ -185,11 +211,11 @@ def _post_endpoint(st: ServerState, fn):
         except Exception as e:  # a real failure: logged, answered 500
             import logging
             logging.getLogger("bertforge.serve").exception("%s failed", scope["path"])
-            status, obj = 500, {"error": f"{type(e).__name__}: {str(e)[:200]}", "error_type": "backend"}
+            status, obj = fail(500, f"{type(e).__name__}: {str(e)[:200]}", "backend")
         try:
             await _send_json(send, status, obj)
         except ValueError as e:  # NaN / inf in an answer (allow_nan=False): a backend failure
-            await _send_json(send, 500, {"error": f"ValueError: {str(e)[:200]}", "error_type": "backend"})
+            await _send_json(send, 500, error_body(path, 500, f"ValueError: {str(e)[:200]}", "backend"))
     return endpoint
 
 
@@ -198,7 +224,7 @@ class _Gate:
 
     def __init__(self, app, st: ServerState):
         self.app, self.st = app, st
-        self.post = {p: _post_endpoint(st, fn) for p, fn in POST_ROUTES.items()}
+        self.post = {p: _post_endpoint(st, p, r[0], r[1]) for p, r in POST_ROUTES.items()}
         key = st.limits.get("api_key")
         self.key = f"Bearer {key}".encode() if key else None
 
@@ -222,12 +248,12 @@ class _Gate:
                 given = dict(scope["headers"]).get(b"authorization", b"")
                 if not hmac.compare_digest(given, self.key):
                     return await _error(401, "missing or wrong bearer token; send 'Authorization: Bearer <key>'",
-                                        "unauthorized")(scope, receive, send_wrapped)
+                                        "unauthorized", path, "invalid_api_key")(scope, receive, send_wrapped)
             if scope["method"] == "POST" and path in POST_ROUTES:
                 if st.in_flight >= st.limits["max_concurrent_requests"]:
                     return await _error(429, f"{st.in_flight} requests are in flight, the most this server "
                                              f"takes (--max-concurrent-requests); retry later",
-                                        "overloaded")(scope, receive, send_wrapped)
+                                        "overloaded", path)(scope, receive, send_wrapped)
                 st.in_flight += 1
                 counted = True
                 st.metrics.in_flight.set(st.in_flight)
@@ -308,6 +334,21 @@ def build_app(models: dict, **limits):
         body, ctype = st.metrics.render()
         return Response(body, 200, headers={"Content-Type": ctype})
 
+    async def openai_models(request: Request) -> Response:
+        created = int(st.started)
+        return _json({"object": "list", "data": [{"id": n, "object": "model", "created": created,
+                                                  "owned_by": "bertforge"} for n in st.models]})
+
+    from .. import __version__
+    from .openapi import DOCS_HTML, build_spec
+    spec = dumps(build_spec(POST_ROUTES, __version__)).encode()
+
+    async def openapi(request: Request) -> Response:
+        return Response(spec, 200, media_type="application/json")
+
+    async def docs(request: Request) -> Response:
+        return Response(DOCS_HTML, 200, media_type="text/html")
+
     @asynccontextmanager
     async def lifespan(app):
         for w in st.workers.values():
@@ -321,15 +362,18 @@ def build_app(models: dict, **limits):
                 await w.stop()
 
     # POST routes are answered by _Gate's raw ASGI endpoints; Starlette's copies give 405 to other methods
-    routes = [Route(p, _post_endpoint(st, fn), methods=["POST"]) for p, fn in POST_ROUTES.items()]
-    routes += [Route("/health", health, methods=["GET"]), Route("/info", info, methods=["GET"]),
-               Route("/metrics", metrics, methods=["GET"])]
+    routes = [Route(p, _post_endpoint(st, p, r[0], r[1]), methods=["POST"]) for p, r in POST_ROUTES.items()]
+    routes += [Route(p, fn, methods=["GET"]) for p, fn in (("/health", health), ("/info", info), ("/metrics", metrics),
+                                                         ("/v1/models", openai_models), ("/openapi.json", openapi),
+                                                         ("/docs", docs))]
 
     async def not_found(request, exc):
         code = getattr(exc, "status_code", 404)
         msg = "no such route; see GET /info and docs/serve.md" if code == 404 else \
             f"{request.method} is not allowed on {request.url.path}"
-        return _error(code, msg, "not_found" if code == 404 else "method_not_allowed")
+        r = _error(code, msg, "not_found" if code == 404 else "method_not_allowed", request.url.path)
+        r.headers.update(getattr(exc, "headers", None) or {})  # 405: Allow
+        return r
 
     inner = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     app = _Gate(inner, st)

@@ -33,7 +33,7 @@ from ..engine.kernels.allocator import trim
 
 #: what an item asks of the forward pass: a pooled embedding (H,), sequence logits (C,), token logits
 #: (T, C) or QA start/end logits (2, T)
-KINDS = ("embed", "logits", "token_logits", "qa_logits")
+KINDS = ("embed", "hidden", "logits", "token_logits", "qa_logits")
 #: a busy worker calls ``malloc_trim`` (:func:`bertforge.engine.kernels.allocator.trim`) when its queue runs empty, at
 #: most once per TRIM_EVERY_S seconds; an idle one TRIM_IDLE_S seconds after its last batch
 TRIM_EVERY_S = 1.0
@@ -224,6 +224,9 @@ class ModelWorker:
             h = runner(ids, am, tt, outputs=("last_hidden_state",))["last_hidden_state"]
             pooled = self.model.pool(h, am)
             out = [pooled[r] for r in range(n)]
+        elif kind == "hidden":  # /embed_all: every token's last hidden state
+            h = runner(ids, am, tt, outputs=("last_hidden_state",))["last_hidden_state"]
+            out = [np.asarray(h[r, :len(it)], dtype=np.float32) for r, it in enumerate(batch)]
         else:
             z = runner(ids, am, tt, outputs=("logits",))["logits"]
             if kind == "logits":

@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..checkpoint.layout import Prompts
 from ..errors import CheckpointError, ConfigError
 
 #: the routes each kind of model answers (``embed`` reads the encoder's hidden states)
@@ -75,6 +76,8 @@ class ServedModel:
     task: Optional[str] = None
     #: coordinates an embedding keeps (a Matryoshka dir's ``truncate_dim``); None: all
     dim: Optional[int] = None
+    #: the prompts the dir declares (``prompt_name``; the default one when a request names none)
+    prompts: Prompts = field(default_factory=Prompts)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _adapter: object = field(default=None, repr=False, compare=False)
 
@@ -113,7 +116,8 @@ class ServedModel:
         d = {"name": self.name, "path": str(r.path), "kind": self.kind, "task": self.task,
              "routes": [x for x in self.routes if x != "embed" or self.can_embed],
              "max_input_length": self.max_length, "pooling": self.pooling if self.can_embed else None,
-             "labels": self.labels, "hidden_size": r.config.get("hidden_size")}
+             "labels": self.labels, "hidden_size": r.config.get("hidden_size"), "dimensions": self.dim,
+             "prompts": sorted(self.prompts.prompts), "default_prompt_name": self.prompts.default_prompt_name}
         d.update({k: v for k, v in r.describe().items() if k in ("backend", "precision", "threads",
                                                                   "parameters", "file_mb", "weights_file")})
         return d
@@ -122,22 +126,62 @@ class ServedModel:
     def _special(self, pair: bool) -> int:
         return self.tokenizer.num_special_tokens_to_add(pair)
 
-    def encode(self, texts: list, truncate: bool, pairs: Optional[list] = None) -> list:
+    def prompt(self, name: Optional[str]) -> str:
+        """The text of prompt ``name`` (None: the dir's default prompt, "" without one). Raises InputError for a
+        name the dir does not declare."""
+        try:
+            return self.prompts.text(name)
+        except KeyError:
+            raise InputError(f"prompt_name {name!r} is not a prompt of model {self.name!r}; choose one of "
+                             f"{', '.join(map(repr, self.prompts.prompts)) or 'none (it declares no prompts)'}"
+                             ) from None
+
+    def encode(self, texts: list, truncate: bool, pairs: Optional[list] = None, direction: str = "right",
+               prompt: str = "") -> list:
         """Encode ``texts`` (with ``pairs``: ``(texts[i], pairs[i])`` pairs, a None entry for a single text)
-        into :class:`Encoded` sequences of at most :attr:`max_length` tokens. A pair is cut longest-first,
-        as ``tokenizers`` does.
+        into :class:`Encoded` sequences of at most :attr:`max_length` tokens. A text may be token ids (a list
+        of ints, TEI's ``InputType::Ids``): taken as they are, no special tokens added. ``prompt`` is put
+        before every single text (ids are decoded first, as TEI does). Cut at the ``direction`` end
+        (``left`` / ``right``); a pair longest-first, as ``tokenizers`` does.
 
         Raises:
-            InputError: a sequence longer than :attr:`max_length` with ``truncate`` False.
+            InputError: a sequence longer than :attr:`max_length` with ``truncate`` False; a token id outside
+                the vocabulary.
         """
         tok = self.tokenizer
+        left = direction.lower() == "left"
+        ids_at = {i: t for i, t in enumerate(texts) if not isinstance(t, str)}
+        if ids_at:
+            vocab = tok.get_vocab_size()
+            for i, t in ids_at.items():
+                if max(t) >= vocab:
+                    raise InputError(f"input {i} holds token id {max(t)}, outside model {self.name!r}'s "
+                                     f"vocabulary of {vocab}")
+            if prompt:  # TEI: the ids' text (no special tokens), after the prompt, encoded as a text
+                with self.lock:
+                    texts = [tok.decode(t, skip_special_tokens=True) if i in ids_at else t
+                             for i, t in enumerate(texts)]
+                ids_at = {}
+        if prompt:
+            texts = [prompt + t for t in texts]
+        strs = [t for i, t in enumerate(texts) if i not in ids_at]
         with self.lock:
-            a = tok.encode_batch(list(texts), add_special_tokens=False)
+            a_enc = iter(tok.encode_batch(strs, add_special_tokens=False)) if strs else iter(())
             bs = [p for p in pairs if p is not None] if pairs is not None else []
             b_enc = iter(tok.encode_batch(bs, add_special_tokens=False)) if bs else iter(())
+        a = [None if i in ids_at else next(a_enc) for i in range(len(texts))]
         b = [next(b_enc) if p is not None else None for p in pairs] if pairs is not None else [None] * len(a)
         out = []
         for i, (ea, eb) in enumerate(zip(a, b)):
+            if ea is None:  # token ids, as given
+                ids = list(ids_at[i])
+                if len(ids) > self.max_length:
+                    if not truncate:
+                        raise InputError(f"input {i} has {len(ids)} tokens, more than model {self.name!r} "
+                                         f'takes ({self.max_length}); shorten it or pass "truncate": true')
+                    ids = ids[-self.max_length:] if left else ids[:self.max_length]
+                out.append(Encoded(ids, [0] * len(ids), len(ids_at[i])))
+                continue
             special = self._special(eb is not None)
             room = self.max_length - special
             n = len(ea.ids) + (len(eb.ids) if eb is not None else 0)
@@ -145,8 +189,9 @@ class ServedModel:
                 if not truncate:
                     raise InputError(f"input {i} has {n + special} tokens, more than model {self.name!r} takes "
                                      f'({self.max_length}); shorten it or pass "truncate": true')
+                side = "left" if left else "right"
                 if eb is None:
-                    ea.truncate(room)
+                    ea.truncate(max(room, 0), direction=side)
                 else:  # longest first
                     la, lb = len(ea.ids), len(eb.ids)
                     while la + lb > room:
@@ -154,8 +199,8 @@ class ServedModel:
                             la -= 1
                         else:
                             lb -= 1
-                    ea.truncate(la)
-                    eb.truncate(lb)
+                    ea.truncate(la, direction=side)
+                    eb.truncate(lb, direction=side)
             enc = tok.post_process(ea, eb, add_special_tokens=True)
             type_ids = list(enc.type_ids)
             if eb is not None and tok.post_processor is None:  # no template: the pair's ids as encode() types them
@@ -163,20 +208,39 @@ class ServedModel:
             out.append(Encoded(list(enc.ids), type_ids, n + special))
         return out
 
-    def tokens(self, texts: list, add_special_tokens: bool) -> list:
-        """Per text, its tokens as ``{"id", "text", "special", "start", "stop"}`` (character offsets; None for
-        a special token), the layout of text-embeddings-inference's ``/tokenize``."""
+    def tokens(self, texts: list, add_special_tokens: bool, prompt: str = "") -> list:
+        """Per text (``prompt`` put before it), its tokens as text-embeddings-inference's ``/tokenize`` gives
+        them: ``{"id", "text", "special", "start", "stop"}``, ``start`` / ``stop`` the token's UTF-8 byte
+        offsets in the prompted text and ``text`` those bytes of it (a special token: its own string, offsets
+        None)."""
+        texts = [prompt + t for t in texts]
         with self.lock:
             encs = self.tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         out = []
         for text, e in zip(texts, encs):
+            raw = text.encode("utf-8")
+            byte_at = np.zeros(len(text) + 1, dtype=np.int64)  # char offset → byte offset
+            byte_at[1:] = np.cumsum([len(c.encode("utf-8")) for c in text]) if text else []
             row = []
             for tid, tstr, off, special in zip(e.ids, e.tokens, e.offsets, e.special_tokens_mask):
-                sp = bool(special)
-                row.append({"id": int(tid), "text": tstr, "special": sp,
-                            "start": None if sp else int(off[0]), "stop": None if sp else int(off[1])})
+                if special:
+                    row.append({"id": int(tid), "text": tstr, "special": True, "start": None, "stop": None})
+                    continue
+                b0, b1 = int(byte_at[off[0]]), int(byte_at[off[1]])
+                row.append({"id": int(tid), "text": raw[b0:b1].decode("utf-8", "replace"), "special": False,
+                            "start": b0, "stop": b1})
             out.append(row)
         return out
+
+    def decode(self, ids: list, skip_special_tokens: bool) -> list:
+        """Per id list, its text (the tokenizer's decoder). Raises InputError for an id outside the vocabulary."""
+        vocab = self.tokenizer.get_vocab_size()
+        for i, row in enumerate(ids):
+            if max(row) >= vocab:
+                raise InputError(f"ids[{i}] holds token id {max(row)}, outside model {self.name!r}'s vocabulary "
+                                 f"of {vocab}")
+        with self.lock:
+            return self.tokenizer.decode_batch([list(r) for r in ids], skip_special_tokens=skip_special_tokens)
 
     # ---------------------------------------------------------------------------------- outputs
     def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -238,16 +302,15 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
     except CheckpointError as e:
         raise CheckpointError(f"--model {name}: {e}") from None
     pooling = md.pooling
-    max_len = runner.max_length or 512
-    if pooling.max_seq_length:
-        max_len = min(max_len, pooling.max_seq_length)
+    max_len = md.embed_max_length(runner.max_length)  # where the offline embedder cuts, too
     kind = runner.kind
     labels = None
     if kind in ("classification", "regression", "token_classification"):
         id2 = runner.config.get("id2label") or {}
         labels = [str(id2[k]) for k in sorted(id2, key=int)] if id2 else \
             [f"LABEL_{i}" for i in range(runner.num_labels or 1)]
-    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, md.meta.task, dim=md.truncate_dim)
+    m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, md.meta.task, dim=md.truncate_dim,
+                    prompts=md.prompts)
     if tok.get_vocab_size() == 0:
         raise CheckpointError(f"--model {name}: {p} has an empty tokenizer")
     if warm:

@@ -1,35 +1,42 @@
-"""What the HTTP API takes and gives: the checks of a request's JSON body, each failing with one
-:class:`HTTPError` (422 ``validation`` or 413 ``payload_too_large``), and the encoding of answers.
+"""What the HTTP API takes and gives: one pydantic model per request body (the fields of
+text-embeddings-inference's and OpenAI's documented APIs, plus bertforge's ``model``), the models of the answers,
+and the errors.
 
-The routes (:mod:`~bertforge.serve.routes`) call these before any model runs, so a malformed request costs
-no tokenization and no forward pass.
+The same classes validate every request (:func:`parse`: strict types, unknown fields refused — 422 naming the
+field) and describe it in ``GET /openapi.json`` (:mod:`~bertforge.serve.openapi`), so the document and the
+server cannot disagree. The routes (:mod:`~bertforge.serve.routes`) call :func:`parse` before any model runs: a
+malformed request costs no tokenization and no forward pass.
 """
 from __future__ import annotations
 
 import json
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, ValidationError, model_validator
 
 #: longest sliding-window input of /ner and /qa, in windows per text
 MAX_WINDOWS = 64
 
 
 class HTTPError(Exception):
-    """An error answer: ``status`` and the body ``{"error": message, "error_type": kind}``."""
+    """An error answer: ``status`` and the body ``{"error": message, "error_type": kind}`` (on ``/v1/*``:
+    OpenAI's ``{"error": {"message", "type", "param", "code"}}``, ``param`` the field at fault)."""
 
-    def __init__(self, status: int, message: str, kind: str):
+    def __init__(self, status: int, message: str, kind: str, param: Optional[str] = None,
+                 code: Optional[str] = None):
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
 
 
-def invalid(message: str) -> HTTPError:
-    """A 422 ``validation`` error."""
-    return HTTPError(422, message, "validation")
+def invalid(message: str, param: Optional[str] = None, code: Optional[str] = None) -> HTTPError:
+    """A 422 ``validation`` error (``param``: the field at fault)."""
+    return HTTPError(422, message, "validation", param, code)
 
 
-def too_many(message: str) -> HTTPError:
+def too_many(message: str, param: Optional[str] = None) -> HTTPError:
     """A 413 ``payload_too_large`` error."""
-    return HTTPError(413, message, "payload_too_large")
+    return HTTPError(413, message, "payload_too_large", param)
 
 
 # ---------------------------------------------------------------------------------------------- answers
@@ -52,104 +59,353 @@ def dumps(obj) -> str:
     return obj if isinstance(obj, RawJSON) else json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
-# ---------------------------------------------------------------------------------------------- input checks
-def text_list(body: dict, key: str, limit: int, allow_single: bool = True) -> tuple:
-    """``body[key]``: a string or a list of strings → (texts, was a single string). Raises 422 / 413."""
-    if key not in body:
-        raise invalid(f"the body has no {key!r} field; send {{\"{key}\": \"text\"}} or a list of texts")
-    v = body[key]
-    single = isinstance(v, str)
-    if single and allow_single:
-        v = [v]
-    if not isinstance(v, list):
-        raise invalid(f"{key!r} is a JSON {type(v).__name__}; send a string or a list of strings")
-    if not v:
-        raise invalid(f"{key!r} is an empty list; send at least one text")
-    if len(v) > limit:
-        raise too_many(f"{key!r} holds {len(v)} inputs, more than the {limit} allowed per request "
-                       f"(--max-client-batch-size); split it")
-    for i, t in enumerate(v):
-        check_text(t, f"{key}[{i}]" if not single else key)
-    return v, single
-
-
-def check_text(t, where: str) -> str:
-    """``t`` itself: a non-empty string of valid UTF-8. Raises 422 naming ``where``."""
-    if not isinstance(t, str):
-        raise invalid(f"{where} is a JSON {type(t).__name__}; send a string")
+# ---------------------------------------------------------------------------------------------- field types
+def check_text(t: str) -> str:
+    """``t`` itself: a string with some non-space character and no lone surrogate (valid UTF-8)."""
     if not t.strip():
-        raise invalid(f"{where} is empty; send some text")
+        raise ValueError("the text is empty; send some text")
     try:
         t.encode("utf-8")
     except UnicodeEncodeError:
-        raise invalid(f"{where} is not valid UTF-8 (a lone surrogate); send valid text") from None
+        raise ValueError("the text is not valid UTF-8 (a lone surrogate); send valid text") from None
     return t
 
 
-def flag(body: dict, key: str, default: bool) -> bool:
-    """``body[key]``: true / false (absent or null: ``default``). Raises 422."""
-    v = body.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise invalid(f"{key!r} is {json.dumps(v)[:20]}; send true or false")
-    return v
+#: a non-empty text
+Text = Annotated[str, AfterValidator(check_text)]
+#: token ids as a tokenizer gives them (u32, as TEI takes them)
+Ids = Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)]
+#: TEI's ``Input``: a text, token ids, or a non-empty list of texts and token ids
+Input = Union[Text, Ids, Annotated[list[Union[Text, Ids]], Field(min_length=1)]]
+#: TEI's ``truncation_direction`` (it takes both spellings)
+Direction = Literal["Left", "Right", "left", "right"]
+
+PROMPT_NAME = ("The name of a prompt of the model dir (`prompts` of config_sentence_transformers.json), put "
+               "before every text. Null: the dir's `default_prompt_name`, if any.")
+TRUNCATE = "Cut inputs longer than the model takes (null: the server's --auto-truncate)."
+DIRECTION = "Which end a truncated input loses (TEI: Left or Right)."
+MODEL = "The served model to use (bertforge; TEI serves one). Absent: the first that answers the route."
 
 
-def predict_inputs(v, limit: int) -> tuple:
-    """TEI's ``/predict`` inputs: a string, a pair ``[a, b]``, or a list of strings / ``[a]`` / ``[a, b]`` →
-    ([(a, b or None)], was one input). Raises 422 / 413."""
-    def seq(x, where):
-        if isinstance(x, str):
-            return check_text(x, where), None
-        if isinstance(x, list) and len(x) in (1, 2) and all(isinstance(s, str) for s in x):
-            return check_text(x[0], where), (check_text(x[1], where) if len(x) == 2 else None)
-        raise invalid(f"{where} is {json.dumps(x)[:40]}; send a text or a pair [text, text]")
-    if isinstance(v, str) or (isinstance(v, list) and len(v) == 2 and all(isinstance(s, str) for s in v)):
-        return [seq(v, "inputs")], True
-    if not isinstance(v, list):
-        raise invalid(f"'inputs' is a JSON {type(v).__name__}; send a text, a pair or a list of them")
-    if not v:
-        raise invalid("'inputs' is an empty list; send at least one text")
-    if len(v) > limit:
-        raise too_many(f"'inputs' holds {len(v)} inputs, more than the {limit} allowed per request "
-                       f"(--max-client-batch-size); split it")
-    return [seq(x, f"inputs[{i}]") for i, x in enumerate(v)], False
+class Body(BaseModel):
+    """A request body: strict JSON types, no field beyond the documented ones."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: Optional[str] = Field(None, description=MODEL)
 
 
-def qa_inputs(body: dict, limit: int) -> tuple:
-    """``/qa``'s body: ``{"question", "context"}``, or ``{"inputs": [{"question", "context"}, …]}`` (a single
-    object there too) → ([{"question", "context"}], was one question). Raises 422 / 413."""
-    if "inputs" in body:
-        items, single = body["inputs"], False
-        if isinstance(items, dict):
-            items, single = [items], True
-        if not isinstance(items, list) or not items:
-            raise invalid("'inputs' must be a non-empty list of {\"question\", \"context\"} objects")
-        if len(items) > limit:
-            raise too_many(f"'inputs' holds {len(items)} questions, more than the {limit} allowed per request; "
-                           f"split it")
-    else:
-        items, single = [body], True
-    out = []
-    for i, it in enumerate(items):
-        if not isinstance(it, dict):
-            raise invalid(f"inputs[{i}] is a JSON {type(it).__name__}; send {{\"question\", \"context\"}}")
-        for k in ("question", "context"):
-            if k not in it:
-                raise invalid(f"the body has no {k!r} field; send {{\"question\": \"...\", \"context\": \"...\"}}")
-            check_text(it[k], k)
-        out.append({"question": it["question"], "context": it["context"]})
-    return out, single
+class EmbedRequest(Body):
+    """``POST /embed`` (TEI)."""
+
+    inputs: Input
+    normalize: bool = Field(True, description="L2-normalise each vector (after the cut to `dimensions`).")
+    truncate: Optional[bool] = Field(None, description=TRUNCATE)
+    truncation_direction: Direction = Field("Right", description=DIRECTION)
+    prompt_name: Optional[str] = Field(None, description=PROMPT_NAME)
+    dimensions: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="Keep the first `dimensions` coordinates (Matryoshka), then normalise if asked.")
 
 
-def check_windows(encoded, n_inputs: int, what: str) -> None:
-    """413 when one input of ``encoded`` (task windows with ``example_index``) needs more than
-    :data:`MAX_WINDOWS` windows; ``what`` words it, with ``{n}`` for the count."""
-    per_input = np.bincount([w["example_index"] for w in encoded], minlength=n_inputs)
-    if per_input.max() > MAX_WINDOWS:
-        raise too_many(f"{what.format(n=int(per_input.max()))}, more than {MAX_WINDOWS}; split it")
+class EmbedAllRequest(Body):
+    """``POST /embed_all`` (TEI): every token's last hidden state."""
+
+    inputs: Input
+    truncate: Optional[bool] = Field(None, description=TRUNCATE)
+    truncation_direction: Direction = Field("Right", description=DIRECTION)
+    prompt_name: Optional[str] = Field(None, description=PROMPT_NAME)
 
 
-__all__ = ["HTTPError", "invalid", "too_many", "RawJSON", "vectors_json", "dumps", "text_list", "check_text",
-           "flag", "predict_inputs", "qa_inputs", "check_windows", "MAX_WINDOWS"]
+class EmbedSparseRequest(EmbedAllRequest):
+    """``POST /embed_sparse`` (TEI; SPLADE models only — none of bertforge's dirs is one: always 422)."""
+
+
+class OpenAIEmbeddingRequest(Body):
+    """``POST /v1/embeddings`` (OpenAI; TEI's fields)."""
+
+    input: Input
+    model: Optional[str] = Field(None, description="With one model served any name is taken (as TEI does); "
+                                                   "with several, a served name (else 404 model_not_found).")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="Keep the first `dimensions` coordinates (Matryoshka) and renormalise.")
+    user: Optional[str] = Field(None, description="Accepted and ignored (as TEI does).")
+    truncate: Optional[bool] = Field(None, description=TRUNCATE + " bertforge's; not in OpenAI's API.")
+
+
+class PredictRequest(Body):
+    """``POST /predict`` (TEI): a text, ``[a]`` or a pair ``[a, b]`` (one input), or a list of ``[a]`` / ``[a, b]``
+    (bertforge also takes texts in that list, and three or more bare texts as a batch: TEI refuses both)."""
+
+    inputs: Union[Text, Annotated[list[Text], Field(min_length=1, max_length=2)],
+                  Annotated[list[Union[Text, Annotated[list[Text], Field(min_length=1, max_length=2)]]],
+                            Field(min_length=1)]]
+    raw_scores: bool = Field(False, description="The logits instead of softmax / sigmoid scores.")
+    truncate: Optional[bool] = Field(None, description=TRUNCATE)
+    truncation_direction: Direction = Field("Right", description=DIRECTION)
+
+
+class RerankRequest(Body):
+    """``POST /rerank`` (TEI)."""
+
+    query: Text
+    texts: Annotated[list[Text], Field(min_length=1)]
+    raw_scores: bool = Field(False, description="A cross-encoder's logits instead of their sigmoid.")
+    return_text: bool = Field(False, description="Give each text back in its rank.")
+    truncate: Optional[bool] = Field(None, description=TRUNCATE)
+    truncation_direction: Direction = Field("Right", description=DIRECTION)
+    top_n: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="Keep the best `top_n` (bertforge's; Cohere's and Jina's rerank field, not TEI's).")
+
+
+class TokenizeRequest(Body):
+    """``POST /tokenize`` (TEI)."""
+
+    inputs: Union[Text, Annotated[list[Text], Field(min_length=1)]]
+    add_special_tokens: bool = True
+    prompt_name: Optional[str] = Field(None, description=PROMPT_NAME)
+
+
+class DecodeRequest(Body):
+    """``POST /decode`` (TEI)."""
+
+    ids: Union[Ids, Annotated[list[Ids], Field(min_length=1)]]
+    skip_special_tokens: bool = True
+
+
+class SimilarityInput(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    source_sentence: Text
+    sentences: Annotated[list[Text], Field(min_length=1)]
+
+
+class SimilarityParameters(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    prompt_name: Optional[str] = Field(None, description=PROMPT_NAME)
+    truncate: Optional[bool] = Field(None, description=TRUNCATE)
+    truncation_direction: Direction = Field("Right", description=DIRECTION)
+
+
+class SimilarityRequest(Body):
+    """``POST /similarity`` (TEI): the cosine of ``source_sentence`` with each of ``sentences``."""
+
+    inputs: SimilarityInput
+    parameters: Optional[SimilarityParameters] = None
+
+
+class NerRequest(Body):
+    """``POST /ner`` (bertforge)."""
+
+    inputs: Union[Text, Annotated[list[Text], Field(min_length=1)]]
+
+
+class QaItem(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    question: Text
+    context: Text
+
+
+class QaRequest(Body):
+    """``POST /qa`` (bertforge): ``question`` + ``context``, or ``inputs`` (one such object or a list)."""
+
+    question: Optional[Text] = None
+    context: Optional[Text] = None
+    inputs: Optional[Union[QaItem, Annotated[list[QaItem], Field(min_length=1)]]] = None
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if self.inputs is None and (self.question is None or self.context is None):
+            raise ValueError("send {\"question\": \"...\", \"context\": \"...\"} or {\"inputs\": [...]}")
+        if self.inputs is not None and (self.question is not None or self.context is not None):
+            raise ValueError("send either question + context or inputs, not both")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- answers' models
+class Vectors(RootModel[list[list[float]]]):
+    """One vector per input."""
+
+
+class TokenVectors(RootModel[list[list[list[float]]]]):
+    """Per input, one vector per token."""
+
+
+class SparseValue(BaseModel):
+    index: int
+    value: float
+
+
+class SparseVectors(RootModel[list[list[SparseValue]]]):
+    """Per input, its non-zero coordinates."""
+
+
+class Prediction(BaseModel):
+    label: str
+    score: float
+    predicted: Optional[bool] = Field(None, description="A multi-label model's decision at its threshold.")
+
+
+class Predictions(RootModel[Union[list[Prediction], list[list[Prediction]]]]):
+    """Per input (or for the one input), every label best first."""
+
+
+class Rank(BaseModel):
+    index: int
+    score: float
+    text: Optional[str] = None
+
+
+class Ranks(RootModel[list[Rank]]):
+    """The texts best first."""
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str = Field(description="The input's bytes from start to stop (a special token: its own string).")
+    special: bool
+    start: Optional[int] = Field(description="UTF-8 byte offset in the input (with its prompt), as TEI gives.")
+    stop: Optional[int]
+
+
+class Tokens(RootModel[list[list[SimpleToken]]]):
+    """Per input, its tokens."""
+
+
+class Texts(RootModel[list[str]]):
+    """Per id list, its text."""
+
+
+class Scores(RootModel[list[float]]):
+    """One cosine per sentence."""
+
+
+class Entity(BaseModel):
+    label: str
+    text: str
+    start: int
+    end: int
+    score: float
+
+
+class Entities(RootModel[Union[list[Entity], list[list[Entity]]]]):
+    """Per text (or for the one text), its entities."""
+
+
+class Answer(BaseModel):
+    answer: str
+    start: int
+    end: int
+    score: float
+
+
+class Answers(RootModel[Union[Answer, list[Answer]]]):
+    """One answer per question."""
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: Union[list[float], str]
+
+
+class OpenAIUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddings(BaseModel):
+    object: Literal["list"]
+    model: str
+    data: list[OpenAIEmbedding]
+    usage: OpenAIUsage
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class OpenAIModels(BaseModel):
+    object: Literal["list"]
+    data: list[OpenAIModel]
+
+
+class ErrorResponse(BaseModel):
+    """TEI's error body."""
+
+    error: str
+    error_type: str
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: Optional[str]
+    code: Optional[str]
+
+
+class OpenAIError(BaseModel):
+    """OpenAI's error body (every ``/v1/*`` route)."""
+
+    error: OpenAIErrorDetail
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+#: what each union field of a request may hold, for its error message
+UNION_HINTS = {"inputs": "send a text, token ids, or a list of them", "input": "send a text, token ids, "
+               "or a list of them", "ids": "send a list of token ids or a list of such lists",
+               "question": "send a text", "context": "send a text",
+               ("PredictRequest", "inputs"): "send a text, a pair [a, b], or a list of [a] / [a, b]",
+               ("TokenizeRequest", "inputs"): "send a text or a list of texts",
+               ("NerRequest", "inputs"): "send a text or a list of texts"}
+
+
+def where(loc: tuple) -> str:
+    """A pydantic error location as a JSON path (``inputs[1]``), without its union members' tags."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif out and not part.isidentifier():
+            continue  # a union member's tag: list[...], function-after[...]
+        elif part in ("str", "int", "bool", "float", "list", "dict") or (out and part[:1].isupper()):
+            continue
+        else:
+            out += ("." if out else "") + part
+    return out or "body"
+
+
+def parse(cls: type, body: dict):
+    """``body`` (a JSON object) validated as ``cls``. Raises :func:`invalid` (422) naming the first field at
+    fault — an unknown one (``extra_forbidden``), a wrong type, an empty text or list, a value out of range."""
+    try:
+        return cls.model_validate(body, strict=True)
+    except ValidationError as e:
+        errors = e.errors(include_url=False, include_context=False)
+        if errors[0]["type"] == "extra_forbidden" or len(errors) == 1:
+            first = errors[0]
+        else:  # a union: the deepest error of the branch that fits best, a value error before a type error
+            first = max(errors, key=lambda x: (len(x["loc"]), not x["type"].endswith("_type")))
+        field = where(first["loc"])
+        if first["type"] == "extra_forbidden":
+            raise invalid(f"unknown field {field!r}: {cls.__name__} has no such field (see GET /openapi.json)",
+                          field, "unknown_field") from None
+        top = field.split("[")[0].split(".")[0]
+        hint = UNION_HINTS.get((cls.__name__, top), UNION_HINTS.get(top))
+        if hint and first["type"].endswith("_type"):
+            msg = f"{field}: {hint} (got {json.dumps(body.get(top))[:40]})"
+        else:
+            text = first["msg"].removeprefix("Value error, ")
+            msg = f"{field}: {text}" if field != "body" else text
+        raise invalid(msg, field, first["type"]) from None
+
+
+__all__ = ["HTTPError", "invalid", "too_many", "RawJSON", "vectors_json", "dumps", "check_text", "parse", "where",
+           "MAX_WINDOWS", "Body", "EmbedRequest", "EmbedAllRequest", "EmbedSparseRequest", "OpenAIEmbeddingRequest",
+           "PredictRequest", "RerankRequest", "TokenizeRequest", "DecodeRequest", "SimilarityRequest", "NerRequest",
+           "QaRequest", "ErrorResponse", "OpenAIError"]

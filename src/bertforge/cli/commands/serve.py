@@ -2,7 +2,8 @@
 
 Serves any dir bertforge reads or writes (PyTorch FP32 / INT8, the ONNX / INT8 dirs of `export` and
 `quantize`, `transformers` dirs, `minilm`), several at once. Binds 127.0.0.1 unless --host says otherwise;
-SIGTERM / Ctrl-C finish the requests in flight and exit 0. See docs/serve.md.
+SIGTERM / Ctrl-C finish the requests in flight and exit 0. GET /openapi.json describes every route (GET /docs
+renders it); docs/serve.md has the field-by-field table.
 
 Example:
   bertforge serve --model minilm --model sst2=runs/sst2-int8 --port 8080
