@@ -104,6 +104,11 @@ def test_every_consumer_serves_the_declared_vectors(written, server):
         assert code == 200, (step, served)
         served = np.asarray(served, dtype=np.float32)
         assert served.shape == (5, 16) and _cos(served, offline).min() >= 0.9999, step
+        by_name = bertforge.embed(d, TEXTS[:1], prompt_name="query")  # prompts: the declared text, prefixed
+        by_hand = bertforge.embed(d, [PROMPTS["query"] + TEXTS[0]], prompt_name="")
+        assert np.allclose(by_name, by_hand, atol=1e-6), step
+        code, served_q = post(server.port, "/embed", {"inputs": TEXTS[:1], "model": step, "prompt_name": "query"})
+        assert code == 200 and _cos(np.asarray(served_q, dtype=np.float32), by_hand)[0] >= 0.9999, step
         if step in ("export",):  # the same FP32 model in another runtime
             assert _cos(offline[:3], ref).min() >= 0.9999, step
         elif step != "distill":  # the same model within INT8's / 5% pruning's rounding, not another one
