@@ -107,3 +107,16 @@ def test_layers_student_runs_the_teacher_blocks():
             x = te.layers[i](x, bias)[0]
         want = teacher.head.classifier(torch.tanh(te.pooler(x[:, 0])))
         assert (student(ids, mask).logits - want).abs().max() < 1e-5
+
+
+def test_bench_flops_equal_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bertforge.checkpoint.write import config_to_hf
+    from bertforge.models.output import Features
+    from bertforge.runtime.bench import encoder_flops
+    model = _model("base")
+    ids = torch.randint(5, 120, (1, 20))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:  # attention written out: its matmuls count
+        model(ids, torch.ones_like(ids), features=Features(attentions=True))
+    assert encoder_flops(config_to_hf(model.config, "base"), 20) == counter.get_total_flops()

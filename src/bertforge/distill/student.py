@@ -220,11 +220,19 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         cfg = cross_family_config(teacher.config, family, shape, **head_config)
         student = TaskModel(cfg, head=head)
         record.update(shape=shape, family=cfg.model_type)
-        tw, sw = teacher.encoder.embeddings.word_embeddings.weight, student.encoder.embeddings.word_embeddings.weight
+        te, se = teacher.encoder.embeddings, student.encoder.embeddings
+        tw, sw = te.word_embeddings.weight, se.word_embeddings.weight
         if tw.shape == sw.shape:  # same vocabulary and width: start from the teacher's token embeddings
             with torch.no_grad():
                 sw.copy_(tw)
             record["token_embeddings"] = "teacher"
+            if family == "mobilebert":  # positions and segments too, where the teacher's are of the same shape
+                for name in ("position_embeddings", "token_type_embeddings"):
+                    t, s = getattr(te, name, None), getattr(se, name, None)
+                    if t is not None and s is not None and t.weight.shape == s.weight.shape:
+                        with torch.no_grad():
+                            s.weight.copy_(t.weight)
+                        record[name] = "teacher"
     elif spec.lower().startswith("layers:"):
         layers = parse_layers(spec, teacher.config.num_hidden_layers)
         student = copy_layers(teacher, layers, head=head, **head_config)
