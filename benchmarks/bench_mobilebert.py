@@ -129,8 +129,40 @@ def latencies(args, dirs: dict) -> dict:
             rec = run(["bench", "--model", str(d), "--backend", "onnxruntime", "--batch-size", "1", "--seq-len",
                        "128", "--threads", str(args.threads), "--iters", str(args.iters), "--warmup", "5"])
             lat[k].append(rec["latency_ms_p50"])
-            info = rec
+            info[k] = rec
     return {k: statistics.median(v) for k, v in lat.items()}, info
+
+
+def untrained(args, spec: str, name: str) -> Path:
+    """A freshly built student of ``spec`` from the plain MiniLM with a 2-way classifier (``--speed-only``:
+    latency depends on the shape, not on the weights)."""
+    out = args.cache / f"untrained-{name}"
+    if not done(out):
+        sys.path.insert(0, str(ROOT / "src"))
+        from bertforge.checkpoint.modeldir import resolve_model_dir
+        from bertforge.checkpoint.read import load_pretrained
+        from bertforge.distill.student import build_student
+        teacher = load_pretrained("minilm", head="sequence_classification", num_labels=2, notes=False)
+        model = teacher if spec == "teacher" else build_student(spec, teacher, head="sequence_classification")
+        model.save_pretrained(out, tokenizer_dir=resolve_model_dir("minilm"))
+    return out
+
+
+def speed_only(args, lines: list) -> None:
+    """Latency of the teacher and the students' shapes, untrained (no fine-tuning, no distillation)."""
+    models = {"teacher (MiniLM-L6)": untrained(args, "teacher", "teacher"),
+              f"{args.shape}": untrained(args, args.shape, "mobilebert"),
+              "layers:0,2,5": untrained(args, "layers:0,2,5", "layers3")}
+    lat, info = latencies(args, {k: onnx(args, d) for k, d in models.items()})
+    lines.append(f"\n## speed only (untrained weights; ONNX Runtime FP32, batch 1, seq 128, {args.threads} threads, "
+                 f"median of {args.rounds} interleaved rounds × {args.iters} calls)")
+    base = lat["teacher (MiniLM-L6)"]
+    for k in models:
+        rec = info[k]
+        lines.append(f"{k:44s} p50 {lat[k]:8.2f} ms   speed-up {base / lat[k]:5.2f}×   {rec.get('parameters', 0) / 1e6:6.2f} M "
+                     f"params, {rec.get('gflops_per_seq', 0):.3f} GFLOP/seq, {rec.get('file_mb')} MB")
+    rec = next(iter(info.values()))
+    lines.append(f"# cpu: {rec.get('cpu')} ({rec.get('cpu_count')} cores), flags: {' '.join(rec.get('cpu_flags', []))}")
 
 
 def main() -> None:
@@ -149,6 +181,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "bertforge" / "bench_mobilebert")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mobilebert.txt")
+    ap.add_argument("--speed-only", action="store_true", help="latency of the untrained shapes only")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     lines = [f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: python benchmarks/bench_mobilebert.py "
@@ -156,6 +189,12 @@ def main() -> None:
              f"# rows per task: {args.rows or 'all'}; teacher epochs {args.epochs}; student epochs "
              f"{args.student_epochs}; max_seq_len {args.max_seq_len}; student shape {args.shape}; general steps "
              f"{args.general_steps}"]
+    if args.speed_only:
+        speed_only(args, lines)
+        lines += ["# commands:"] + [f"#   {c}" for c in LOG]
+        args.out.write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     start = general_student(args)
     for task in args.tasks.split(","):
         t = teacher(args, task)
@@ -164,7 +203,8 @@ def main() -> None:
                   "mobilebert (plain KD)": student(args, task, t, "mobilebert-kd", args.shape, "kd"),
                   "layers:0,2,5 (KD)": student(args, task, t, "layers3", "layers:0,2,5", "kd")}
         scores = {k: score(args, d, task) for k, d in models.items()}
-        lat, info = latencies(args, {k: onnx(args, d) for k, d in models.items()})
+        lat, infos = latencies(args, {k: onnx(args, d) for k, d in models.items()})
+        info = infos["teacher"]
         meta = {k: json.loads((d / "metrics.jsonl").read_text().splitlines()[-1]) if (d / "metrics.jsonl").is_file()
                 else {} for k, d in models.items()}
         lines.append(f"\n## {task} (dev {METRIC[task]}; latency: ONNX Runtime FP32, batch 1, seq 128, "
