@@ -20,6 +20,7 @@ from bertforge.engine.kernels.cpu import CpuEncoder
 from bertforge.engine.train.trainer import Trainer
 from bertforge.heads import HEADS, Head
 from bertforge.models.encoder import Encoder
+from bertforge.models.mobilebert import MobileBertEncoder
 from bertforge.models.modernbert import ModernBertEncoder
 from bertforge.models.output import Features
 from bertforge.task_model import ENCODERS, TaskModel
@@ -34,13 +35,16 @@ def _config(family: str) -> ModelConfig:
               attention_probs_dropout_prob=0.0)
     if family == "modernbert":
         kw.update(type_vocab_size=0, add_pooling_layer=False, local_attention=4, global_attn_every_n_layers=2)
+    if family == "mobilebert":  # a thin block: 16 wide inside, two stacked FFNs, 8-wide trigram embeddings
+        kw.update(intra_bottleneck_size=16, embedding_size=8, num_feedforward_networks=2, intermediate_size=32)
     return ModelConfig(**kw)
 
 
 def _encoder(kind: str):
-    """``bert`` (plain), ``bert-cpu`` (the CPU kernels swapped in) or ``modernbert``, in eval mode."""
+    """``bert`` (plain), ``bert-cpu`` (the CPU kernels swapped in), ``modernbert`` or ``mobilebert``, in eval
+    mode."""
     torch.manual_seed(0)
-    model = TaskModel(_config("modernbert" if kind == "modernbert" else "bert"))
+    model = TaskModel(_config(kind if kind in ("modernbert", "mobilebert") else "bert"))
     apply_kernels(model, "cpu" if kind == "bert-cpu" else "none")
     return model.encoder.eval()
 
@@ -54,7 +58,7 @@ def _batch():
     return ids, mask
 
 
-@pytest.mark.parametrize("cls", [Encoder, ModernBertEncoder, CpuEncoder])
+@pytest.mark.parametrize("cls", [Encoder, ModernBertEncoder, MobileBertEncoder, CpuEncoder])
 def test_every_encoder_forward_takes_at_most_five_parameters(cls):
     params = [p for p in inspect.signature(cls.forward).parameters if p != "self"]
     assert params == ["input_ids", "attention_mask", "token_type_ids", "position_ids", "features"]
@@ -62,7 +66,8 @@ def test_every_encoder_forward_takes_at_most_five_parameters(cls):
 
 
 def test_the_encoder_is_chosen_by_the_model_family():
-    assert ENCODERS["modernbert"] is ModernBertEncoder
+    assert ENCODERS["modernbert"] is ModernBertEncoder and ENCODERS["mobilebert"] is MobileBertEncoder
+    assert type(TaskModel(_config("mobilebert")).encoder) is MobileBertEncoder
     assert all(ENCODERS[f] is Encoder for f in ("bert", "roberta", "albert", "electra", "distilbert"))
     assert type(TaskModel(_config("modernbert")).encoder) is ModernBertEncoder
     assert type(TaskModel(_config("bert")).encoder) is Encoder
@@ -70,7 +75,7 @@ def test_the_encoder_is_chosen_by_the_model_family():
         Encoder(_config("modernbert"))
 
 
-@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert"])
+@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert"])
 @pytest.mark.parametrize("asked", [(), ("hidden_states",), ("attentions",), ("attention_scores",), ("values",),
                                    ("hidden_states", "values"), PER_LAYER])
 def test_a_features_request_yields_exactly_the_outputs_asked(kind, asked):
@@ -89,13 +94,13 @@ def test_a_features_request_yields_exactly_the_outputs_asked(kind, asked):
     if "attentions" in asked:  # probabilities: each query row sums to 1
         assert torch.allclose(out.attentions[0].sum(-1), torch.ones(3, HEADS_N, 11), atol=1e-5)
     if "values" in asked:
-        assert out.values[0].shape == (3, HEADS_N, 11, H // HEADS_N)
+        assert out.values[0].shape == (3, HEADS_N, 11, enc.config.head_dim)
     if "hidden_states" in asked:
         real = mask.bool()
         assert torch.allclose(out.hidden_states[-1][real], out.last_hidden_state[real], atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert"])
+@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert"])
 def test_cls_only_and_rows_return_just_those_positions_of_the_full_output(kind):
     enc = _encoder(kind)
     ids, mask = _batch()

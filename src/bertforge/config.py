@@ -28,7 +28,9 @@ import yaml
 from .errors import ConfigError, require_number
 from .io import atomic_write_text
 
-FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert")
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert", "mobilebert")
+#: MobileBERT's norms (``ModelConfig.normalization_type``, Hugging Face's names)
+NORMALIZATIONS = ("no_norm", "layer_norm")
 #: the attention kinds of a ModernBERT layer (``ModelConfig.layer_types``, Hugging Face's names)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 POOLINGS = ("cls", "mean")  # ModernBERT's classifier_pooling
@@ -44,7 +46,11 @@ class ModelConfig:
     offset by ``pad_token_id + 1``), ``albert`` (Lan et al. 2019; factorized embeddings ``embedding_size`` → H
     and cross-layer sharing), ``electra`` (Clark et al. 2020; embedding projection when E ≠ H), ``distilbert``
     (Sanh et al. 2019; no token types, no pooler), ``modernbert`` (Warner et al. 2024; rotary positions, GeGLU,
-    pre-LN without biases, alternating local/global attention — :mod:`bertforge.models.modernbert`).
+    pre-LN without biases, alternating local/global attention — :mod:`bertforge.models.modernbert`),
+    ``mobilebert`` (Sun et al. 2020; trigram embeddings of size ``embedding_size``, blocks with bottlenecks
+    ``hidden_size`` → ``intra_bottleneck_size`` → ``hidden_size``, ``num_feedforward_networks`` stacked FFNs,
+    ``normalization_type`` ``no_norm`` | ``layer_norm`` — :mod:`bertforge.models.mobilebert`; heads divide the
+    intra-block width, :attr:`inner_size`).
 
     ModernBERT keys (read by that family only, Hugging Face ``ModernBertConfig`` names): a layer ``i`` attends
     globally when ``i % global_attn_every_n_layers == 0``, else within ``local_attention // 2`` positions
@@ -85,6 +91,14 @@ class ModelConfig:
     norm_bias: bool = False
     classifier_pooling: str = "cls"
     classifier_activation: str = "gelu"
+    # MobileBERT (model_type "mobilebert"; Sun et al. 2020 §3.1-3.2; Hugging Face MobileBertConfig names)
+    trigram_input: bool = True
+    use_bottleneck: bool = True
+    intra_bottleneck_size: int = 128
+    use_bottleneck_attention: bool = False
+    key_query_shared_bottleneck: bool = True
+    num_feedforward_networks: int = 4
+    normalization_type: str = "no_norm"
     # task head
     num_labels: int = 2
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
@@ -116,7 +130,9 @@ class ModelConfig:
         for name in dropouts:
             require_number(f"model.{name}", getattr(self, name), 0, 1, open_high=True, note="a probability")
         require_number("model.layer_norm_eps", self.layer_norm_eps, 0, open_low=True)
-        if self.hidden_size % self.num_attention_heads:
+        if self.model_type == "mobilebert":
+            self._check_mobilebert()
+        elif self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; pick a head count that divides it")
@@ -153,6 +169,31 @@ class ModelConfig:
                 raise ConfigError(f"model.layer_types must list {self.num_hidden_layers} of "
                                   f"{', '.join(LAYER_TYPES)} (one per layer), got {self.layer_types!r}")
 
+    def _check_mobilebert(self) -> None:
+        require_number("model.intra_bottleneck_size", self.intra_bottleneck_size, 1, whole=True)
+        require_number("model.num_feedforward_networks", self.num_feedforward_networks, 1, whole=True)
+        if self.layer_sharing != "none":
+            raise ConfigError(f"model.layer_sharing={self.layer_sharing!r}: MobileBERT layers are not shared; "
+                              f"use none")
+        if self.normalization_type not in NORMALIZATIONS:
+            raise ConfigError(f"model.normalization_type={self.normalization_type!r}; choose one of "
+                              f"{', '.join(NORMALIZATIONS)}")
+        if self.inner_size % self.num_attention_heads:
+            raise ConfigError(f"MobileBERT intra-block width {self.inner_size} is not divisible by "
+                              f"num_attention_heads {self.num_attention_heads}; pick a head count that divides it")
+        if (self.use_bottleneck and not self.key_query_shared_bottleneck and not self.use_bottleneck_attention
+                and self.intra_bottleneck_size != self.hidden_size):
+            raise ConfigError("MobileBERT without key_query_shared_bottleneck or use_bottleneck_attention reads "
+                              "queries from the inter-block state: intra_bottleneck_size must equal hidden_size")
+
+    @property
+    def inner_size(self) -> int:
+        """The width inside a block: MobileBERT's ``intra_bottleneck_size`` (with ``use_bottleneck``), else
+        ``hidden_size``."""
+        if self.model_type == "mobilebert" and self.use_bottleneck:
+            return self.intra_bottleneck_size
+        return self.hidden_size
+
     def layer_type(self, layer: int) -> str:
         """``full_attention`` or ``sliding_attention`` (ModernBERT): ``layer_types[layer]`` when given, else
         global every ``global_attn_every_n_layers`` layers from layer 0 (Warner et al. 2024 §2.1.2)."""
@@ -162,7 +203,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.inner_size // self.num_attention_heads
 
     def heads_of(self, layer: int) -> int:
         return self.layer_num_heads[layer] if self.layer_num_heads else self.num_attention_heads

@@ -18,11 +18,13 @@ from .config import ModelConfig
 from .errors import ConfigError
 from .heads import head_class
 from .models.encoder import Encoder, EncoderBase
+from .models.mobilebert import MobileBertEncoder
 from .models.modernbert import ModernBertEncoder
 from .models.output import EncoderOutput, Features, ModelOutput
 
 #: model family (``config.model_type``) → the encoder class that builds it
-ENCODERS: dict[str, type] = {family: cls for cls in (Encoder, ModernBertEncoder) for family in cls.families}
+ENCODERS: dict[str, type] = {family: cls for cls in (Encoder, ModernBertEncoder, MobileBertEncoder)
+                            for family in cls.families}
 
 #: keyword arguments ``forward`` took before :class:`~bertforge.models.output.Features` (refused by name)
 _FEATURE_FLAGS = {"output_hidden_states": "hidden_states", "output_attentions": "attentions",

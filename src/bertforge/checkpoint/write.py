@@ -23,7 +23,7 @@ from .layout import META_KEY, meta_section, with_meta
 from ..tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
-                "distilbert": "DistilBert", "modernbert": "ModernBert"}
+                "distilbert": "DistilBert", "modernbert": "ModernBert", "mobilebert": "MobileBert"}
 PREFIX = {f: f for f in FAMILIES}
 PREFIX["modernbert"] = "model"  # ModernBertFor…: the base model is ``model.*``
 OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
@@ -46,6 +46,8 @@ def encoder_key_map(config: ModelConfig) -> list:
     fam, n = config.model_type, config.num_hidden_layers
     if fam == "modernbert":
         return modernbert_key_map(config)
+    if fam == "mobilebert":
+        return mobilebert_key_map(config)
     m = [("embeddings.word_embeddings.weight", ["embeddings.word_embeddings.weight"]),
          ("embeddings.position_embeddings.weight", ["embeddings.position_embeddings.weight"])]
     if config.type_vocab_size > 0:
@@ -109,6 +111,74 @@ def modernbert_key_map(config: ModelConfig) -> list:
         m += [(f"{o}.ffn.wi.weight", [f"{t}.mlp.Wi.weight"]), (f"{o}.ffn.wo.weight", [f"{t}.mlp.Wo.weight"])]
     m += norm("final_norm", "final_norm")
     return m
+
+
+def mobilebert_key_map(config: ModelConfig) -> list:
+    """MobileBERT: our names ↔ ``MobileBertModel``'s (NoNorm and LayerNorm both hold ``weight`` and ``bias``
+    under ``LayerNorm``). Same list form as :func:`encoder_key_map`."""
+    m = [("embeddings.word_embeddings.weight", ["embeddings.word_embeddings.weight"]),
+         ("embeddings.position_embeddings.weight", ["embeddings.position_embeddings.weight"])]
+    if config.type_vocab_size > 0:
+        m.append(("embeddings.token_type_embeddings.weight", ["embeddings.token_type_embeddings.weight"]))
+    m += _linear("embeddings.transformation", "embeddings.embedding_transformation")
+    m += _linear("embeddings.norm", "embeddings.LayerNorm")
+    for i in range(config.num_hidden_layers):
+        o, t = f"layers.{i}", f"encoder.layer.{i}"
+        if config.use_bottleneck:
+            m += _linear(f"{o}.bottleneck_input.dense", f"{t}.bottleneck.input.dense")
+            m += _linear(f"{o}.bottleneck_input.norm", f"{t}.bottleneck.input.LayerNorm")
+            if config.key_query_shared_bottleneck:
+                m += _linear(f"{o}.bottleneck_qk.dense", f"{t}.bottleneck.attention.dense")
+                m += _linear(f"{o}.bottleneck_qk.norm", f"{t}.bottleneck.attention.LayerNorm")
+        for part in ("query", "key", "value"):
+            m += _linear(f"{o}.attention.{part}", f"{t}.attention.self.{part}")
+        m += _linear(f"{o}.attention.out", f"{t}.attention.output.dense")
+        m += _linear(f"{o}.attention_norm", f"{t}.attention.output.LayerNorm")
+        for j in range(config.num_feedforward_networks - 1):
+            m += _linear(f"{o}.ffns.{j}.intermediate", f"{t}.ffn.{j}.intermediate.dense")
+            m += _linear(f"{o}.ffns.{j}.output", f"{t}.ffn.{j}.output.dense")
+            m += _linear(f"{o}.ffns.{j}.norm", f"{t}.ffn.{j}.output.LayerNorm")
+        m += _linear(f"{o}.ffn.intermediate", f"{t}.intermediate.dense")
+        m += _linear(f"{o}.ffn.output", f"{t}.output.dense")
+        m += _linear(f"{o}.ffn.norm", f"{t}.output.LayerNorm")
+        if config.use_bottleneck:
+            m += _linear(f"{o}.output_bottleneck", f"{t}.output.bottleneck.dense")
+            m += _linear(f"{o}.output_norm", f"{t}.output.bottleneck.LayerNorm")
+    if config.add_pooling_layer:
+        m += _linear("pooler", "pooler.dense")
+    return m
+
+
+#: MobileBertConfig keys read and written as they are (ModelConfig has fields of the same names)
+_MOBILEBERT_SAME = ("embedding_size", "trigram_input", "use_bottleneck", "intra_bottleneck_size",
+                    "use_bottleneck_attention", "key_query_shared_bottleneck", "num_feedforward_networks",
+                    "normalization_type")
+
+
+def mobilebert_config_from_hf(d: dict) -> dict:
+    """The MobileBERT-only keys of a ``MobileBertConfig`` dict → ModelConfig keywords (the BERT keys are read
+    as for BERT). Raises CheckpointError for what this family does not implement: a pooler without its dense
+    layer (``classifier_activation=false``) and an untied decoder (``tie_word_embeddings=false``)."""
+    if d.get("classifier_activation") is False:
+        raise CheckpointError("config.json has classifier_activation=false; bertforge's MobileBERT pooler is "
+                              "tanh(W·h_[CLS]) (every released MobileBERT checkpoint)")
+    if d.get("tie_word_embeddings") is False:
+        raise CheckpointError("config.json has tie_word_embeddings=false; bertforge's MobileBERT decoder is "
+                              "tied to the token embeddings")
+    kw = {k: d[k] for k in _MOBILEBERT_SAME if d.get(k) is not None}
+    kw.setdefault("embedding_size", 128)  # transformers' default, absent from a minimal config.json
+    for k, v in (("hidden_size", 512), ("num_hidden_layers", 24), ("num_attention_heads", 4),
+                 ("intermediate_size", 512), ("hidden_act", "relu"), ("hidden_dropout_prob", 0.0)):
+        if d.get(k) is None:
+            kw[k] = v
+    return kw
+
+
+def mobilebert_config_to_hf(config: ModelConfig) -> dict:
+    """ModelConfig → the MobileBERT-only keys of ``MobileBertConfig``."""
+    d = {k: getattr(config, k) for k in _MOBILEBERT_SAME}
+    d.update(classifier_activation=True, tie_word_embeddings=True)
+    return d
 
 
 #: ModelConfig field → ModernBertConfig key, where the names differ
@@ -199,6 +269,8 @@ def config_from_hf(d: dict) -> ModelConfig:
                   "layer_norm_eps", "embedding_size"):
             if k in d and d[k] is not None:
                 kw[k] = d[k]
+        if fam == "mobilebert":
+            kw.update(mobilebert_config_from_hf(d))
         cd = d.get("classifier_dropout", d.get("classifier_dropout_prob"))
         if cd is not None:
             kw["classifier_dropout"] = cd
@@ -250,6 +322,8 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
             d["classifier_dropout"] = config.classifier_dropout
         if fam in ("albert", "electra"):
             d["embedding_size"] = config.embedding_size
+        if fam == "mobilebert":
+            d.update(mobilebert_config_to_hf(config))
         if fam == "albert":
             d.update(num_hidden_groups=albert_num_groups(config), inner_group_num=1)
             if config.classifier_dropout is not None:
@@ -344,5 +418,5 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=
             (out_dir / stale).unlink()
 
 
-__all__ = ["FAMILY_CLASS", "PREFIX", "encoder_key_map", "albert_num_groups", "config_from_hf", "config_to_hf",
+__all__ = ["FAMILY_CLASS", "PREFIX", "encoder_key_map", "mobilebert_key_map", "albert_num_groups", "config_from_hf", "config_to_hf",
            "hf_state_dict", "save_pretrained"]

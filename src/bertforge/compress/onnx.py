@@ -43,6 +43,7 @@ from ..checkpoint.write import config_to_hf
 from ..errors import BertforgeError, CheckpointError, ConfigError
 from ..hardware import cpu_flags
 from ..io import atomic_dir, atomic_write_text
+from ..models.mobilebert import MobileBertEncoder
 from ..models.modernbert import ModernBertEncoder
 from ..models.output import EncoderOutput
 from ..tokenizer import copy_tokenizer_files
@@ -159,6 +160,8 @@ class ExportView(nn.Module):
         enc = self.enc
         if isinstance(enc, ModernBertEncoder):
             return self._forward_modernbert(input_ids, attention_mask)
+        if isinstance(enc, MobileBertEncoder):
+            return self._forward_mobilebert(input_ids, attention_mask, token_type_ids)
         x = enc.embeddings(input_ids, token_type_ids)
         mask_i = attention_mask.to(torch.int32)
         mask_f = attention_mask.to(x.dtype)
@@ -209,6 +212,22 @@ class ExportView(nn.Module):
         return out["logits"]
 
 
+    def _forward_mobilebert(self, input_ids, attention_mask, token_type_ids=None):
+        """MobileBERT (:mod:`bertforge.models.mobilebert`) in standard ops: padded, the padding mask always in
+        the graph (−10⁴ additive, as :func:`_plain_attention`), the attention product written out."""
+        enc = self.enc
+        x = enc.embeddings(input_ids, token_type_ids)
+        bias = ((1.0 - attention_mask.to(x.dtype)) * MASK_FILTER)[:, None, None, :]  # (B, 1, 1, T)
+        for lyr in enc.layers:
+            x = lyr(x, bias, explicit=True)[0]
+        pooled = torch.tanh(enc.pooler(x[:, 0])) if enc.pooler is not None else None
+        if self.model.head is None:
+            return x
+        out = self.model.head(EncoderOutput(last_hidden_state=x, pooler_output=pooled),
+                              {"attention_mask": attention_mask, "input_ids": input_ids})
+        return out["logits"]
+
+
 def input_names(model) -> list:
     names = ["input_ids", "attention_mask"]
     if model.config.type_vocab_size > 0:
@@ -241,8 +260,8 @@ def export_onnx(model, path, fused: bool = True, cls_only: Optional[bool] = None
     """
     path = Path(path)
     model = model.eval().float()
-    if model.config.model_type == "modernbert":
-        fused, cls_only = False, False  # standard ops; every position (RoPE, local windows)
+    if model.config.model_type in ("modernbert", "mobilebert"):
+        fused, cls_only = False, False  # standard ops; every position (RoPE, local windows; bottleneck blocks)
     view = ExportView(model, fused=fused, cls_only=cls_only).eval()
     names = input_names(model)
     dummy = dummy_inputs(model)
@@ -373,8 +392,10 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
             (Q.SCHEMES["u8s8-7bit"] if reduce_range else Q.default_scheme(target))
         if chosen.static:
             fused = False
-    if model.config.model_type == "modernbert":
-        fused = False  # no contrib Attention op takes rotary, windowed attention: standard ops (ExportView)
+    if model.config.model_type in ("modernbert", "mobilebert"):
+        # no contrib Attention op takes rotary, windowed attention, or queries and values from different
+        # inputs (MobileBERT's bottleneck): standard ops (ExportView)
+        fused = False
     with atomic_dir(out_dir) as tmp:
         raw = tmp / "raw.onnx"
         export_onnx(model, raw, fused=fused)

@@ -335,10 +335,15 @@ def prune_heads(model, heads_to_prune: dict) -> dict:
         inner = n * d
         rows = [blk * inner + h * d + j for blk in range(3) for h in keep for j in range(d)]
         cols = [h * d + j for h in keep for j in range(d)]
-        rows_t = torch.tensor(rows, dtype=torch.long, device=att.qkv.weight.device)
         cols_t = torch.tensor(cols, dtype=torch.long, device=att.out.weight.device)
-        qkv_bias = att.qkv.bias.detach()[rows_t] if att.qkv.bias is not None else None  # ModernBERT: none
-        att.qkv = _new_linear(att.qkv.weight.detach()[rows_t], qkv_bias)
+        if hasattr(att, "query"):  # MobileBERT's bottleneck attention: separate Q, K, V projections
+            for part in ("query", "key", "value"):
+                lin = getattr(att, part)
+                setattr(att, part, _new_linear(lin.weight.detach()[cols_t], lin.bias.detach()[cols_t]))
+        else:
+            rows_t = torch.tensor(rows, dtype=torch.long, device=att.qkv.weight.device)
+            qkv_bias = att.qkv.bias.detach()[rows_t] if att.qkv.bias is not None else None  # ModernBERT: none
+            att.qkv = _new_linear(att.qkv.weight.detach()[rows_t], qkv_bias)
         att.out = _new_linear(att.out.weight.detach()[:, cols_t],
                               att.out.bias.detach() if att.out.bias is not None else None)
         att.num_heads = len(keep)
@@ -362,6 +367,9 @@ def prune_ffn(model, neurons_to_prune: dict) -> None:
     """
     _check_prunable(model)
     cfg = model.config
+    if cfg.model_type == "mobilebert" and cfg.num_feedforward_networks > 1 and any(neurons_to_prune.values()):
+        raise ConfigError(f"MobileBERT blocks stack {cfg.num_feedforward_networks} FFNs of one width; pruning "
+                          f"FFN units is not supported for them: prune heads only (--ffn-fraction 0)")
     for layer, idx in neurons_to_prune.items():
         idx = set(int(i) for i in idx)
         if not idx:

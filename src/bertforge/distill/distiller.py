@@ -94,6 +94,17 @@ METHODS: dict = {
         "general": [{"loss": "attention_kl", "weight": 1.0, "layers": "last"},
                     {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
     },
+    "mobilebert": {  # Sun et al. 2020 §3.3-3.5: progressive transfer (one layer per stage, lower ones frozen:
+        # distill/progressive.py) of feature maps (FMT) and attention maps (AT), then pre-training distillation
+        # α·L_MLM + (1−α)·L_KD (α = 0.5); the task stage ends on logit KD instead
+        "task": [{"loss": "feature_map_mse", "weight": 1.0, "layers": "uniform"},
+                 {"loss": "attention_kl", "weight": 1.0, "layers": "uniform"},
+                 {"loss": "kd", "weight": 1.0, "temperature": 1.0, "alpha": 0.5}],
+        "general": [{"loss": "feature_map_mse", "weight": 1.0, "layers": "uniform"},
+                    {"loss": "attention_kl", "weight": 1.0, "layers": "uniform"},
+                    {"loss": "mlm", "weight": 0.5},
+                    {"loss": "mlm_soft", "weight": 0.5, "temperature": 1.0}],
+    },
     "embedding_mse": {  # Reimers & Gurevych 2020 eq. 1: student's pooled embedding → teacher's (W when widths differ)
         "task": [{"loss": "pooled_mse", "weight": 1.0}],  # --task retrieval: every text of the pairs file
         "general": [{"loss": "pooled_mse", "weight": 1.0}],  # --corpus: sequences of raw text

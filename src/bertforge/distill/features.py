@@ -18,7 +18,8 @@ A distillation loss compares one *feature* of the student with the same feature 
 A new feature is one row of :data:`FEATURES` (and a loss naming it in ``LOSSES``). Sources of the rows: Hinton
 et al. 2015 (logits), DistilBERT (Sanh et al. 2019; MLM logits, hidden states), TinyBERT (Jiao et al. 2020;
 attention scores, hidden states), MiniLM (Wang et al. 2020; attention probabilities, values), Reimers &
-Gurevych 2020 (pooled embeddings), Hofstätter et al. 2020 (score margins).
+Gurevych 2020 (pooled embeddings), Hofstätter et al. 2020 (score margins), MobileBERT (Sun et al. 2020;
+feature maps of equal width, no projection).
 """
 from __future__ import annotations
 
@@ -195,6 +196,15 @@ def _student_mlm_head(loss: str, student, teacher) -> Optional[str]:
     return None
 
 
+def _same_width(loss: str, student, teacher) -> Optional[str]:
+    hs, ht = student.config.hidden_size, teacher.config.hidden_size
+    if hs != ht:
+        return (f"loss {loss} matches feature maps without a projection, but the student's inter-block width "
+                f"{hs} is not the teacher's hidden size {ht}; use a student of width {ht} (e.g. --student "
+                f"mobilebert:{teacher.config.num_hidden_layers}L-{ht}H) or a teacher of width {hs}")
+    return None
+
+
 def _attention_shape(config, layer: int, max_len: int, num_labels: int) -> tuple:
     return (config.heads_of(layer - 1), max_len, max_len)
 
@@ -213,6 +223,8 @@ FEATURES: dict[str, Feature] = {f.name: f for f in [
     Feature("student_mlm", _student_mlm, teachers="none", check=_student_mlm_head),
     Feature("hidden", _layer_pairs, Features(hidden_states=True), read=lambda o, layer: o.hidden_states[layer],
             shape=lambda c, i, t, n: (t, c.hidden_size), seq_axes=(0,)),
+    Feature("feature_maps", _layer_pairs, Features(hidden_states=True), read=lambda o, layer: o.hidden_states[layer],
+            check=_same_width, shape=lambda c, i, t, n: (t, c.hidden_size), seq_axes=(0,)),
     Feature("attention_scores", _layer_pairs, Features(attention_scores=True),
             read=lambda o, layer: o.attention_scores[layer - 1], blocks_only=True, windowed=True,
             shape=_attention_shape, seq_axes=(1, 2), masked_as_zero=True),

@@ -18,6 +18,7 @@ name                   source
 ``attention_kl``       MiniLM (Wang et al. 2020) eq. 4: KL(A_T ‖ A_S) per query row
 ``pkd``                BERT-PKD (Sun et al. 2019) eq. 3: ‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖² on [CLS]
 ``value_relation_kl``  MiniLM eq. 6 (relation heads as MiniLMv2, Wang et al. 2021 §3.1)
+``feature_map_mse``    MobileBERT (Sun et al. 2020) §3.3 FMT: MSE(LN(h_S), LN(h_T)), LN without affine
 ``mlm_soft``           DistilBERT L_ce: T²·KL of MLM distributions at masked (or all) positions
 ``mlm``                DistilBERT L_mlm: the student's own masked-LM cross-entropy (no teacher)
 ``pooled_mse``         Reimers & Gurevych 2020 eq. 1: MSE(W e_S, e_T) on pooled sentence embeddings
@@ -231,6 +232,19 @@ def embedding_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Opt
     return hidden_mse_loss(hidden_S, hidden_T, mask, proj)
 
 
+def feature_map_mse_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                         **_) -> torch.Tensor:
+    """MobileBERT feature-map transfer (Sun et al. 2020, §3.3 eq. 1): ``MSE(LN(H_S), LN(H_T))`` of two layers'
+    outputs (B, T, H) of the same width H, each first normalised over H by a layer norm without affine
+    parameters (the paper's normalisation of the feature maps, which keeps the loss on the maps' shape rather
+    than their scale). Averaged over valid tokens × H. No projection: the widths must agree (the
+    ``feature_maps`` feature checks it)."""
+    h = hidden_S.shape[-1]
+    s = F.layer_norm(hidden_S.float(), (h,))
+    t = F.layer_norm(hidden_T.float(), (h,))
+    return _masked_mse(s, t, _token_mask(mask, hidden_S))
+
+
 def pooled_mse_loss(emb_S: torch.Tensor, emb_T: torch.Tensor, proj=None, normalize: bool = False,
                     **_) -> torch.Tensor:
     """Embedding distillation (Reimers & Gurevych 2020, "Making Monolingual Sentence Embeddings Multilingual
@@ -357,6 +371,7 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in [
     LossSpec("hidden_mse", hidden_mse_loss, "hidden", layerwise=True, projects=True),
     LossSpec("embedding_mse", embedding_mse_loss, "hidden", layerwise=True, projects=True),
     LossSpec("pkd", pkd_loss, "hidden", layerwise=True, projects=True),
+    LossSpec("feature_map_mse", feature_map_mse_loss, "feature_maps", layerwise=True),
     LossSpec("attention_mse", attention_mse_loss, "attention_scores", layerwise=True),
     LossSpec("attention_kl", attention_kl_loss, "attentions", layerwise=True),
     LossSpec("value_relation_kl", value_relation_kl_loss, "values", layerwise=True),

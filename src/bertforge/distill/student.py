@@ -11,6 +11,11 @@
   teacher's vocabulary and tokenizer, :func:`cross_family_config`; when its hidden size is the teacher's
   embedding size, it starts from the teacher's token embeddings (the rest is fresh). Which losses apply across families:
   docs/modernbert.md ("Distillation").
+* ``mobilebert:24L-512H-128B-4A-512I-4F-128E`` — a MobileBERT-shape student (Sun et al. 2020 §3.1–3.2;
+  :func:`parse_mobilebert_shape`): ``H`` its inter-block width (default: the teacher's hidden size, so its
+  feature maps match the teacher's without a projection, as progressive transfer needs), ``B`` the
+  intra-block bottleneck (default H/4), ``A`` heads dividing B, ``I`` the FFN width, ``F`` stacked FFNs,
+  ``E`` the trigram embedding size; NoNorm and ReLU.
 * an existing checkpoint directory — the student of an earlier stage (chaining general → task).
 
 How the student was made is recorded in ``config.bertforge["student"]`` (saved in ``config.json``).
@@ -56,6 +61,50 @@ def parse_shape(spec: str) -> dict:
     if h % out["num_attention_heads"]:
         raise ConfigError(f"student shape {spec!r}: hidden size {h} is not divisible by "
                           f"{out['num_attention_heads']} heads; pick a head count that divides it")
+    return out
+
+
+_MOBILE_PART = re.compile(r"^(\d+)([LHBAIFE])$", re.IGNORECASE)
+_MOBILE_KEYS = {"L": "num_hidden_layers", "H": "hidden_size", "B": "intra_bottleneck_size",
+                "A": "num_attention_heads", "I": "intermediate_size", "F": "num_feedforward_networks",
+                "E": "embedding_size"}
+
+
+def parse_mobilebert_shape(spec: str, teacher_hidden: Optional[int] = None, teacher_heads: Optional[int] = None,
+                           teacher_layers: Optional[int] = None) -> dict:
+    """``"24L-512H-128B-4A-512I-4F-128E"`` → ModelConfig keywords of a MobileBERT student (parts in any order:
+    ``L`` layers, ``H`` inter-block width, ``B`` intra-block bottleneck, ``A`` heads, ``I`` FFN width, ``F``
+    stacked FFNs, ``E`` embedding size). Defaults (Sun et al. 2020 Table 1's MobileBERT proportions): L and H
+    the teacher's, B = H/4, A = the teacher's heads when they divide B (else 4), I = min(4B, H), F = 4,
+    E = B.
+
+    Raises:
+        ConfigError: a malformed part, a width of 0, heads that do not divide B, or an L or H missing
+        without a teacher to take them from."""
+    out: dict = {}
+    for part in spec.strip().split("-") if spec.strip() else []:
+        m = _MOBILE_PART.match(part.strip())
+        if not m:
+            raise ConfigError(f"mobilebert student shape {spec!r}: part {part!r} is not like 24L, 512H, 128B, 4A, "
+                              f"512I, 4F or 128E; write e.g. --student mobilebert:24L-512H-128B-4A-512I-4F")
+        out[_MOBILE_KEYS[m.group(2).upper()]] = int(m.group(1))
+    for key, default in (("num_hidden_layers", teacher_layers), ("hidden_size", teacher_hidden)):
+        if key not in out:
+            if default is None:
+                raise ConfigError(f"mobilebert student shape {spec!r} needs <n>L and <n>H (e.g. 24L-512H)")
+            out[key] = default
+    if min(out.values()) < 1:
+        raise ConfigError(f"mobilebert student shape {spec!r}: every size must be ≥ 1")
+    b = out.setdefault("intra_bottleneck_size", max(1, out["hidden_size"] // 4))
+    if "num_attention_heads" not in out:
+        out["num_attention_heads"] = teacher_heads if teacher_heads and b % teacher_heads == 0 else 4
+    out.setdefault("intermediate_size", min(4 * b, out["hidden_size"]))
+    out.setdefault("num_feedforward_networks", 4)
+    out.setdefault("embedding_size", b)
+    if b % out["num_attention_heads"]:
+        raise ConfigError(f"mobilebert student shape {spec!r}: {out['num_attention_heads']} heads do not divide "
+                          f"the bottleneck width {b}; pick a head count that divides it (e.g. "
+                          f"{next(a for a in (4, 2, 1) if b % a == 0)}A)")
     return out
 
 
@@ -105,6 +154,10 @@ def cross_family_config(teacher_config: ModelConfig, family: str, shape: dict, *
     kw = dict(model_type=family, vocab_size=tc.vocab_size, pad_token_id=tc.pad_token_id,
               max_position_embeddings=tc.max_position_embeddings, num_labels=tc.num_labels,
               id2label=tc.id2label, problem_type=tc.problem_type, initializer_range=tc.initializer_range)
+    if family == "mobilebert":  # MobileBERT's own: NoNorm, ReLU, no hidden dropout, trigram embeddings
+        kw.update(type_vocab_size=max(1, tc.type_vocab_size), hidden_act="relu", normalization_type="no_norm",
+                  hidden_dropout_prob=0.0, trigram_input=True, use_bottleneck=True,
+                  key_query_shared_bottleneck=True)
     if family == "modernbert":
         kw.update(type_vocab_size=0, add_pooling_layer=False, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
                   attention_probs_dropout_prob=0.0)
@@ -160,15 +213,26 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         record = {**prev, "from_dir": spec}
     elif ":" in spec and not spec.lower().startswith("layers:"):  # FAMILY:SHAPE, another family's student
         family, shape_spec = spec.split(":", 1)
-        shape = parse_shape(shape_spec)
-        cfg = cross_family_config(teacher.config, family.strip().lower(), shape, **head_config)
+        family = family.strip().lower()
+        tc = teacher.config
+        shape = parse_mobilebert_shape(shape_spec, tc.hidden_size, tc.num_attention_heads, tc.num_hidden_layers) \
+            if family == "mobilebert" else parse_shape(shape_spec)
+        cfg = cross_family_config(teacher.config, family, shape, **head_config)
         student = TaskModel(cfg, head=head)
         record.update(shape=shape, family=cfg.model_type)
-        tw, sw = teacher.encoder.embeddings.word_embeddings.weight, student.encoder.embeddings.word_embeddings.weight
+        te, se = teacher.encoder.embeddings, student.encoder.embeddings
+        tw, sw = te.word_embeddings.weight, se.word_embeddings.weight
         if tw.shape == sw.shape:  # same vocabulary and width: start from the teacher's token embeddings
             with torch.no_grad():
                 sw.copy_(tw)
             record["token_embeddings"] = "teacher"
+            if family == "mobilebert":  # positions and segments too, where the teacher's are of the same shape
+                for name in ("position_embeddings", "token_type_embeddings"):
+                    t, s = getattr(te, name, None), getattr(se, name, None)
+                    if t is not None and s is not None and t.weight.shape == s.weight.shape:
+                        with torch.no_grad():
+                            s.weight.copy_(t.weight)
+                        record[name] = "teacher"
     elif spec.lower().startswith("layers:"):
         layers = parse_layers(spec, teacher.config.num_hidden_layers)
         student = copy_layers(teacher, layers, head=head, **head_config)

@@ -75,9 +75,46 @@ class MLMPrediction(nn.Module):
         return (logits, *vocab_cross_entropy(logits, target))
 
 
+class MobileBertMLMPrediction(MLMPrediction):
+    """MobileBERT's masked-LM head (Sun et al. 2020; transformers' ``MobileBertLMPredictionHead``): transform
+    ``LN(act(W·h))`` H → H, then a decoder of width H made of the tied token embeddings (V, E) and a trained
+    block (H − E, V) of its own: ``logits = t · [Eᵀ; W_x] + b``. ``forward(h (…, H)) → logits (…, V)``."""
+
+    def __init__(self, config: ModelConfig):
+        nn.Module.__init__(self)
+        h, e = config.hidden_size, config.embedding_size
+        self.dense = nn.Linear(h, h)
+        self.act = get_activation(config.hidden_act)
+        self.norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        #: the decoder's rows past the embedding width, (H − E, V) as transformers' ``cls.predictions.dense``
+        self.extra = nn.Parameter(torch.empty(h - e, config.vocab_size))
+        for w in (self.dense.weight, self.extra):
+            nn.init.normal_(w, 0.0, config.initializer_range)
+        nn.init.zeros_(self.dense.bias)
+        self._embedding = ()
+
+    @property
+    def decoder_weight(self) -> torch.Tensor:
+        """(V, H): the token embeddings (V, E) beside ``extra``ᵀ (V, H − E)."""
+        return torch.cat([self._embedding[0].weight, self.extra.t()], dim=1)
+
+
+def mlm_prediction(config: ModelConfig) -> MLMPrediction:
+    """The masked-LM prediction module of ``config``'s family (:class:`MobileBertMLMPrediction` for MobileBERT,
+    else :class:`MLMPrediction`)."""
+    return MobileBertMLMPrediction(config) if config.model_type == "mobilebert" else MLMPrediction(config)
+
+
 def mlm_hf_keys(config: ModelConfig, prefix: str = "mlm.") -> dict:
     """Our MLM-head parameter names → HF names for ``config.model_type``."""
     fam = config.model_type
+    if fam == "mobilebert":  # MobileBertLMPredictionHead: transform H → H, the decoder's extra rows in ``dense``
+        return {f"{prefix}dense.weight": "cls.predictions.transform.dense.weight",
+                f"{prefix}dense.bias": "cls.predictions.transform.dense.bias",
+                f"{prefix}norm.weight": "cls.predictions.transform.LayerNorm.weight",
+                f"{prefix}norm.bias": "cls.predictions.transform.LayerNorm.bias",
+                f"{prefix}bias": "cls.predictions.bias", f"{prefix}extra": "cls.predictions.dense.weight"}
     if fam == "modernbert":  # ModernBertForMaskedLM: head.dense (no bias), head.norm, decoder (tied) + its bias
         keys = {f"{prefix}dense.weight": "head.dense.weight", f"{prefix}norm.weight": "head.norm.weight",
                 f"{prefix}bias": "decoder.bias"}
@@ -202,7 +239,7 @@ class MaskedLMHead(Head):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.mlm = MLMPrediction(config)
+        self.mlm = mlm_prediction(config)
 
     def tie_weights(self, encoder) -> None:
         self.mlm.tie(encoder.embeddings.word_embeddings)
@@ -221,6 +258,6 @@ OBJECTIVE = Objective(name="roberta", family="roberta", head="mlm", mode="full",
                       tokenizer="bpe",  # byte-level BPE (§4.4)
                       source="Liu et al. 2019 §4.1-4.2")
 
-__all__ = ["OBJECTIVE", "MLMPrediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
+__all__ = ["OBJECTIVE", "MLMPrediction", "MobileBertMLMPrediction", "mlm_prediction", "MaskedLMHead", "mlm_outputs", "mlm_hf_keys", "masked_positions", "vocab_cross_entropy",
            "centered_row_chunks", "row_slices",
            "IGNORE_INDEX"]

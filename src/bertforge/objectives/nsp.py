@@ -10,7 +10,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..models.head import Head
-from .mlm import MLMPrediction, mlm_hf_keys, mlm_outputs
+from .mlm import mlm_hf_keys, mlm_outputs, mlm_prediction
 from .spec import Objective
 
 
@@ -30,13 +30,13 @@ class BertPreTrainingHead(Head):
 
     hf_suffix = "ForPreTraining"
     masked_lm = True
-    families = ("bert",)
+    families = ("bert", "mobilebert")
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         if not config.add_pooling_layer:
             raise ConfigError("the NSP head reads the pooler; set model.add_pooling_layer=true")
-        self.mlm = MLMPrediction(config)
+        self.mlm = mlm_prediction(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
         nn.init.normal_(self.seq_relationship.weight, 0.0, config.initializer_range)
         nn.init.zeros_(self.seq_relationship.bias)

@@ -309,6 +309,8 @@ def _check_student_spec(student_spec: str) -> None:
     if sep and family.strip().lower() not in FAMILIES:
         raise ConfigError(f"--student {student_spec}: {family!r} is no model family; write FAMILY:SHAPE with "
                           f"one of {', '.join(FAMILIES)} (e.g. modernbert:4L-384H-6A-576I)")
+    if family.strip().lower() == "mobilebert":  # its defaults are the teacher's: checked when the student is built
+        return
     parse_shape(shape if sep else student_spec)
 
 
@@ -345,6 +347,10 @@ def choose_losses(opts, settings: Settings, teacher, teacher_dirs, student) -> L
                         temperature=settings.temperature, alpha=settings.alpha,
                         layer_map=opts.layer_map or ds.get("layer_map"))
     _check_options_used(opts, entries, method, stage)
+    for term in terms:  # what the models lack for a term (e.g. feature maps of another width), before any output
+        problem = term.feature.check(term.loss, student, teacher) if term.feature.check is not None else None
+        if problem:
+            raise ConfigError(problem)
     # masked-LM terms read MLM-corrupted inputs: BERT's 15% unless set (Devlin et al. 2019 §3.1; Sanh et al. §3)
     reads_mlm = stage == "general" and any(e.get("loss") in MLM_LOSSES for e in entries)
     mlm_p = opts.mlm_prob if opts.mlm_prob is not None else ds.get("mlm_probability",
@@ -491,7 +497,10 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
     """The :class:`~bertforge.distill.distiller.Distiller` (student + frozen teachers + projections W, an
     earlier stage's W loaded where the shapes match) and its teacher cache (or None)."""
     from ..distill.distiller import Distiller
-    distiller = Distiller(student, data.teachers, losses.terms)
+    from ..distill.progressive import ProgressiveDistiller
+    # MobileBERT's progressive transfer: one layer per stage, then the rest (distill/progressive.py)
+    cls = ProgressiveDistiller if settings.method == "mobilebert" else Distiller
+    distiller = cls(student, data.teachers, losses.terms)
     if data.pooling is not None:  # sentence embeddings: pooled as the teacher pools; margins by its similarity
         distiller.pooling, distiller.cross_encoder = data.pooling.mode, data.cross_encoder
         distiller.normalize = bool(data.pooling.normalize) and not data.cross_encoder
@@ -547,6 +556,8 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
                       save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
                                               m.save_projections(dst), _embedding_files(data, m.student, dst, teacher_dirs[0])),
                       sources=sources)
+    if hasattr(distiller, "set_schedule"):  # progressive transfer: its stages split the run's steps
+        distiller.set_schedule(trainer.total_steps, recipe.train.grad_accum_steps)
     if data.counts:
         print_training_plan("distill", data.counts, trainer)
     return trainer.fit(resume=resume)

@@ -131,6 +131,8 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     ``cfg`` is a HF ``config.json`` dict; ``layer_num_heads`` / ``layer_intermediate_sizes`` (pruned
     models) are honoured. Embedding lookups, LayerNorm, softmax and activations are not counted.
     """
+    if cfg.get("model_type") == "mobilebert":
+        return mobilebert_flops(cfg, seq_len)
     if cfg.get("model_type") == "distilbert":
         h, n, heads, inter = cfg.get("dim", 768), cfg.get("n_layers", 6), cfg.get("n_heads", 12), \
             cfg.get("hidden_dim", 3072)
@@ -153,6 +155,33 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     if e != h:
         total += 2 * t * e * h
     if cfg.get("add_pooling_layer", cfg.get("model_type") in ("bert", "albert")):
+        total += 2 * h * h
+    return total
+
+
+def mobilebert_flops(cfg: dict, seq_len: int) -> float:
+    """:func:`encoder_flops` of a MobileBERT ``config.json`` (Sun et al. 2020 §3.1): per layer the bottlenecks
+    H → B (input, and the shared query/key one) and B → H, Q/K from B and V from H, attention over the heads'
+    width A, the output projection A → B and ``num_feedforward_networks`` FFNs B → I → B; the trigram
+    embedding projection 3E → H once."""
+    t, h, n = seq_len, cfg["hidden_size"], cfg["num_hidden_layers"]
+    bottleneck = cfg.get("use_bottleneck", True)
+    b = cfg.get("intra_bottleneck_size", 128) if bottleneck else h
+    heads = cfg["num_attention_heads"]
+    d = b // heads
+    f = cfg.get("num_feedforward_networks", 4)
+    lh = cfg.get("layer_num_heads") or [heads] * n
+    li = cfg.get("layer_intermediate_sizes") or [cfg["intermediate_size"]] * n
+    total = 0.0
+    for a_heads, i_w in zip(lh, li):
+        a = a_heads * d
+        total += 4 * t * b * a + 2 * t * (b if cfg.get("use_bottleneck_attention") else h) * a  # Q, K; V
+        total += 4 * t * t * a + 2 * t * a * b + 4 * f * t * b * i_w  # attention, output, FFNs
+        if bottleneck:
+            total += 2 * t * h * b * (2 if cfg.get("key_query_shared_bottleneck", True) else 1) + 2 * t * b * h
+    e = cfg.get("embedding_size") or h
+    total += 2 * t * e * (3 if cfg.get("trigram_input", True) else 1) * h
+    if cfg.get("add_pooling_layer", True):
         total += 2 * h * h
     return total
 
@@ -252,7 +281,8 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
 
 
 __all__ = ["bench", "target_mismatch", "check_int8_option", "check_bench_args", "check_threads", "check_memory",
-           "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "cpu_flags", "summarize",
+           "available_memory_bytes", "activation_bytes", "time_calls", "encoder_flops", "mobilebert_flops",
+           "cpu_flags", "summarize",
            "random_inputs"]
 
 

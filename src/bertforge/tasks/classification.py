@@ -96,7 +96,7 @@ class SequenceClassificationHead(Head):
     (``problem_type = multi_label_classification``: BCE-with-logits per label, as ``transformers``; optional
     ``pos_weight`` and focal loss, :meth:`set_loss`) on the [CLS] state.
 
-    Per family, as the original implementations: bert/albert ``dropout → Linear`` on the tanh pooler;
+    Per family, as the original implementations: bert/albert/mobilebert ``dropout → Linear`` on the tanh pooler;
     roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
     ``Linear → ReLU → dropout → Linear`` on h_[CLS]; modernbert ``LN(act(W·pool(h))) → dropout → Linear`` with
     ``pool`` = h_[CLS] or the mean over tokens (``classifier_pooling``; Warner et al. 2024, transformers'
@@ -109,7 +109,7 @@ class SequenceClassificationHead(Head):
 
     hf_suffix = "ForSequenceClassification"
     cls_only = True
-    POOLER_FAMILIES = ("bert", "albert")  # the head reads ``pooler_output``
+    POOLER_FAMILIES = ("bert", "albert", "mobilebert")  # the head reads ``pooler_output``
 
     @classmethod
     def adds_pooler(cls, config: ModelConfig) -> bool:
@@ -188,7 +188,7 @@ class SequenceClassificationHead(Head):
     @staticmethod
     def hf_keys(config: ModelConfig) -> dict:
         fam = config.model_type
-        if fam in ("bert", "albert"):
+        if fam in SequenceClassificationHead.POOLER_FAMILIES:
             return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias"}
         if fam == "modernbert":
             return {"classifier.weight": "classifier.weight", "classifier.bias": "classifier.bias",
