@@ -19,6 +19,7 @@ import math
 from typing import Callable, Optional
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def hvp(grads: tuple, params: list, v: list) -> list:
@@ -36,7 +37,7 @@ def top_eigenvalue(hv: Callable[[list], list], shapes: list, iters: int = 20, to
                    generator: Optional[torch.Generator] = None, v0: Optional[list] = None) -> tuple:
     """Power iteration on the operator ``hv`` (list of tensors → list of tensors of ``shapes``). Start from
     ``v0`` (default a Gaussian draw of ``generator``), stop after ``iters`` products or when the Rayleigh
-    quotient changes by less than ``tol`` relative. Returns ``(eigenvalue, iterations run)``."""
+    quotient changes by less than ``tol`` relative (``tol`` 0: always ``iters``). Returns ``(eigenvalue, iterations run)``."""
     v = [x.clone() for x in v0] if v0 is not None else [torch.randn(s, generator=generator) for s in shapes]
     norm = math.sqrt(_dot(v, v)) or 1.0
     v = [x / norm for x in v]
@@ -48,7 +49,7 @@ def top_eigenvalue(hv: Callable[[list], list], shapes: list, iters: int = 20, to
         if norm == 0.0:
             return 0.0, k
         v = [x / norm for x in hvv]
-        done = k > 1 and abs(new - lam) <= tol * max(abs(new), 1e-12)
+        done = tol > 0 and k > 1 and abs(new - lam) <= tol * max(abs(new), 1e-12)
         lam = new
         if done:
             break
@@ -82,7 +83,8 @@ def block_sensitivities(model, loss_fn: Callable, batches: list, blocks: dict, i
     out = {name: {"eig": [], "trace": [], "iters": []} for name in blocks}
     try:
         for batch in batches:
-            loss = loss_fn(model, batch)
+            with sdpa_kernel([SDPBackend.MATH]):  # the fused CPU attention kernels have no double backward
+                loss = loss_fn(model, batch)
             grads = torch.autograd.grad(loss, every, create_graph=True)
             by_param = dict(zip(map(id, every), grads))
             for name, ps in blocks.items():
