@@ -84,3 +84,20 @@ def test_low_bit_of_a_static_model_is_refused(tmp_path, cli_error):
                  "--no-progress"]) == 0
     line = cli_error(["quantize", "--model", static, "--out", tmp_path / "q", "--bits", "4"], static)
     assert "static" in line
+
+
+def test_an_encoder_without_head_embeds_as_its_fake_quantized_model(tmp_path):
+    """Python API, ``--bits 3`` (stored in the 4-bit layout) with pooled-embedding QAT: the graph's token states
+    equal the PyTorch fake-quantized model's (the record's check) and the embedder reads the dir."""
+    import bertforge
+    from helpers import sentences
+    from bertforge.runtime.embedder import load_embedder
+    tiny = make_tiny_checkpoint(tmp_path / "tiny")
+    texts = [s for s, _ in sentences(16, 3)]
+    rec = bertforge.quantize(str(tiny), str(tmp_path / "q3"), bits=3, group_size=16, qat_steps=1,
+                             qat_batch_size=8, calib=texts).record
+    assert set(rec["bits_per_layer"].values()) == {3} and "sensitivity" not in rec  # fixed bits: no Hessian
+    assert rec["onnx_vs_torch_max_abs_diff"] < 1e-4
+    assert rec["true_mb"] < rec["file_mb"]  # 3-bit codes are stored in 4 bits
+    vecs = load_embedder(tmp_path / "q3").embed(texts[:3], 32)
+    assert np.all(np.isfinite(vecs)) and vecs.shape[0] == 3
