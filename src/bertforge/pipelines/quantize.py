@@ -197,7 +197,29 @@ def _run_lowbit(model, out, args) -> dict:
         from .evaluate import load_for_task
         _, task, adapter, _ = load_for_task(str(md.path), args.task, args.max_seq_len)
         eval_data = adapter.load(args.eval, args.max_eval_samples)
-    return lb.run_lowbit(args, md.path, run_dir, eval_data, adapter, task)
+    items, collate = _lowbit_calibration(md, args, eval_data)
+    return lb.run_lowbit(args, md.path, run_dir, eval_data, adapter, task, items, collate)
+
+
+def _lowbit_calibration(md, args, eval_data) -> tuple:
+    """``(items, collate)``: encoded calibration texts (--calib file or list, else the --eval rows, else the
+    bundled news sentences), at most ``calib_samples``, and the padding collator."""
+    from ..data.collate import PadCollator
+    from ..tokenizer import pad_id
+    n = max(args.calib_samples or 128, args.hessian_batches * args.hessian_batch_size)
+    tok = md.tokenizer()
+    max_len = min(args.max_seq_len or md.max_seq_len or 128, md.positions)
+    if isinstance(args.calib, (list, tuple)):
+        items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
+    elif args.calib:
+        items = _encode(tok, calibration_texts(args.calib, n), max_len)
+    elif eval_data is not None:
+        items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
+    else:
+        from ..data.bundled import lee_background_documents
+        sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
+        items = _encode(tok, sents[:n], max_len)
+    return items, PadCollator(pad_id(tok))
 
 
 def _saturation_note(args) -> Optional[str]:

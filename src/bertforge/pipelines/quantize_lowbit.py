@@ -243,8 +243,10 @@ def write_dir(student, states: dict, tmp: Path, model_dir: Path, record: dict, g
     return counts
 
 
-def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task) -> dict:
-    """The whole job (module doc) into ``run_dir``; returns the record (``lowbit.json`` + evaluation)."""
+def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task, items: list, collate) -> dict:
+    """The whole job (module doc) into ``run_dir``; returns the record (``lowbit.json`` + evaluation).
+    ``items``: the encoded calibration texts (the Hessian's batches, QAT's texts without --qat-train), batched
+    by ``collate``."""
     import numpy as np
     import torch
     from ..checkpoint.modeldir import ModelDir
@@ -255,7 +257,6 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task) -> dict
     md = ModelDir.open(model_dir)
     torch.manual_seed(args.seed)
     teacher = load_pretrained(model_dir).eval()
-    items, collate = calibration_items(md, args, eval_data)
     batches = [collate(items[i:i + args.hessian_batch_size])
                for i in range(0, min(len(items), args.hessian_batches * args.hessian_batch_size),
                               args.hessian_batch_size)]
@@ -298,28 +299,6 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task) -> dict
         from ..checkpoint.layout import LOWBIT_RECORD
         (tmp / LOWBIT_RECORD).write_text(json.dumps(rec, indent=2), encoding="utf-8")
     return rec
-
-
-def calibration_items(md, args, eval_data) -> tuple:
-    """``(items, collate)``: encoded calibration texts (--calib file or list, else the --eval rows, else the
-    bundled news sentences), at most ``calib_samples``, and the padding collator."""
-    from ..data.collate import PadCollator
-    from ..tokenizer import pad_id
-    from .quantize import _encode, calibration_texts
-    n = max(args.calib_samples or 128, args.hessian_batches * args.hessian_batch_size)
-    tok = md.tokenizer()
-    max_len = min(args.max_seq_len or md.max_seq_len or 128, md.positions)
-    if isinstance(args.calib, (list, tuple)):
-        items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
-    elif args.calib:
-        items = _encode(tok, calibration_texts(args.calib, n), max_len)
-    elif eval_data is not None:
-        items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
-    else:
-        from ..data.bundled import lee_background_documents
-        sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
-        items = _encode(tok, sents[:n], max_len)
-    return items, PadCollator(pad_id(tok))
 
 
 def qat_items(md, args, calib_items: list) -> list:
