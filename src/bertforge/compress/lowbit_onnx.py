@@ -68,10 +68,12 @@ def _key(a: np.ndarray) -> str:
     return hashlib.sha1(a.tobytes() + str(a.shape).encode()).hexdigest()
 
 
-def rewrite_graph(model, layers: dict, tables: dict, group_size: int) -> dict:
+def rewrite_graph(model, layers: dict, tables: dict, group_size: int, accuracy_level: int = 0) -> dict:
     """Replace, in the ONNX ``model`` (a ModelProto, changed in place), the weights named in ``layers`` (module
     name → ``(q, scale, zero_point, bits, dequantized)`` as torch or numpy arrays, W of shape (N, K)) by
     ``MatMulNBits`` and the tables in ``tables`` (same tuple, table (V, H)) by ``GatherBlockQuantized``.
+    ``accuracy_level``: MatMulNBits' compute type (0: FP32 products, what the fake-quantized model computes;
+    4: activations quantized to int8 per block, integer dot products — faster, not exact).
     Returns ``{"matmul_nbits": n, "gather_block_quantized": n, "replaced": [module names]}``; a layer the graph
     does not hold as an initializer stays FP32 (and is not listed)."""
     from onnx import helper, numpy_helper
@@ -113,7 +115,7 @@ def rewrite_graph(model, layers: dict, tables: dict, group_size: int) -> dict:
                 new_nodes.append(helper.make_node(
                     "MatMulNBits", [node.input[0], base + ".B", base + ".scales", base + ".zero_points"], [out],
                     name=base, domain=MS_DOMAIN, K=int(q.shape[1]), N=int(r1 - r0), bits=sb,
-                    block_size=int(group_size)))
+                    block_size=int(group_size), accuracy_level=int(accuracy_level)))
                 if out != node.output[0]:  # Gemm's bias
                     new_nodes.append(helper.make_node("Add", [out, node.input[2]], [node.output[0]], name=base + ".bias"))
                 counts["matmul_nbits"] += 1

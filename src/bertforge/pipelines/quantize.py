@@ -25,7 +25,8 @@ class QuantizeOptions:
     (2, 3, 4, 8 or ``"mixed"`` with ``size_budget`` MB) switches to low-bit weights
     (:mod:`bertforge.pipelines.quantize_lowbit`; ``group_size`` columns per scale, default 64; ``embed_bits`` of
     the word-embedding table; ``qat_steps`` of quantization-aware fine-tuning, default 300, on ``qat_train``
-    rows or the calibration texts; ``hessian_*`` / ``trace_samples``: the sensitivity estimate)."""
+    rows or the calibration texts; ``hessian_*`` / ``trace_samples``: the sensitivity estimate; ``accuracy_level``
+    4: MatMulNBits multiplies int8-quantized activations, faster, not exact; 0: FP32 products)."""
 
     backend: str = "onnxruntime"
     target: Optional[str] = None
@@ -58,6 +59,7 @@ class QuantizeOptions:
     hessian_iters: int = 20
     trace_samples: int = 8
     seed: int = 0
+    accuracy_level: int = 0
 
 
 @dataclass

@@ -69,6 +69,8 @@ def check_options(args, md) -> None:
     if int8_only:
         raise ConfigError(f"{int8_only[0]} sets up INT8; drop it with --bits")
     args.group_size = check_group_size(64 if args.group_size is None else args.group_size)
+    if args.accuracy_level not in (0, 4):
+        raise ConfigError(f"--accuracy-level {args.accuracy_level}: 0 (FP32 products) or 4 (int8 products)")
     if args.embed_bits not in (4, 8):
         raise ConfigError(f"--embed-bits {args.embed_bits}: ONNX Runtime's GatherBlockQuantized takes 4 or 8")
     if args.qat_steps is None:
@@ -212,7 +214,8 @@ def qat(student, teacher, items: list, collate, args, work: Path, pooling) -> di
             "examples": len(items), "loss": " + ".join(e["loss"] for e in entries)}
 
 
-def write_dir(student, states: dict, tmp: Path, model_dir: Path, record: dict, group_size: int) -> dict:
+def write_dir(student, states: dict, tmp: Path, model_dir: Path, record: dict, group_size: int,
+              accuracy_level: int = 0) -> dict:
     """Export the on-grid ``student`` to ``tmp/model.onnx`` with its low-bit weights; config, tokenizer,
     declarations and ``lowbit.json`` beside it. Returns the graph's counts."""
     import onnx
@@ -227,7 +230,7 @@ def write_dir(student, states: dict, tmp: Path, model_dir: Path, record: dict, g
     raw = tmp / ".fp32.onnx"
     export_onnx(student, raw, fused=False, cls_only=False)
     proto = onnx.load(str(raw))
-    counts = rewrite_graph(proto, layers, tables, group_size)
+    counts = rewrite_graph(proto, layers, tables, group_size, accuracy_level)
     onnx.save(proto, str(tmp / "model.onnx"))
     raw.unlink()
     meta = ModelDir.open(model_dir).meta
@@ -265,7 +268,8 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task, items: 
     units, sens = choose_bits(student, layers, args, fixed_bytes, other, batches, loss_fn_for(teacher, md.pooling.mode))
     plan = {**layer_plan(student, units), **fixed}
     rec = {"model": str(model_dir), "out": str(run_dir.out), "method": "q-bert", "bits": args.bits,
-           "group_size": args.group_size, "symmetric": False, "size_budget_mb": args.size_budget,
+           "group_size": args.group_size, "symmetric": False, "accuracy_level": args.accuracy_level,
+           "size_budget_mb": args.size_budget,
            "bits_per_layer": units, "fixed_bits": fixed,
            "fp32_file_mb": round(sum(f.stat().st_size for f in md.fp32_weights) / 2**20, 3),
            **sizes(student, plan, args.group_size, other)}
@@ -283,7 +287,7 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task, items: 
             rec["qat"] = qat(student, teacher, qat_items(md, args, items), collate, args, tmp / ".qat", md.pooling)
         student.eval()
         states = bake_fake_quant(student)
-        write_dir(student, states, tmp, model_dir, rec, args.group_size)
+        write_dir(student, states, tmp, model_dir, rec, args.group_size, args.accuracy_level)
         runner = load_runner(tmp)
         x = {k: v for k, v in collate(items[:4]).items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         with torch.no_grad():

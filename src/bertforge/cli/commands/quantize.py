@@ -76,6 +76,9 @@ def add_arguments(p) -> None:
     g.add_argument("--hessian-iters", type=int, default=20, help="most power-iteration steps per layer")
     g.add_argument("--trace-samples", type=int, default=8, help="Hutchinson probes per layer and batch")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--accuracy-level", type=int, default=0,
+                   help="MatMulNBits compute: 0 = FP32 products (equals the fake-quantized model), 4 = int8 "
+                        "activations and integer dot products (faster on VNNI/AMX CPUs, not exact)")
 
 
 def run(args) -> int:
