@@ -20,6 +20,9 @@ CONFIG_FILE = "config.json"
 META_KEY = "bertforge"
 #: the weights of ``quantize --backend torch`` (torch.ao dynamic INT8 Linear layers + FP32 rest)
 INT8_FILE = "model.int8.safetensors"
+#: the record of ``quantize --bits`` beside its ``model.onnx`` (bits per layer, true and file sizes, Hessian
+#: sensitivities, round-to-nearest beside the result): its presence makes a dir's format ``low-bit``
+LOWBIT_RECORD = "lowbit.json"
 #: ``model_type`` of a static embedding dir (one token table, mean pooling; ``distill --method static``)
 STATIC_MODEL_TYPE = "static"
 #: the index files ``transformers`` writes beside the shards of a checkpoint saved in pieces
@@ -122,6 +125,8 @@ def deployed_format(path: Path) -> Optional[tuple]:
     FP32 weights — ``("an ONNX graph (model.onnx)", "onnxruntime")`` or ``("a PyTorch INT8 model
     (model.int8.safetensors)", "torch")`` — else None."""
     path = Path(path)
+    if is_lowbit_dir(path):
+        return "a low-bit ONNX graph (model.onnx, lowbit.json)", "onnxruntime"
     if (path / "model.onnx").is_file():
         return "an ONNX graph (model.onnx)", "onnxruntime"
     if (path / INT8_FILE).is_file():
@@ -165,6 +170,12 @@ def is_static_dir(path) -> bool:
     """Whether ``path`` is a dir whose ``config.json`` says ``model_type: "static"`` (False for anything
     unreadable: the caller's own loader reports that)."""
     return is_static_config(read_json_object(Path(path) / CONFIG_FILE))
+
+
+def is_lowbit_dir(path) -> bool:
+    """Whether ``path`` holds the low-bit graph of ``quantize --bits``: ``model.onnx`` with ``lowbit.json``
+    beside it."""
+    return (Path(path) / LOWBIT_RECORD).is_file() and (Path(path) / "model.onnx").is_file()
 
 
 def is_quantized_dir(path) -> bool:
@@ -407,6 +418,6 @@ def read_prompts(model_dir) -> Prompts:
 
 __all__ = ["CONFIG_FILE", "META_KEY", "INT8_FILE", "STATIC_MODEL_TYPE", "SHARD_INDEXES", "read_json_object",
            "read_config", "meta_section", "with_meta", "shard_index", "weight_files", "deployed_format",
-           "find_graph", "is_static_config", "is_static_dir", "is_quantized_dir", "POOLING_MODES", "Pooling",
+           "find_graph", "is_static_config", "is_static_dir", "is_quantized_dir", "is_lowbit_dir", "LOWBIT_RECORD", "POOLING_MODES", "Pooling",
            "check_pooling_mode", "read_pooling", "write_pooling", "carry_pooling", "write_truncate_dim",
            "read_truncate_dim", "Prompts", "read_prompts", "ST_MODEL_CONFIG", "token_positions", "carry_declarations", "ST_DECLARATIONS"]

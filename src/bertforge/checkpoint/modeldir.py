@@ -24,7 +24,8 @@ from .layout import Pooling, Prompts
 #: what a model dir can hold, by the file that says so (:meth:`ModelDir.open` picks the first that applies):
 #: ``bundle`` (``manifest.json`` of ``bertforge bundle``), ``static`` (a token table, ``model_type: static``),
 #: ``torch-int8`` (``model.int8.safetensors``), ``int8`` / ``onnx`` (an INT8 / FP32 ONNX graph),
-#: ``low-bit`` (weights below 8 bits, recorded in the ``bertforge`` section), ``fp32`` (HF weights)
+#: ``low-bit`` (the ``MatMulNBits`` graph of ``quantize --bits``: ``model.onnx`` + ``lowbit.json``; or weights below
+#: 8 bits recorded in the ``bertforge`` section), ``fp32`` (HF weights)
 FORMATS = ("fp32", "torch-int8", "onnx", "int8", "static", "low-bit", "bundle")
 
 #: the ONNX operators that only a quantized graph holds (dynamic INT8 and static QDQ)
@@ -130,6 +131,10 @@ class ModelDir:
         return self.graph is not None
 
     @property
+    def is_low_bit(self) -> bool:
+        return self.format == "low-bit"
+
+    @property
     def is_int8(self) -> bool:
         return self.format in ("int8", "torch-int8")
 
@@ -198,6 +203,8 @@ class ModelDir:
         deployed = layout.deployed_format(self.path)
         if self.format == "static":
             return "a static embedding table (model_type static)"
+        if self.format == "low-bit" and self.graph is not None:
+            return "a low-bit ONNX graph (model.onnx, lowbit.json)"
         if deployed:
             return deployed[0]
         if self.graph is not None:
@@ -294,6 +301,8 @@ def _format_of(folder: Path, config: dict, graph: Optional[Path]) -> str:
         return "static"
     if layout.is_quantized_dir(folder):
         return "torch-int8"
+    if graph is not None and graph.parent == folder and layout.is_lowbit_dir(folder):
+        return "low-bit"
     if graph is not None:
         made = layout.read_json_object(graph.parent / "onnx.json")  # export / quantize say what they wrote
         if "quantization" in made and graph.name == "model.onnx":

@@ -22,7 +22,12 @@ from .options import options_from, python_names
 @dataclass
 class QuantizeOptions:
     """Options of :func:`quantize` (the flags of ``bertforge quantize``, same names and defaults). ``calib``: a
-    text file (one text per line, a tab splits a pair) or a list of texts / (text, text) pairs."""
+    text file (one text per line, a tab splits a pair) or a list of texts / (text, text) pairs. ``bits``
+    (2, 3, 4, 8 or ``"mixed"`` with ``size_budget`` MB) switches to low-bit weights
+    (:mod:`bertforge.pipelines.quantize_lowbit`; ``group_size`` columns per scale, default 64; ``embed_bits`` of
+    the word-embedding table; ``qat_steps`` of quantization-aware fine-tuning, default 300, on ``qat_train``
+    rows or the calibration texts; ``hessian_*`` / ``trace_samples``: the sensitivity estimate; ``accuracy_level``
+    4: MatMulNBits multiplies int8-quantized activations, faster, not exact; 0: FP32 products)."""
 
     backend: str = "onnxruntime"
     target: Optional[str] = None
@@ -40,6 +45,22 @@ class QuantizeOptions:
     max_eval_samples: Optional[int] = None
     max_seq_len: Optional[int] = None
     overwrite: bool = False
+    # low-bit (Q-BERT; pipelines/quantize_lowbit.py): bits None = INT8
+    bits: Union[int, str, None] = None
+    size_budget: Optional[float] = None
+    group_size: Optional[int] = None
+    embed_bits: int = 4
+    qat_steps: Optional[int] = None
+    qat_train: Optional[str] = None
+    max_qat_samples: Optional[int] = None
+    qat_lr: float = 5e-5
+    qat_batch_size: int = 32
+    hessian_batches: int = 2
+    hessian_batch_size: int = 8
+    hessian_iters: int = 20
+    trace_samples: int = 8
+    seed: int = 0
+    accuracy_level: int = 0
 
 
 @dataclass
@@ -78,6 +99,8 @@ def quantize_with(model, out, opts: QuantizeOptions) -> QuantizeResult:
 
 
 def _run(model, out, args) -> dict:
+    if args.bits is not None:
+        return _run_lowbit(model, out, args)
     # every option is checked before torch loads or anything is read
     if args.backend != "onnxruntime":  # graph options would be silently ignored by the torch backend
         used = [f for f, on in (("--reduce-range", args.reduce_range), ("--no-fused", args.no_fused),
@@ -157,6 +180,52 @@ def _run(model, out, args) -> dict:
         rec["warning"] = note
         print(f"bertforge quantize: warning: {note}", file=sys.stderr)
     return rec
+
+
+def _run_lowbit(model, out, args) -> dict:
+    """``--bits``: low-bit weights (:mod:`bertforge.pipelines.quantize_lowbit`), options checked first."""
+    from ..checkpoint.modeldir import ModelDir
+    from . import quantize_lowbit as lb
+    if not args.eval:
+        unused = [f for f, v in (("--task", args.task), ("--max-eval-samples", args.max_eval_samples)) if v]
+        if unused:
+            raise ConfigError(f"{unused[0]} sets up the accuracy check of --eval FILE; pass --eval or drop it")
+    require_at_least("--max-eval-samples", args.max_eval_samples, 1)
+    require_at_least("--max-seq-len", args.max_seq_len, 2)
+    md = ModelDir.open(model)
+    lb.check_options(args, md)
+    if isinstance(args.calib, (str, Path)) and not Path(args.calib).is_file():
+        from ..errors import DataError
+        raise DataError(f"--calib {args.calib} is not a file; pass a text file with one text per line")
+    run_dir = RunDir(out, inputs=(md.path,), overwrite=args.overwrite)
+    eval_data = task = adapter = None
+    if args.eval:
+        from .evaluate import load_for_task
+        _, task, adapter, _ = load_for_task(str(md.path), args.task, args.max_seq_len)
+        eval_data = adapter.load(args.eval, args.max_eval_samples)
+    items, collate = _lowbit_calibration(md, args, eval_data)
+    return lb.run_lowbit(args, md.path, run_dir, eval_data, adapter, task, items, collate)
+
+
+def _lowbit_calibration(md, args, eval_data) -> tuple:
+    """``(items, collate)``: encoded calibration texts (--calib file or list, else the --eval rows, else the
+    bundled news sentences), at most ``calib_samples``, and the padding collator."""
+    from ..data.collate import PadCollator
+    from ..tokenizer import pad_id
+    n = max(args.calib_samples or 128, args.hessian_batches * args.hessian_batch_size)
+    tok = md.tokenizer()
+    max_len = min(args.max_seq_len or md.max_seq_len or 128, md.positions)
+    if isinstance(args.calib, (list, tuple)):
+        items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
+    elif args.calib:
+        items = _encode(tok, calibration_texts(args.calib, n), max_len)
+    elif eval_data is not None:
+        items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
+    else:
+        from ..data.bundled import lee_background_documents
+        sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
+        items = _encode(tok, sents[:n], max_len)
+    return items, PadCollator(pad_id(tok))
 
 
 def _saturation_note(args) -> Optional[str]:

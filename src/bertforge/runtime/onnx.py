@@ -1,7 +1,7 @@
 """The ONNX Runtime backend: an exported graph in an ``onnxruntime.InferenceSession`` on CPU.
 
 Supports the dirs written by ``bertforge export`` (FP32 graph) and ``bertforge quantize`` (ONNX Runtime
-dynamic INT8 graph) — ``model.onnx`` beside ``config.json``, the tokenizer files and ``onnx.json`` —, a
+dynamic INT8 graph, or the low-bit ``MatMulNBits`` / ``GatherBlockQuantized`` graph of ``--bits``) — ``model.onnx`` beside ``config.json``, the tokenizer files and ``onnx.json`` —, a
 dir holding one other ``.onnx`` file and no FP32 weights, and a bare ``.onnx`` file (its config and
 tokenizer then come from ``tokenizer_dir``). Graph inputs are fed by name (``input_ids``,
 ``attention_mask``, ``token_type_ids``: whichever the graph declares); outputs are the graph's ``logits``
@@ -32,6 +32,11 @@ from ..checkpoint.modeldir import INT8_OPS  # noqa: E402  operators only a quant
 def graph_is_int8(graph) -> bool:
     """Whether an ONNX ``GraphProto`` holds INT8 operators (:data:`INT8_OPS`)."""
     return any(n.op_type in INT8_OPS for n in graph.node)
+
+
+def graph_is_low_bit(graph) -> bool:
+    """Whether an ONNX ``GraphProto`` holds ONNX Runtime's block-quantized weights (``quantize --bits``)."""
+    return any(n.op_type in ("MatMulNBits", "GatherBlockQuantized") for n in graph.node)
 
 
 def count_graph_parameters(cfg: dict, graph) -> dict:
@@ -108,7 +113,7 @@ class OnnxRunner(Runner):
         if self.head == "question_answering" and "logits" in self.outputs:
             self.outputs += ("start_logits", "end_logits")
         graph = onnx.load(str(onnx_path), load_external_data=False).graph
-        self.precision = "int8" if graph_is_int8(graph) else "fp32"
+        self.precision = "low-bit" if graph_is_low_bit(graph) else ("int8" if graph_is_int8(graph) else "fp32")
         self.weight_files = [onnx_path] + [f for f in onnx_path.parent.glob(onnx_path.name + ".data")]
         self.size_bytes = sum(f.stat().st_size for f in self.weight_files)
         self.weights_file = onnx_path.name
@@ -207,4 +212,4 @@ class OnnxRunner(Runner):
         return {k: res[k] for k in outputs}
 
 
-__all__ = ["OnnxRunner", "count_graph_parameters", "graph_is_int8", "INT8_OPS"]
+__all__ = ["OnnxRunner", "count_graph_parameters", "graph_is_int8", "graph_is_low_bit", "INT8_OPS"]

@@ -14,6 +14,12 @@ Examples:
   bertforge quantize --model runs/sst2 --out runs/sst2-avx2 --target avx2 --calib texts.txt --max-drop 0.5
   bertforge quantize --model runs/sst2 --out runs/sst2-static --scheme s8s8-static --calibration percentile
   bertforge quantize --model runs/sst2 --backend torch --out runs/sst2-int8-torch
+  bertforge quantize --model runs/sst2 --out runs/sst2-q4 --bits mixed --size-budget 14 --qat-train train.tsv
+
+--bits (Q-BERT, Shen et al. 2020): bits per encoder layer from {2, 3, 4, 8} by Hessian sensitivity under
+--size-budget MB (or one width for all), group-wise scales, fine-tuning with the FP32 model as teacher, and a
+graph of ONNX Runtime's MatMulNBits / GatherBlockQuantized; lowbit.json records bits per layer, sizes and
+round-to-nearest beside the result.
 """
 from __future__ import annotations
 
@@ -51,10 +57,32 @@ def add_arguments(p) -> None:
     p.add_argument("--calibration", choices=CALIBRATION_METHODS, default=None,
                    help="static schemes: how activation ranges are calibrated (default minmax)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    g = p.add_argument_group("low-bit weights (Q-BERT: Hessian-guided mixed precision, group-wise, with KD)")
+    g.add_argument("--bits", help="2, 3, 4, 8 (every encoder layer) or mixed (bits per layer from {2,3,4,8} by "
+                                  "Hessian sensitivity under --size-budget); writes a MatMulNBits graph")
+    g.add_argument("--size-budget", type=float, help="--bits mixed: most MB of weights (true size: bits × "
+                                                     "weights + scales + zero points, FP32 rest)")
+    g.add_argument("--group-size", type=int, help="input columns sharing one scale and zero point (default 64)")
+    g.add_argument("--embed-bits", type=int, default=4, help="bits of the word-embedding table (4 or 8)")
+    g.add_argument("--qat-steps", type=int, help="quantization-aware fine-tuning steps, FP32 model as teacher "
+                                                 "(default 300; 0 = round-to-nearest only)")
+    g.add_argument("--qat-train", help="task file whose texts the fine-tuning distils on (default the "
+                                       "calibration texts)")
+    g.add_argument("--max-qat-samples", type=int)
+    g.add_argument("--qat-lr", type=float, default=5e-5)
+    g.add_argument("--qat-batch-size", type=int, default=32)
+    g.add_argument("--hessian-batches", type=int, default=2, help="calibration batches the sensitivity reads")
+    g.add_argument("--hessian-batch-size", type=int, default=8)
+    g.add_argument("--hessian-iters", type=int, default=20, help="most power-iteration steps per layer")
+    g.add_argument("--trace-samples", type=int, default=8, help="Hutchinson probes per layer and batch")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--accuracy-level", type=int, default=0,
+                   help="MatMulNBits compute: 0 = FP32 products (equals the fake-quantized model), 4 = int8 "
+                        "activations and integer dot products (faster on VNNI/AMX CPUs, not exact)")
 
 
 def run(args) -> int:
     from ...pipelines.quantize import QuantizeOptions, quantize_with
-    opts = {f: getattr(args, f) for f in QuantizeOptions.__dataclass_fields__}
+    opts = {f: getattr(args, f) for f in QuantizeOptions.__dataclass_fields__ if hasattr(args, f)}
     print_json(quantize_with(args.model, args.out, QuantizeOptions(**opts)).record)
     return 0
