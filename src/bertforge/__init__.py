@@ -19,12 +19,14 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "prune": ".pipelines.prune", "translate": ".pipelines.translate",
          "translate_train": ".pipelines.translate", "embed_corpus": ".pipelines.embed_corpus",
          "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench",
+         "bundle": ".pipelines.bundle", "bundle_verify": ".pipelines.bundle",
          # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
          "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "Features", "TaskModel", "load_pretrained",
            "save_pretrained", "finetune", "distill", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
-           "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve"]
+           "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve",
+           "bundle", "bundle_verify"]
 
 
 class _DistillPackage(_ModuleType):
