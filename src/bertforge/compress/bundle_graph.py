@@ -58,6 +58,11 @@ class _Builder:
     def __init__(self, graph, prefix: str):
         self.graph, self.prefix, self.n = graph, prefix, 0
         self.nodes: list = []
+        self.opset = 17
+
+    def for_model(self, model) -> "_Builder":
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        return self
 
     def name(self, what: str) -> str:
         self.n += 1
@@ -196,10 +201,17 @@ def _pool(b: _Builder, hidden: str, mask: str, mode: str) -> str:
     if mode == "max":
         lowest = b.const(np.finfo(np.float32).min)
         filled = b.op("Where", [b.op("Greater", [m, b.const(0.0)]), hidden, lowest])
-        mx = b.op("ReduceMax", [filled, b.const([1], np.int64)], keepdims=0)
+        mx = _reduce(b, "ReduceMax", filled, [1], 0)
         count = b.op("ReduceSum", [m, b.const([1], np.int64)], keepdims=0)
         return b.op("Where", [b.op("Greater", [count, b.const(0.0)]), mx, b.const(0.0)])
     raise BertforgeError(f"cannot bundle: pooling {mode!r}; a bundle pools by mean, cls or max")
+
+
+def _reduce(b: _Builder, op: str, x: str, axes: list, keepdims: int) -> str:
+    """ReduceMax / ReduceL2 over ``axes``: an attribute before opset 18, an input from 18 on (ReduceSum: 13)."""
+    if b.opset >= 18:
+        return b.op(op, [x, b.const(axes, np.int64)], keepdims=keepdims)
+    return b.op(op, [x], axes=axes, keepdims=keepdims)
 
 
 def _embedding(b: _Builder, hidden: str, mask: str, pooling: dict) -> str:
@@ -209,7 +221,7 @@ def _embedding(b: _Builder, hidden: str, mask: str, pooling: dict) -> str:
         out = b.op("Slice", [out, b.const([0], np.int64), b.const([int(dim)], np.int64),
                              b.const([1], np.int64)])
     if pooling.get("normalize"):
-        norm = b.op("ReduceL2", [out, b.const([1], np.int64)], keepdims=1)
+        norm = _reduce(b, "ReduceL2", out, [1], 1)
         out = b.op("Div", [out, b.op("Max", [norm, b.const(1e-12)])])
     return out
 
@@ -224,7 +236,7 @@ def add_outputs(model, kind: str, source_output: str, *, pooling: Optional[dict]
     if kind not in KINDS:
         raise BertforgeError(f"cannot bundle a {kind} model; a bundle serves {', '.join(KINDS)}")
     g = model.graph
-    b = _Builder(g, "bundle_head")
+    b = _Builder(g, "bundle_head").for_model(model)
     z = source_output
     res: dict = {}
     if kind == "embedding":
@@ -241,7 +253,7 @@ def add_outputs(model, kind: str, source_output: str, *, pooling: Optional[dict]
     elif kind == "token_classification":
         p = b.op("Softmax", [z], axis=-1)
         res = {"logits": z, "tag_ids": b.op("ArgMax", [z], axis=-1, keepdims=0),
-               "tag_scores": b.op("ReduceMax", [p, b.const([-1], np.int64)], keepdims=0)}
+               "tag_scores": _reduce(b, "ReduceMax", p, [-1], 0)}
     else:  # QA: logits (B, 2, T)
         res = {"start_logits": b.op("Gather", [z, b.const(0, np.int64)], axis=1),
                "end_logits": b.op("Gather", [z, b.const(1, np.int64)], axis=1)}
