@@ -184,6 +184,31 @@ def _identity(src: str, dst: str):
     return helper.make_node("Identity", [src], [dst], name=dst + "/bundle_identity")
 
 
+def int8_flip_bound(model) -> float:
+    """How far one INT8 output may move when one activation rounds to the neighbouring step of its dynamic
+    quantization (two kernels — WASM and x86, say — whose float sums differ by an ulp can round a value that
+    lies on a step boundary differently): ``(2/255)·max|W|``, one step of an activation of unit range
+    (a tanh pooler's output, the classifier's input: range ≤ 2 over 255 steps) times the largest dequantized
+    weight of any MatMulInteger / QAttention in ``model``. 0.0 for a graph without quantized weights."""
+    from onnx import numpy_helper
+    init = {i.name: i for i in model.graph.initializer}
+    worst = 0.0
+    for n in model.graph.node:
+        if n.op_type not in ("MatMulInteger", "QAttention"):
+            continue
+        w = n.input[1]
+        scale = w[:-len("_quantized")] + "_scale" if w.endswith("_quantized") else None
+        zp = n.input[3] if n.op_type == "MatMulInteger" and len(n.input) > 3 else \
+            (n.input[7] if len(n.input) > 7 else "")
+        if w not in init or scale not in init:
+            continue
+        q = numpy_helper.to_array(init[w]).astype(np.float64)
+        z = numpy_helper.to_array(init[zp]).astype(np.float64) if zp in init else 0.0
+        sc = numpy_helper.to_array(init[scale]).astype(np.float64)
+        worst = max(worst, float(np.abs((q - z) * sc).max()))
+    return 2.0 / 255.0 * worst
+
+
 def foreign_ops(model) -> list:
     """The ``domain::op`` of every node outside the default ONNX domain (none in a bundle's graph)."""
     return sorted({f"{n.domain}::{n.op_type}" for n in model.graph.node if n.domain not in ("", "ai.onnx")})
@@ -309,4 +334,4 @@ def bundle_graph(src, dst, kind: str, source_output: str, *, pooling: Optional[d
     return list(OUTPUTS[kind])
 
 
-__all__ = ["KINDS", "OUTPUTS", "REWRITTEN", "standardize", "foreign_ops", "add_outputs", "bundle_graph"]
+__all__ = ["KINDS", "OUTPUTS", "REWRITTEN", "standardize", "foreign_ops", "int8_flip_bound", "add_outputs", "bundle_graph"]

@@ -180,6 +180,10 @@ def _bundle_one(md, dst: Path, scratch: Path, fused: bool) -> dict:
     entry["golden"] = golden_outputs(sess, entry, tok, golden_in)
     entry["dim"] = len(entry["golden"][0]["outputs"]["sentence_embedding"]) if kind == "embedding" else None
     entry["parity"] = _parity(md, entry, kind)
+    if precision == "int8":
+        import onnx
+        from ..compress.bundle_graph import int8_flip_bound
+        entry["int8_flip_bound"] = int8_flip_bound(onnx.load(str(dst / "model.onnx")))
     if entry["parity"] > PARITY[precision]:
         raise BertforgeError(f"cannot bundle {md.path}: the bundled graph differs from bertforge's runner by "
                              f"{entry['parity']:.2e} (> {PARITY[precision]:.0e}); please report this model")
