@@ -78,3 +78,17 @@ def test_browser_equals_lite_on_golden_and_1000_fuzz_texts(browser_bundle):
     assert set(res) == {"emb", "ner", "cls-int8"}
     assert all(r["texts"] >= 1000 for r in res.values())
     print({k: (v["max_abs_diff"], round(v["ms_per_text"], 2)) for k, v in res.items()})
+
+
+def test_every_file_the_page_loads_is_under_25_mib():
+    """The page's own files, and — once `npm ci` ran — the onnxruntime-web and tokenizer files it imports."""
+    from bertforge.pipelines.bundle_browser import WEB
+    files = [*WEB.glob("*.js"), *WEB.glob("*.html"),
+             WEB / "node_modules/onnxruntime-web/dist/ort.wasm.min.mjs",
+             WEB / "node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.wasm",
+             WEB / "node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.mjs",
+             WEB / "node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs"]
+    present = [f for f in files if f.is_file()]
+    assert len(present) >= 5
+    for f in present:
+        assert f.stat().st_size < 25 * 2**20, f

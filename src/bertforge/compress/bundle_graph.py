@@ -184,29 +184,47 @@ def _identity(src: str, dst: str):
     return helper.make_node("Identity", [src], [dst], name=dst + "/bundle_identity")
 
 
-def int8_flip_bound(model) -> float:
-    """How far one INT8 output may move when one activation rounds to the neighbouring step of its dynamic
-    quantization (two kernels — WASM and x86, say — whose float sums differ by an ulp can round a value that
-    lies on a step boundary differently): ``(2/255)·max|W|``, one step of an activation of unit range
-    (a tanh pooler's output, the classifier's input: range ≤ 2 over 255 steps) times the largest dequantized
-    weight of any MatMulInteger / QAttention in ``model``. 0.0 for a graph without quantized weights."""
-    from onnx import numpy_helper
-    init = {i.name: i for i in model.graph.initializer}
-    worst = 0.0
-    for n in model.graph.node:
-        if n.op_type not in ("MatMulInteger", "QAttention"):
+def without_activation_rounding(model):
+    """A copy of a dynamic-INT8 graph with its activations left in float: each ``DynamicQuantizeLinear(x) →
+    MatMulInteger(x_q, W_q) → Cast → Mul(s_x·s_W)`` becomes ``MatMul(x, (W_q − zp_W)·s_W)`` — the same quantized
+    weights, no activation rounding. ``|int8 − this|`` on an input is the whole error the activations'
+    rounding adds there (Zafrir et al. 2019 §2 for the dynamic scheme), the bound for two INT8 kernels that
+    round a few boundary values differently. Returns None when no MatMulInteger follows that pattern."""
+    import copy
+    from onnx import helper, numpy_helper
+    m = copy.deepcopy(model)
+    g = m.graph
+    init = {i.name: i for i in g.initializer}
+    prod = {o: n for n in g.node for o in n.output}
+    cons: dict = {}
+    for n in g.node:
+        for x in n.input:
+            cons.setdefault(x, []).append(n)
+    drop, add = set(), {}
+    for n in g.node:
+        if n.op_type != "MatMulInteger" or n.input[1] not in init:
             continue
-        w = n.input[1]
-        scale = w[:-len("_quantized")] + "_scale" if w.endswith("_quantized") else None
-        zp = n.input[3] if n.op_type == "MatMulInteger" and len(n.input) > 3 else \
-            (n.input[7] if len(n.input) > 7 else "")
-        if w not in init or scale not in init:
+        dql = prod.get(n.input[0])
+        cast = (cons.get(n.output[0]) or [None])[0]
+        mul = (cons.get(cast.output[0]) or [None])[0] if cast is not None else None
+        smul = prod.get(mul.input[1]) if mul is not None else None
+        w_scale = next((x for x in (smul.input if smul is not None else ()) if x in init), None)
+        if dql is None or dql.op_type != "DynamicQuantizeLinear" or mul is None or w_scale is None:
             continue
-        q = numpy_helper.to_array(init[w]).astype(np.float64)
-        z = numpy_helper.to_array(init[zp]).astype(np.float64) if zp in init else 0.0
-        sc = numpy_helper.to_array(init[scale]).astype(np.float64)
-        worst = max(worst, float(np.abs((q - z) * sc).max()))
-    return 2.0 / 255.0 * worst
+        zp = numpy_helper.to_array(init[n.input[3]]).astype(np.float64) if len(n.input) > 3 and \
+            n.input[3] in init else 0.0
+        w = (numpy_helper.to_array(init[n.input[1]]).astype(np.float64) - zp) * \
+            numpy_helper.to_array(init[w_scale]).astype(np.float64)
+        name = n.name + "/float_weight"
+        g.initializer.append(numpy_helper.from_array(w.astype(np.float32), name))
+        add[id(n)] = helper.make_node("MatMul", [dql.input[0], name], [mul.output[0]], name=n.name + "/float")
+        drop.update({id(cast), id(mul)})
+    if not add:
+        return None
+    nodes = [add.get(id(n), n) for n in g.node if id(n) not in drop]
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
 
 
 def foreign_ops(model) -> list:
@@ -334,4 +352,4 @@ def bundle_graph(src, dst, kind: str, source_output: str, *, pooling: Optional[d
     return list(OUTPUTS[kind])
 
 
-__all__ = ["KINDS", "OUTPUTS", "REWRITTEN", "standardize", "foreign_ops", "int8_flip_bound", "add_outputs", "bundle_graph"]
+__all__ = ["KINDS", "OUTPUTS", "REWRITTEN", "standardize", "foreign_ops", "without_activation_rounding", "add_outputs", "bundle_graph"]
