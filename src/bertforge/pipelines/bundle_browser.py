@@ -16,7 +16,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
