@@ -211,3 +211,28 @@ def test_fused_graph_beside_the_standard_one(dirs, tmp_path, lite):
     feeds = b.feeds(b.encode(TEXTS))
     fused = ort.InferenceSession(str(tmp_path / "F" / e["fused_graph"]), providers=["CPUExecutionProvider"])
     assert np.abs(fused.run(["scores"], feeds)[0] - b.session.run(["scores"], feeds)[0]).max() <= 1e-5
+
+
+def test_modernbert_and_static_embedders_bundle(dirs, tmp_path, lite):
+    """ModernBERT (rotary, local windows: standard ops already) and a static table (its graph's own
+    sentence_embedding output re-routed) give bertforge's vectors."""
+    import torch
+    import bertforge
+    from bertforge.config import ModelConfig
+    from bertforge.models.static import save_static, static_config
+    from bertforge.runtime.embedder import load_embedder
+    from bertforge.task_model import TaskModel
+    from bertforge.tokenizer import load_tokenizer
+    tok = load_tokenizer(dirs["emb"])
+    torch.manual_seed(0)
+    cfg = ModelConfig(model_type="modernbert", vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=3,
+                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    TaskModel(cfg, head="base").save_pretrained(tmp_path / "mb", tokenizer=tok)
+    (tmp_path / "static").mkdir()
+    save_static(tmp_path / "static", torch.randn(tok.get_vocab_size(), 16), dirs["emb"],
+                static_config(tok.get_vocab_size(), 16))
+    for name, dim in (("mb", 32), ("static", 16)):
+        b = bertforge.bundle({name: tmp_path / name}, tmp_path / f"B-{name}").out
+        got = lite.Bundle(b).embed(TEXTS)
+        ref = load_embedder(tmp_path / name).embed(TEXTS, max_seq_len=64)
+        assert got.shape == (4, dim) and np.abs(got - ref).max() <= 1e-5, name

@@ -337,9 +337,10 @@ def bundle_graph(src, dst, kind: str, source_output: str, *, pooling: Optional[d
     model = onnx.load(str(src))
     if source_output not in [o.name for o in model.graph.output]:
         raise BertforgeError(f"cannot bundle: the graph has no {source_output!r} output")
-    if source_output in OUTPUTS.get(kind, ()):  # 'logits' stays a graph output under its name: re-route it
-        _rename_output(model, source_output, "encoder_" + source_output)
-        source_output = "encoder_" + source_output
+    for o in [o.name for o in model.graph.output]:  # names the bundle's outputs take ('logits' …): re-route
+        if o in OUTPUTS.get(kind, ()):
+            _rename_output(model, o, "encoder_" + o)
+            source_output = "encoder_" + o if o == source_output else source_output
     if standard:
         standardize(model)
     add_outputs(model, kind, source_output, pooling=pooling, thresholds=thresholds)
