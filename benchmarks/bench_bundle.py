@@ -22,7 +22,8 @@ The peers live in their own venvs (never bertforge's dependencies; pyproject's [
   --venvs DIR/{lite,lite-slim,st,fastembed}; --setup creates the missing ones from PyPI:
   lite       python -m venv; pip install ./lite                      (onnxruntime, numpy, tokenizers + deps)
   lite-slim  python -m venv --without-pip; pip --python … install --no-deps onnxruntime numpy tokenizers ./lite
-  st         pip install torch==2.13.0 "sentence-transformers[onnx]"
+  st         pip install torch==2.13.0 "sentence-transformers[onnx]>=5,<6" "transformers>=4.41,<4.58"
+             (sentence-transformers 6's [onnx] extra cannot be installed: optimum-onnx needs transformers<4.58)
   fastembed  pip install fastembed
 
     python benchmarks/bench_bundle.py --setup            # writes benchmarks/results/bench_bundle.txt
@@ -95,7 +96,8 @@ VENV_OF = {"bertforge_lite": "lite-slim", "sentence-transformers (onnx)": "st", 
 def setup_venvs(root: Path) -> None:
     """Create the missing venvs of the module doc (PyPI; the CPU torch wheel pip is configured to find)."""
     pip = [sys.executable, "-m", "pip"]
-    specs = {"lite": ["install", str(REPO / "lite")], "st": ["install", "torch==2.13.0", "sentence-transformers[onnx]"],
+    specs = {"lite": ["install", str(REPO / "lite")], "st": ["install", "torch==2.13.0", "sentence-transformers[onnx]>=5,<6",
+                                                                         "transformers>=4.41,<4.58"],
              "fastembed": ["install", "fastembed"]}
     for name, args in specs.items():
         d = root / name
