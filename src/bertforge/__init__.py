@@ -21,13 +21,14 @@ _LAZY = {"ModelConfig": ".config", "BertforgeError": ".errors", "load_pretrained
          "embed_eval": ".pipelines.embed_eval", "serve_bench": ".pipelines.serve_bench",
          "predict": ".pipelines.predict", "retrieval_eval": ".pipelines.retrieval_eval", "bench": ".pipelines.bench",
          "ModelDir": ".checkpoint.modeldir",
+         "bundle": ".pipelines.bundle", "bundle_verify": ".pipelines.bundle",
          # the HTTP server in a background thread (serve/background.py): the package bertforge.serve is callable
          "serve": ".serve"}
 
 __all__ = ["ModelConfig", "BertforgeError", "Encoder", "Features", "TaskModel", "load_pretrained",
            "save_pretrained", "finetune", "distill", "quantize", "export", "evaluate", "embed", "pretrain", "prune",
            "translate", "translate_train", "embed_corpus", "embed_eval", "serve_bench", "serve", "predict",
-           "retrieval_eval", "bench", "ModelDir"]
+           "retrieval_eval", "bench", "ModelDir", "bundle", "bundle_verify"]
 
 
 class _DistillPackage(_ModuleType):

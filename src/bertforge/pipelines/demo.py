@@ -370,6 +370,8 @@ def demo_with(opts: DemoOptions, run_verb: Callable[[list], int], verbs) -> Demo
             stage.dir.mkdir(parents=True, exist_ok=True)
         pl.run(stage)
     (out / "eval").mkdir(parents=True, exist_ok=True)
+    from .bundle_check import demo_stage
+    demo_stage(pl, out, threads)  # the INT8 student as a torch-free bundle (docs/bundle.md)
     pl.run(evaluate_stage(args, b, out, pl, rows, threads))
 
     t0 = time.perf_counter()
@@ -441,6 +443,8 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
                                     "the same way",
                            "value": f"{q['texts_per_s'] / t['texts_per_s']:.2f}× ({t['texts_per_s']:.1f} → "
                                     f"{q['texts_per_s']:.1f} texts/s)", "ok": q["texts_per_s"] > t["texts_per_s"]})
+    from .bundle_check import demo_claim
+    claims += [c for c in [demo_claim(D)] if c]
     header = {"command": "bertforge " + shlex.join(pl.demo_argv),
               "mode": ("quick (smoke budgets)" if args.quick else "full") +
                       (f", task {args.task}" if args.task else ", embedded default"),

@@ -56,12 +56,15 @@ WEIGHT_FILES = ("model.safetensors", "model.int8.safetensors", "pytorch_model.bi
 
 def replaceable_output(path: Path) -> bool:
     """Whether ``--overwrite`` may replace ``path``: a training run (``recipe.yaml``), an export
-    (``model.onnx``), a dir of saved checkpoints (``checkpoints/step-N``) or a model (``config.json`` and its
+    (``model.onnx``), a bundle (``manifest.json`` of ``bertforge bundle``), a dir of saved checkpoints (``checkpoints/step-N``) or a model (``config.json`` and its
     weights). Stricter than :func:`holds_output`: a folder that merely holds a ``config.json`` or an empty
     ``checkpoints/`` beside the user's own files is not replaced."""
     path = Path(path)
     if (path / "recipe.yaml").is_file() or (path / "model.onnx").is_file():
         return True
+    if (path / "manifest.json").is_file():  # a bundle (bertforge bundle): its manifest says so
+        from ..checkpoint.layout import read_json_object
+        return bool(read_json_object(path / "manifest.json").get("bundle"))
     if (path / "checkpoints").is_dir() and any(p.name.startswith("step-") for p in (path / "checkpoints").iterdir()):
         return True
     return (path / "config.json").is_file() and any((path / f).is_file() for f in WEIGHT_FILES)

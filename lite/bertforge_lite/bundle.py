@@ -1,0 +1,275 @@
+"""A bertforge bundle run with onnxruntime, numpy and tokenizers only.
+
+The graph already holds everything after the encoder (pooling, truncation, normalisation, softmax /
+sigmoid, thresholds, tag argmax), so this module only tokenizes, pads, runs and turns arrays into Python
+answers. Texts longer than the manifest's ``max_length`` tokens (special tokens included) are truncated,
+pairs longest-first. A text that gives no token at all raises ValueError.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+VERSION = 1
+#: allowed |difference| of a re-run, relative above 1 (the bound bertforge writes the manifest with); an INT8
+#: model's at least its manifest ``int8_rounding`` (how far its activations' dynamic rounding moves its outputs)
+TOLERANCE = {"fp32": 1e-5, "int8": 1e-4}
+
+
+class BundleError(Exception):
+    """A bundle that is missing, changed, or asked for what its model does not do (one line)."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(path) -> dict:
+    f = Path(path) / MANIFEST
+    try:
+        m = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise BundleError(f"{path} is not a bundle (no readable {MANIFEST})") from None
+    if not isinstance(m, dict) or m.get("bundle") != VERSION:
+        raise BundleError(f"{f} is not a bertforge bundle manifest (version {VERSION})")
+    return m
+
+
+def check_files(path, manifest: dict) -> None:
+    """Raise BundleError naming the first file missing, added, or whose SHA-256 differs from the manifest."""
+    path = Path(path)
+    want = manifest.get("files") or {}
+    have = {p.relative_to(path).as_posix(): p for p in sorted(path.rglob("*"))
+            if p.is_file() and p.name != MANIFEST}
+    for rel, digest in want.items():
+        if rel not in have:
+            raise BundleError(f"bundle {path}: {rel} is missing")
+        if _sha256(have[rel]) != digest:
+            raise BundleError(f"bundle {path}: {rel} changed (its SHA-256 is not the manifest's)")
+    extra = sorted(set(have) - set(want))
+    if extra:
+        raise BundleError(f"bundle {path}: {extra[0]} is not in the manifest")
+
+
+class Bundle:
+    """One model of a bundle folder ``path`` (``model``: its name; may be left out when there is one).
+
+    ``threads``: ONNX Runtime intra-op threads (None: its default). ``check``: verify every file's SHA-256
+    on load (:meth:`verify` does it too). Methods: :meth:`embed`, :meth:`classify`, :meth:`ner`, :meth:`qa`,
+    :meth:`run` (raw outputs), :meth:`encode` (token ids), :meth:`verify`.
+    """
+
+    def __init__(self, path, model: Optional[str] = None, threads: Optional[int] = None, check: bool = False):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        models = self.manifest["models"]
+        if model is None:
+            if len(models) != 1:
+                raise BundleError(f"bundle {path} holds {', '.join(models)}; name one (model=...)")
+            model = next(iter(models))
+        if model not in models:
+            raise BundleError(f"bundle {path} has no model {model!r}; it holds {', '.join(models)}")
+        if check:
+            check_files(self.path, self.manifest)
+        self.name, self.entry = model, models[model]
+        self.kind = self.entry["kind"]
+        self.labels = self.entry.get("labels")
+        self.max_length = int(self.entry["max_length"])
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(self.path / self.entry["graph"]), opts,
+                                            providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(self.path / self.entry["tokenizer"]))
+        self.tokenizer.enable_truncation(max_length=self.max_length, strategy="longest_first")
+        self.tokenizer.no_padding()
+
+    # ------------------------------------------------------------------------------------- low level
+    def encode(self, items: list) -> list:
+        """Texts (or (question, context) pairs) → ``tokenizers.Encoding`` each, truncated to max_length."""
+        items = list(items)
+        encs = self.tokenizer.encode_batch([tuple(x) if isinstance(x, (list, tuple)) else x for x in items])
+        for i, e in enumerate(encs):
+            if not e.ids:
+                raise ValueError(f"text {i} ({items[i]!r:.40}) gives no token; give a non-empty text")
+        return encs
+
+    def feeds(self, encs: list) -> dict:
+        """Padded (B, T) int64 inputs of the graph for ``encs``."""
+        t = max(len(e.ids) for e in encs)
+        ids = np.zeros((len(encs), t), np.int64)
+        am = np.zeros_like(ids)
+        tt = np.zeros_like(ids)
+        for i, e in enumerate(encs):
+            n = len(e.ids)
+            ids[i, :n], am[i, :n], tt[i, :n] = e.ids, 1, e.type_ids
+        all_ = {"input_ids": ids, "attention_mask": am, "token_type_ids": tt}
+        return {k: all_[k] for k in self.entry["inputs"]}
+
+    def run(self, items: list, batch_size: int = 32) -> dict:
+        """Every output of the graph for ``items`` as {name: list of per-item arrays} (token-level outputs cut
+        to each item's length)."""
+        names = list(self.entry["outputs"])
+        out: dict = {n: [] for n in names}
+        for s in range(0, len(items), batch_size):
+            encs = self.encode(items[s:s + batch_size])
+            res = self.session.run(names, self.feeds(encs))
+            for n, r in zip(names, res):
+                for i, e in enumerate(encs):
+                    out[n].append(r[i, :len(e.ids)] if n in _TOKEN_LEVEL or
+                                  (n == "logits" and self.kind == "token_classification") else r[i])
+        return out
+
+    def _need(self, *kinds) -> None:
+        if self.kind not in kinds:
+            what = {"embedding": "embed", "token_classification": "ner", "question_answering": "qa"}
+            raise BundleError(f"bundle model {self.name!r} is a {self.kind} model; it cannot do this — "
+                              f"use .{what.get(self.kind, 'classify')}()")
+
+    # ------------------------------------------------------------------------------------- answers
+    def embed(self, texts: list, batch_size: int = 32) -> np.ndarray:
+        """(N, D) float32 sentence vectors (pooled, truncated, normalised as the model declares)."""
+        self._need("embedding")
+        if not len(texts):
+            return np.zeros((0, int(self.entry.get("dim") or 0)), np.float32)
+        return np.stack(self.run(list(texts), batch_size)["sentence_embedding"]).astype(np.float32)
+
+    def classify(self, texts: list, batch_size: int = 32) -> list:
+        """Per text: ``{"label", "score", "scores"}`` (classification: argmax and softmax), ``{"labels",
+        "scores"}`` (multi-label: the labels at or above their saved thresholds) or ``{"score"}``
+        (regression)."""
+        self._need("classification", "multi_label", "regression")
+        out = self.run(list(texts), batch_size)
+        names = self.labels or [str(i) for i in range(len(out["scores"][0]))] if out["scores"] else []
+        res = []
+        for i, s in enumerate(out["scores"]):
+            if self.kind == "regression":
+                res.append({"score": float(s[0])})
+                continue
+            scores = {names[j]: float(p) for j, p in enumerate(s)}
+            if self.kind == "multi_label":
+                res.append({"labels": [names[j] for j, on in enumerate(out["predicted"][i]) if on],
+                            "scores": scores})
+            else:
+                k = int(out["label"][i])
+                res.append({"label": names[k], "score": float(s[k]), "scores": scores})
+        return res
+
+    def ner(self, texts: list, batch_size: int = 32) -> list:
+        """Per text, its entities ``{"label", "text", "start", "end", "score"}``: one IOB2 tag per word (its
+        first sub-token's), chunked; ``start`` / ``end`` are character offsets in the text, ``score`` the
+        mean probability of the entity's word tags."""
+        self._need("token_classification")
+        texts = list(texts)
+        encs = self.encode(texts)
+        out = self.run(texts, batch_size)
+        return [_entities(t, e, ids, sc, self.labels) for t, e, ids, sc in
+                zip(texts, encs, out["tag_ids"], out["tag_scores"])]
+
+    def qa(self, question: str, context: str, max_answer_tokens: int = 30) -> dict:
+        """The best answer span in ``context``: ``{"answer", "start", "end", "score"}`` (character offsets,
+        score = start + end logit), the span with the highest score among spans of context tokens whose end
+        is not before their start and that are at most ``max_answer_tokens`` long."""
+        self._need("question_answering")
+        enc = self.encode([(question, context)])[0]
+        out = self.run([(question, context)])
+        s, e = out["start_logits"][0], out["end_logits"][0]
+        ctx = np.asarray([i for i, sid in enumerate(enc.sequence_ids) if sid == 1])
+        if not len(ctx):
+            return {"answer": "", "start": -1, "end": -1, "score": float("-inf")}
+        best = (-np.inf, 0, 0)
+        for a in ctx:
+            ends = ctx[(ctx >= a) & (ctx < a + max_answer_tokens)]
+            j = ends[np.argmax(e[ends])]
+            if s[a] + e[j] > best[0]:
+                best = (float(s[a] + e[j]), int(a), int(j))
+        start, end = enc.offsets[best[1]][0], enc.offsets[best[2]][1]
+        return {"answer": context[start:end], "start": int(start), "end": int(end), "score": best[0]}
+
+    # ------------------------------------------------------------------------------------- check
+    def verify(self) -> float:
+        """Check every file's SHA-256 and re-run the golden inputs: token ids equal, outputs within the
+        manifest precision's tolerance. Returns the largest difference; raises BundleError on the first one."""
+        check_files(self.path, self.manifest)
+        return verify_entry(self, self.entry)
+
+
+_TOKEN_LEVEL = ("tag_ids", "tag_scores", "start_logits", "end_logits")
+
+
+def verify_entry(b: Bundle, entry: dict) -> float:
+    worst = 0.0
+    tol = TOLERANCE[entry["precision"]]
+    for g in entry["golden"]:
+        item = g["input"]
+        enc = b.encode([item])[0]
+        if list(enc.ids) != g["input_ids"]:
+            raise BundleError(f"model {b.name}: token ids of golden input {item!r:.50} differ from the manifest")
+        res = b.session.run(list(entry["outputs"]), b.feeds([enc]))
+        for name, r in zip(entry["outputs"], res):
+            want, have = np.asarray(g["outputs"][name]), r[0]
+            if want.dtype == bool or np.issubdtype(want.dtype, np.integer):
+                if not np.array_equal(want, have):
+                    raise BundleError(f"model {b.name}: output {name} of golden input {item!r:.50} differs")
+                continue
+            d = float(np.abs(want - have).max()) if want.size else 0.0
+            bound = tol * max(1.0, float(np.abs(want).max()) if want.size else 1.0)
+            if entry["precision"] == "int8" and entry.get("int8_rounding"):
+                bound = max(bound, float(entry["int8_rounding"]))  # another kernel rounds some activations apart
+            worst = max(worst, d)
+            if d > bound:
+                raise BundleError(f"model {b.name}: output {name} of golden input {item!r:.50} differs by "
+                                  f"{d:.2e} (> {bound:.1e})")
+    return worst
+
+
+def verify(path, threads: Optional[int] = 1) -> dict:
+    """Verify every model of bundle ``path``: {model: largest difference}. Raises BundleError."""
+    m = read_manifest(path)
+    check_files(path, m)
+    return {name: verify_entry(b, b.entry) for name in m["models"]
+            for b in [Bundle(path, name, threads=threads)]}
+
+
+def _entities(text: str, enc, tag_ids, tag_scores, labels) -> list:
+    """IOB2 chunks of one tag per word (the word's first sub-token), with character offsets."""
+    words: list = []  # (first token index, word start, word end)
+    seen: dict = {}
+    for i, w in enumerate(enc.word_ids):
+        if w is None:
+            continue
+        a, b = enc.offsets[i]
+        if w not in seen:
+            seen[w] = len(words)
+            words.append([i, a, b])
+        else:
+            words[seen[w]][2] = b
+    ents, cur = [], None
+    for i, a, b in words:
+        tag = labels[int(tag_ids[i])] if labels else str(int(tag_ids[i]))
+        p = float(tag_scores[i])
+        kind = tag[2:] if tag[:2] in ("B-", "I-") else None
+        if kind is not None and tag.startswith("I-") and cur is not None and cur["label"] == kind:
+            cur["end"], cur["_s"] = b, cur["_s"] + [p]
+            continue
+        if cur is not None:
+            ents.append(cur)
+            cur = None
+        if kind is not None:
+            cur = {"label": kind, "start": a, "end": b, "_s": [p]}
+    if cur is not None:
+        ents.append(cur)
+    return [{"label": e["label"], "text": text[e["start"]:e["end"]], "start": int(e["start"]),
+             "end": int(e["end"]), "score": float(np.mean(e["_s"]))} for e in ents]

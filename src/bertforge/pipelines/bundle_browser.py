@@ -1,0 +1,235 @@
+"""A bundle in a real browser: the page of ``web/`` served on 127.0.0.1 and driven by headless Chromium.
+
+:func:`run_in_chromium` serves ``web/`` (with its ``node_modules`` from ``npm ci``), the bundle under
+``/bundle/`` and a list of texts under ``/fuzz.json``, opens ``index.html?selftest=…`` in ``chromium
+--headless`` and returns what the page POSTs back: per model, the token ids and every output for each golden
+input and each text (``web/selftest.js``). :func:`compare` checks that report against ``bertforge_lite``'s
+answers. :func:`fuzz_texts` makes the texts: CJK, emoji (ZWJ sequences, skin tones, flags), accents and
+combining marks, zero-width characters, right-to-left scripts, odd whitespace and texts far longer than any
+max length. :func:`screenshot` takes the picture of the page in docs/bundle.md.
+
+``web/`` is read from the source tree (``<repo>/web``): this module serves a checkout, not an installed wheel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Optional
+
+from ..errors import BertforgeError
+
+WEB = Path(__file__).resolve().parents[3] / "web"
+
+
+def chromium() -> Optional[str]:
+    """The Chromium executable (Debian's ``chromium``), None when it is not installed."""
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+def web_ready() -> Optional[str]:
+    """None when ``web/`` can be served, else why not (no checkout, or ``npm ci`` not run in it)."""
+    if not (WEB / "index.html").is_file():
+        return f"no web/ page at {WEB} (a source checkout has it)"
+    if not (WEB / "node_modules" / "onnxruntime-web").is_dir():
+        return f"run `npm ci` in {WEB} first (onnxruntime-web is not installed)"
+    return None
+
+
+_BLOCKS = {"cjk": (0x4E00, 0x9FFF), "hiragana": (0x3041, 0x3096), "hangul": (0xAC00, 0xD7A3),
+           "emoji": (0x1F600, 0x1F64F), "symbols": (0x1F300, 0x1F5FF), "arabic": (0x0627, 0x064A),
+           "hebrew": (0x05D0, 0x05EA), "cyrillic": (0x0410, 0x044F), "greek": (0x0391, 0x03C9),
+           "latin1": (0x00C0, 0x00FF), "thai": (0x0E01, 0x0E30)}
+_COMBINING = [chr(c) for c in range(0x0300, 0x0370)]
+_ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]
+_SPACES = [" ", "\u00a0", "\u3000", "\t", "\n", "\u2009"]
+_WORDS = ("the movie was good bad funny slow Paris London Ada café naïve résumé über straße coöperate "
+          "Zürich São Tomé 東京 北京 大学 ソニー 서울 Москва Αθήνα مرحبا שלום don't U.S.A. e-mail 3.14 #tag @user "
+          "COVID-19 ¿qué? ¡sí!").split()
+_EMOJI_SEQ = ["😀", "👍🏽", "👩‍💻", "👨‍👩‍👧‍👦", "🇫🇷", "🏳️‍🌈", "❤️", "✌🏿", "🤷‍♀️", "1️⃣"]
+
+
+def fuzz_texts(n: int = 1000, seed: int = 0, long_tokens: int = 600) -> list:
+    """``n`` texts (deterministic for ``seed``) mixing :data:`_WORDS`, random characters of CJK, Hangul,
+    Arabic, Hebrew … blocks, emoji sequences, combining marks, zero-width characters and odd spaces; every
+    tenth text is ~``long_tokens`` words long (far past a bundle's max length)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        k = long_tokens if i % 10 == 9 else rng.randint(1, 24)
+        parts = []
+        for _ in range(k):
+            r = rng.random()
+            if r < 0.45:
+                w = rng.choice(_WORDS)
+            elif r < 0.65:
+                a, b = _BLOCKS[rng.choice(sorted(_BLOCKS))]
+                w = "".join(chr(rng.randint(a, b)) for _ in range(rng.randint(1, 4)))
+            elif r < 0.75:
+                w = rng.choice(_EMOJI_SEQ)
+            elif r < 0.85:
+                w = rng.choice(_WORDS) + "".join(rng.choice(_COMBINING) for _ in range(rng.randint(1, 3)))
+            else:
+                w = rng.choice(_WORDS)
+                j = rng.randint(0, len(w))
+                w = w[:j] + rng.choice(_ZERO_WIDTH) + w[j:]
+            parts.append(w)
+        out.append("".join(p + rng.choice(_SPACES if rng.random() < 0.2 else [" "]) for p in parts).strip()
+                   or "x")
+    return out
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Static files of web/, the bundle under /bundle/, the texts at /fuzz.json; POST /result stores it."""
+
+    def __init__(self, *args, bundle: Path, fuzz: bytes, sink: dict, **kw):
+        self.bundle, self.fuzz, self.sink = bundle, fuzz, sink
+        super().__init__(*args, directory=str(WEB), **kw)
+
+    def log_message(self, *args):
+        pass
+
+    def translate_path(self, path):
+        p = path.split("?", 1)[0].split("#", 1)[0]
+        if p.startswith("/bundle/"):
+            return str(self.bundle / p[len("/bundle/"):])
+        return super().translate_path(path)
+
+    def do_GET(self):
+        if self.path.split("?")[0] == "/fuzz.json":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(self.fuzz)))
+            self.end_headers()
+            self.wfile.write(self.fuzz)
+            return
+        super().do_GET()
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.sink["report"] = json.loads(self.rfile.read(n) or b"{}")
+        self.send_response(204)
+        self.end_headers()
+        self.sink["done"].set()
+
+
+SimpleHTTPRequestHandler.extensions_map.update({".mjs": "text/javascript", ".wasm": "application/wasm",
+                                               ".onnx": "application/octet-stream"})
+
+
+def _serve(bundle: Path, texts: list):
+    sink = {"done": threading.Event()}
+    handler = partial(_Handler, bundle=Path(bundle), fuzz=json.dumps(texts).encode(), sink=sink)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, sink
+
+
+def _chrome_args(exe: str, profile: str) -> list:
+    return [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}"]
+
+
+def run_in_chromium(bundle, texts: list, timeout: float = 600) -> dict:
+    """Serve ``bundle`` and ``texts``, run ``web/selftest.js`` in headless Chromium and return its report
+    ({"models": {name: {"golden", "fuzz", "ms_per_text", "load_ms"}}, "error"}).
+
+    Raises:
+        BertforgeError: no Chromium, ``web/`` not ready, or no report within ``timeout`` seconds.
+    """
+    exe = chromium()
+    if exe is None:
+        raise BertforgeError("chromium is not installed (Debian: apt-get install chromium)")
+    why = web_ready()
+    if why:
+        raise BertforgeError(why)
+    server, sink = _serve(bundle, texts)
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html?selftest=/fuzz.json&bundle=/bundle/"
+    with tempfile.TemporaryDirectory(prefix="bertforge-chromium-") as profile:
+        proc = subprocess.Popen(_chrome_args(exe, profile) + [url], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            if not sink["done"].wait(timeout):
+                raise BertforgeError(f"chromium gave no report within {timeout:.0f} s")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            server.shutdown()
+            server.server_close()
+    return sink["report"]
+
+
+def screenshot(bundle, png, size: str = "1000,1100", budget_ms: int = 20000) -> Path:
+    """A PNG of the page with ``bundle`` open and a search run (``--virtual-time-budget`` lets it finish)."""
+    exe = chromium()
+    if exe is None or web_ready():
+        raise BertforgeError("chromium and web/node_modules are needed for a screenshot")
+    server, _ = _serve(bundle, [])
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html?bundle=/bundle/&demo=1"
+    png = Path(png).resolve()
+    with tempfile.TemporaryDirectory(prefix="bertforge-chromium-") as profile:
+        try:
+            subprocess.run(_chrome_args(exe, profile) + [f"--screenshot={png}", f"--window-size={size}",
+                                                         f"--virtual-time-budget={budget_ms}", url],
+                           capture_output=True, timeout=180, env={**os.environ})
+        finally:
+            server.shutdown()
+            server.server_close()
+    return png
+
+
+def compare(report: dict, bundle, texts: list, lite_bundle) -> dict:
+    """Check a :func:`run_in_chromium` report against ``lite_bundle(path, name)`` (``bertforge_lite.Bundle``):
+    identical token ids, integer / boolean outputs equal, float outputs within the manifest precision's
+    tolerance (:func:`bertforge.compress.bundle_manifest.tolerance`: an INT8 model's at least its
+    ``int8_rounding``). Returns per model {"texts", "max_abs_diff", "ms_per_text", "load_ms"}; raises
+    BertforgeError on the first difference beyond that."""
+    import numpy as np
+    from ..compress.bundle_manifest import read_manifest, tolerance
+    if report.get("error"):
+        raise BertforgeError(f"the page failed: {report['error'].splitlines()[0]}")
+    manifest = read_manifest(bundle)
+    out = {}
+    for name, entry in manifest["models"].items():
+        got = report["models"][name]
+        b = lite_bundle(bundle, name)
+        worst = 0.0
+        single = [g for g in entry["golden"] if not isinstance(g["input"], list)]
+        rows = list(zip([g["input"] for g in single], got["golden"])) + list(zip(texts, got["fuzz"]))
+        for text, row in rows:
+            if "error" in row:
+                raise BertforgeError(f"{name}: the page failed on {text!r:.60}: {row['error']}")
+            ids = b.encode([text])[0].ids
+            if list(ids) != row["input_ids"]:
+                raise BertforgeError(f"{name}: token ids differ for {text!r:.60}: python {list(ids)[:12]}…, "
+                                     f"browser {row['input_ids'][:12]}…")
+            ref = b.run([text])
+            for k in entry["outputs"]:
+                a, c = np.asarray(ref[k][0]), np.asarray(row["outputs"][k])
+                if a.dtype == bool or np.issubdtype(a.dtype, np.integer):
+                    if not np.array_equal(a.astype(np.int64), c.astype(np.int64)):
+                        raise BertforgeError(f"{name}: output {k} differs for {text!r:.60}")
+                    continue
+                d = float(np.abs(a - c).max()) if a.size else 0.0
+                worst = max(worst, d)
+                bound = tolerance(entry["precision"], a, entry.get("int8_rounding"))
+                if d > bound:
+                    raise BertforgeError(f"{name}: output {k} differs by {d:.2e} for {text!r:.60} "
+                                         f"(> {bound:.1e}, {entry['precision']})")
+        out[name] = {"texts": len(rows), "max_abs_diff": worst, "ms_per_text": got["ms_per_text"],
+                     "load_ms": got.get("load_ms")}
+    return out
+
+
+__all__ = ["WEB", "chromium", "web_ready", "fuzz_texts", "run_in_chromium", "screenshot", "compare"]

@@ -1,0 +1,123 @@
+// A bertforge bundle in the browser: onnxruntime-web (single-threaded WASM, no COOP/COEP needed) and the
+// tokenizer.json of the bundle read by @huggingface/tokenizers. The graph holds pooling, normalisation,
+// softmax/sigmoid, thresholds and the NER argmax, so this file only tokenizes, pads and runs.
+import * as ort from "onnxruntime-web";
+import { Tokenizer } from "@huggingface/tokenizers";
+
+export function configure(wasmBase) {
+  ort.env.wasm.numThreads = 1;
+  ort.env.wasm.proxy = false;
+  ort.env.wasm.wasmPaths = wasmBase;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return r.json();
+}
+
+// Whether a tokenizer.json normalizer lowercases (BertNormalizer lowercase, Lowercase, or inside a Sequence).
+function lowercases(n) {
+  if (!n) return false;
+  if (n.type === "Sequence") return (n.normalizers || []).some(lowercases);
+  return n.type === "Lowercase" || (n.type === "BertNormalizer" && n.lowercase !== false);
+}
+
+export class Bundle {
+  static async open(base, name = null) {
+    if (!base.endsWith("/")) base += "/";
+    const manifest = await getJSON(base + "manifest.json");
+    const names = Object.keys(manifest.models);
+    name = name ?? names[0];
+    const entry = manifest.models[name];
+    if (!entry) throw new Error(`bundle has no model ${name}; it holds ${names.join(", ")}`);
+    const tokJson = await getJSON(base + entry.tokenizer);
+    const tok = new Tokenizer(tokJson, {});
+    const t0 = performance.now();
+    const session = await ort.InferenceSession.create(base + entry.graph,
+      { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+    const b = new Bundle();
+    Object.assign(b, { base, manifest, name, entry, tok, session, kind: entry.kind,
+                       labels: entry.labels, maxLength: entry.max_length, loadMs: performance.now() - t0,
+                       lowercase: lowercases(tokJson.normalizer) });
+    return b;
+  }
+
+  // Token ids of one text, truncated as the manifest says: the content tokens are cut on the right so that
+  // the special tokens the post-processor adds still fit in max_length (what tokenizers' truncation does).
+  encode(text) {
+    // The Rust normalizer lowercases one code point at a time; String.toLowerCase applies context rules
+    // (a word-final Σ becomes ς, not σ). Lowercasing per code point first makes both give the same ids.
+    if (this.lowercase) text = Array.from(text, (c) => c.toLowerCase()).join("");
+    const full = this.tok.encode(text).ids;
+    if (full.length <= this.maxLength) return full;
+    const content = this.tok.encode(text, { add_special_tokens: false }).ids;
+    let at = 0;
+    while (at + content.length <= full.length && full[at] !== content[0]) at++;
+    const prefix = full.slice(0, at), suffix = full.slice(at + content.length);
+    return prefix.concat(content.slice(0, this.maxLength - prefix.length - suffix.length), suffix);
+  }
+
+  feeds(idsList) {
+    const b = idsList.length, t = Math.max(...idsList.map((x) => x.length));
+    const ids = new BigInt64Array(b * t), am = new BigInt64Array(b * t), tt = new BigInt64Array(b * t);
+    idsList.forEach((row, i) => row.forEach((id, j) => { ids[i * t + j] = BigInt(id); am[i * t + j] = 1n; }));
+    const all = { input_ids: ids, attention_mask: am, token_type_ids: tt };
+    const out = {};
+    for (const n of this.entry.inputs) out[n] = new ort.Tensor("int64", all[n], [b, t]);
+    return out;
+  }
+
+  // Every output for each text, as plain arrays per text (token-level outputs cut to the text's length).
+  async run(texts) {
+    const idsList = texts.map((s) => {
+      const ids = this.encode(s);
+      if (!ids.length) throw new Error("a text gives no token; give a non-empty text");
+      return ids;
+    });
+    const res = await this.session.run(this.feeds(idsList));
+    const out = { ids: idsList };
+    for (const name of this.entry.outputs) {
+      const r = res[name], dims = r.dims, data = Array.from(r.data, (x) => typeof x === "bigint" ? Number(x) : x);
+      const per = dims.slice(1).reduce((a, c) => a * c, 1);
+      out[name] = idsList.map((ids, i) => {
+        const row = data.slice(i * per, (i + 1) * per);
+        if (dims.length === 1) return row[0];  // (B,): one value per text (the label)
+        if (dims.length === 3) {  // (B, T, C): cut to the text's tokens, one array per token
+          const c = dims[2];
+          return Array.from({ length: ids.length }, (_, j) => row.slice(j * c, (j + 1) * c));
+        }
+        if (["tag_ids", "tag_scores", "start_logits", "end_logits"].includes(name)) return row.slice(0, ids.length);
+        return row;
+      });
+    }
+    return out;
+  }
+
+  need(...kinds) {
+    if (!kinds.includes(this.kind)) throw new Error(`this bundle's model is a ${this.kind} model`);
+  }
+
+  async embed(texts) { this.need("embedding"); return (await this.run(texts)).sentence_embedding; }
+
+  async classify(texts) {
+    this.need("classification", "multi_label", "regression");
+    const o = await this.run(texts);
+    const names = this.labels ?? o.scores[0].map((_, j) => String(j));
+    return o.scores.map((s, i) => {
+      if (this.kind === "regression") return { score: s[0] };
+      const scores = Object.fromEntries(s.map((p, j) => [names[j], p]));
+      if (this.kind === "multi_label") return { labels: names.filter((_, j) => o.predicted[i][j]), scores };
+      return { label: names[o.label[i]], score: s[o.label[i]], scores };
+    });
+  }
+
+  // Per text: [{token, tag, score}] for every token that is not special.
+  async tag(texts) {
+    this.need("token_classification");
+    const o = await this.run(texts);
+    return o.ids.map((ids, i) => ids.map((id, j) => ({ token: this.tok.id_to_token(id),
+      tag: this.labels ? this.labels[o.tag_ids[i][j]] : String(o.tag_ids[i][j]), score: o.tag_scores[i][j] }))
+      .filter((x) => !/^\[(CLS|SEP|PAD)\]$|^<\/?s>$/.test(x.token)));
+  }
+}
