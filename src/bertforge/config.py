@@ -28,7 +28,10 @@ import yaml
 from .errors import ConfigError, require_number
 from .io import atomic_write_text
 
-FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert")
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert", "mpnet")
+#: MPNet's relative-position buckets and the distance past which they stop growing: the values transformers'
+#: ``MPNetEncoder.compute_position_bias`` uses whatever the config says (so the only ones bertforge accepts)
+MPNET_BUCKETS, MPNET_MAX_DISTANCE = 32, 128
 #: the attention kinds of a ModernBERT layer (``ModelConfig.layer_types``, Hugging Face's names)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 POOLINGS = ("cls", "mean")  # ModernBERT's classifier_pooling
@@ -44,7 +47,9 @@ class ModelConfig:
     offset by ``pad_token_id + 1``), ``albert`` (Lan et al. 2019; factorized embeddings ``embedding_size`` → H
     and cross-layer sharing), ``electra`` (Clark et al. 2020; embedding projection when E ≠ H), ``distilbert``
     (Sanh et al. 2019; no token types, no pooler), ``modernbert`` (Warner et al. 2024; rotary positions, GeGLU,
-    pre-LN without biases, alternating local/global attention — :mod:`bertforge.models.modernbert`).
+    pre-LN without biases, alternating local/global attention — :mod:`bertforge.models.modernbert`), ``mpnet``
+    (Song et al. 2020; BERT's block with a bucketed relative position bias shared by all layers, RoBERTa's position
+    ids, no token types — :class:`bertforge.models.encoder.Encoder`).
 
     ModernBERT keys (read by that family only, Hugging Face ``ModernBertConfig`` names): a layer ``i`` attends
     globally when ``i % global_attn_every_n_layers == 0``, else within ``local_attention // 2`` positions
@@ -85,6 +90,8 @@ class ModelConfig:
     norm_bias: bool = False
     classifier_pooling: str = "cls"
     classifier_activation: str = "gelu"
+    # MPNet (model_type "mpnet"; Song et al. 2020 §2.2): buckets of the relative position bias shared by all layers
+    relative_attention_num_buckets: int = MPNET_BUCKETS
     # task head
     num_labels: int = 2
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
@@ -127,6 +134,12 @@ class ModelConfig:
                               f"the family's own [CLS] pooler)")
         if self.model_type == "modernbert":
             self._check_modernbert()
+        if self.model_type == "mpnet":
+            self.type_vocab_size = 0  # MPNet has no segment embeddings (token_type_ids are not read)
+        if self.model_type == "mpnet" and self.relative_attention_num_buckets != MPNET_BUCKETS:
+            raise ConfigError(f"model.relative_attention_num_buckets={self.relative_attention_num_buckets!r}: MPNet "
+                              f"buckets relative positions into {MPNET_BUCKETS} (transformers' MPNetEncoder "
+                              f"ignores any other count); use {MPNET_BUCKETS}")
         for name in ("layer_num_heads", "layer_intermediate_sizes"):
             v = getattr(self, name)
             if v is not None and len(v) != self.num_hidden_layers:

@@ -131,7 +131,7 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     config = config_from_hf(d)
     state = read_state_dict(path)
     base, head_state = split_prefix(state, config.model_type)
-    if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert"):
+    if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert", "mpnet"):
         config.add_pooling_layer = any(k.startswith("pooler") for k in base)
     saved_head = saved_head_name(d)
     head = head or saved_head or "base"
