@@ -194,14 +194,14 @@ class Encoder(EncoderBase):
         return self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)
 
     def layer_bias(self, mask_bias: Optional[torch.Tensor], pos_bias: Optional[torch.Tensor],
-                   layer: int) -> Optional[torch.Tensor]:
+                   layer: Optional[int] = None) -> Optional[torch.Tensor]:
         """The additive attention bias of block ``layer``: the padding bias (B, 1, 1, T) plus the position bias
         (1, heads, T, T) when there is one, restricted to the heads the block kept after pruning (their
-        original indices: ``config.bertforge["pruned_heads"]``, :func:`bertforge.compress.prune.prune_heads`)."""
+        original indices: ``config.bertforge["pruned_heads"]``, :func:`bertforge.compress.prune.prune_heads`);
+        ``layer`` None: every head."""
         if pos_bias is None:
             return mask_bias
-        n = self.layers[layer].attention.num_heads
-        if n != pos_bias.shape[1]:
+        if layer is not None and self.layers[layer].attention.num_heads != pos_bias.shape[1]:
             gone = set((self.config.bertforge or {}).get("pruned_heads", {}).get(str(layer), []))
             keep = [h for h in range(pos_bias.shape[1]) if h not in gone]
             pos_bias = pos_bias[:, keep]
@@ -215,7 +215,7 @@ class Encoder(EncoderBase):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         bias = padding_mask_bias(attention_mask, x.dtype)
         pos = self.position_bias(x.shape[1], x.device)
-        shared = self.layer_bias(bias, pos, 0) if self.layers and pos is not None else bias
+        shared = self.layer_bias(bias, pos)  # every head's; a block that lost heads to pruning takes its own
         hidden, attns, scores, values = [x], [], [], []
         for i, layer in enumerate(self.layers):
             b = shared if layer.attention.num_heads == self.config.num_attention_heads else self.layer_bias(bias, pos, i)
