@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
