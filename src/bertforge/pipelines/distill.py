@@ -136,6 +136,7 @@ class Settings:
     augment: dict              # the recipe's distill.augment
     copies: int                # augmented copies per training example (0: none)
     augment_mlm: Optional[str]  # masked LM whose predictions replace words
+    cross_vocabulary: bool = False  # a student dir of another vocabulary (pooled embedding methods only)
 
 
 @dataclass
@@ -530,7 +531,8 @@ def _embedding_files(data: Data, student, dst) -> None:
 def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_dirs, sources: dict,
           resume: bool) -> dict:
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
-    student (HF layout, the teacher's tokenizer) plus the projections W."""
+    student (HF layout, the teacher's tokenizer — the student's own when its vocabulary is another) plus the
+    projections W."""
     from ..engine.train.trainer import Trainer
     from .report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
@@ -538,7 +540,8 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     eval_fn = CollapseWarning("distill", data.task, lambda m: data.adapter.evaluate(m.student, data.eval_ds),
                               step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
-                      save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
+                      save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=data.student_dir
+                                                                        or teacher_dirs[0]),
                                               m.save_projections(dst), _embedding_files(data, m.student, dst)),
                       sources=sources)
     if data.counts:
