@@ -344,12 +344,19 @@ def _augment(opts, settings, examples: list, tok, teacher, seed: int) -> tuple:
     return augment_examples(examples, augmenter, settings.copies), record
 
 
+def _has_mlm_head(md) -> bool:
+    """Whether the dir ``md`` was saved with a masked-LM head — not an embedding dir (declared pooling): such a
+    dir's config may name ``…ForMaskedLM`` (all-mpnet-base-v2) while it holds the encoder only."""
+    from ..checkpoint.read import MLM_HEADS
+    return md.head in MLM_HEADS and not md.pooling.declared
+
+
 def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
     from ..data.collate import PadCollator
     from ..distill.data import corpus_sequences
     from ..distill.distiller import has_mlm_head, mlm_head_name
-    from ..checkpoint.read import MLM_HEADS, load_pretrained
+    from ..checkpoint.read import load_pretrained
     from ..tokenizer import pad_id
     d = recipe.data
     corpus = opts.corpus or d.corpus
@@ -357,8 +364,9 @@ def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
         raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
     corpus = d.corpus = inputs.data_paths("--corpus", corpus, given=opts.corpus is not None)
     # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
-    teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if ModelDir.open(t).head in MLM_HEADS
-                                              else None), recipe.impl.kernels) for t in teacher_dirs]
+    # (a sentence-transformers dir whose config names a masked LM it holds no head of loads as its encoder)
+    teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if _has_mlm_head(ModelDir.open(t)) else None),
+                              recipe.impl.kernels) for t in teacher_dirs]
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
     pooling = None
     if getattr(opts, "method", None) == "embedding_mse":  # the student embeds as the teacher: no MLM head
