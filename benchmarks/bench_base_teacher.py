@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         r = cli(["distill", "--teacher", teacher, "--student", student, "--method", "embedding_mse", "--task",
                  "retrieval", "--train", dtrain, "--out", out, "--max-seq-len", args.distill_max_seq_len,
                  "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", args.distill_lr, "--overwrite",
-                 "--cache-dir", work / f"teacher-cache-{name}", *extra, *common])
+                 "--cache-dir", work / "teacher-cache", *extra, *common])  # one teacher pass for every student
         return out, r
 
     measured = []
