@@ -243,6 +243,9 @@ def read_settings(opts, recipe) -> Settings:
     if alpha is not None and not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"--alpha {alpha} must be in [0, 1] (weight of the soft loss)")
     aug_cfg, n_aug = _augment_settings(opts, ds, stage)
+    from ..checkpoint.modeldir import EMBEDDED, resolve
+    if student_spec.lower() in EMBEDDED and not Path(student_spec).exists():  # the shipped all-MiniLM-L6-v2
+        student_spec = str(resolve(student_spec))
     _check_student_spec(student_spec)
     return Settings(section=ds, stage=stage, method=method, student=student_spec, temperature=temperature,
                     alpha=alpha, augment=aug_cfg, copies=n_aug, augment_mlm=opts.augment_mlm or aug_cfg.get("mlm"))
