@@ -82,3 +82,30 @@ def test_token_level_methods_across_vocabularies_are_one_line_exit_2(tmp_path, c
         line = cli_error_line(["distill", "--teacher", teacher, "--student", student, "--method", method,
                                "--stage", "general", "--corpus", corpus, "--out", tmp_path / method], capsys, teacher)
         assert f"--method {method}" in line and "different vocabulary" in line and "embedding_mse" in line
+
+
+def test_the_teacher_mines_the_hard_negatives_of_margin_mse(tmp_path):
+    """distill.mine_negatives=K: each query's K negatives are the passages the teacher ranks highest after its own
+    positive — checked against a ranking computed here from the teacher's mean-pooled, normalised states."""
+    import numpy as np
+    import torch
+    from bertforge.checkpoint import load_pretrained
+    from bertforge.models.pooling import Pooling
+    from bertforge.pipelines.distill_data import _teacher_negatives
+    from bertforge.tasks.retrieval import PairExample
+    from bertforge.tokenizer import load_tokenizer
+    teacher, _, _, rows = _setup(tmp_path)
+    pairs = [PairExample(r["query"], r["positive"]) for r in rows[:40]]
+    got = _teacher_negatives(pairs, teacher, load_tokenizer(teacher), 32, Pooling("mean", True), 2)
+    tok, model = load_tokenizer(teacher), load_pretrained(teacher, head="base")
+
+    def emb(text):
+        ids = torch.tensor([tok.encode(text).ids[:32]])
+        with torch.no_grad():
+            v = model(ids, torch.ones_like(ids)).last_hidden_state[0].mean(0).numpy()
+        return v / np.linalg.norm(v)
+    docs = list(dict.fromkeys(p.positive for p in pairs))
+    d = np.stack([emb(t) for t in docs])
+    for p, g in zip(pairs[:10], got[:10]):
+        order = [docs[j] for j in np.argsort(-(d @ emb(p.query))) if docs[j] != p.positive]
+        assert list(g.negatives) == order[:2] and g.positive == p.positive

@@ -199,7 +199,7 @@ def _run(opts: DistillOptions) -> dict:
 # ------------------------------------------------------------------------------------------- options
 #: keys of the recipe's ``distill`` section
 SECTION_KEYS = {"method", "stage", "student", "losses", "temperature", "alpha", "layer_map", "augment",
-                "cache", "mlm_probability", "teachers"}
+                "cache", "mlm_probability", "teachers", "mine_negatives"}
 
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}

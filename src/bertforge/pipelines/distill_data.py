@@ -243,6 +243,9 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
         items = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
         base_collate, unit = PadCollator(pad_id(tok)), "texts"
     else:
+        mine = int(settings.section.get("mine_negatives") or 0)
+        if mine and not cross:  # the bi-encoder teacher ranks the passages; its best wrong ones are the negatives
+            pairs = _teacher_negatives(pairs, teacher_dirs[0], tok, d.max_seq_len, pooling, mine)
         items = _margin_triples(pairs, d, tok, adapter, cross)
         base_collate, unit = adapter.collator(), "triples"
     if cross:
@@ -301,6 +304,22 @@ class StudentColumns:
         return batch
 
 
+def _teacher_negatives(pairs, teacher_dir, tok, max_seq_len: int, pooling, n: int) -> list:
+    """``pairs`` with ``n`` hard negatives each (any given ones replaced), mined by the teacher: for every
+    query, the ``n`` distinct passages of the file the teacher scores highest after its own positive
+    (:func:`bertforge.tasks.retrieval.mine_hard_negatives`; the recipe key ``distill.mine_negatives``)."""
+    from ..checkpoint.read import load_pretrained
+    from ..tasks.retrieval import PairExample, embed_texts, mine_hard_negatives
+    teacher = apply_kernels(load_pretrained(teacher_dir, head="base", notes=False), "auto")
+    docs = list(dict.fromkeys(e.positive for e in pairs))
+    index = {t: i for i, t in enumerate(docs)}
+    mode, norm = getattr(pooling, "mode", "mean"), bool(getattr(pooling, "normalize", False))
+    qe = embed_texts(teacher, tok, [e.query for e in pairs], max_seq_len, mode, norm)
+    de = embed_texts(teacher, tok, docs, max_seq_len, mode, norm)
+    mined = mine_hard_negatives(qe, de, [index[e.positive] for e in pairs], n)
+    return [PairExample(e.query, e.positive, tuple(docs[j] for j in m), e.id) for e, m in zip(pairs, mined)]
+
+
 def _margin_triples(pairs, d, tok, adapter, cross: bool) -> list:
     """margin_mse items: one per (query, positive, negative) triple, its teacher scores kept; for a
     cross-encoder teacher each also holds both (query, passage) pairs encoded as
@@ -309,7 +328,7 @@ def _margin_triples(pairs, d, tok, adapter, cross: bool) -> list:
     from ..tokenizer import encode_texts
     if not pairs[0].negatives:
         raise ConfigError(f"--method margin_mse needs (query, positive, negative) rows and {d.train} has no "
-                          f"negative; add a \"negative\" to every row (e.g. mined: finetune --hard-negatives)")
+                          f"negative; add a \"negative\" to every row, or let the teacher mine them: distill.mine_negatives=K")
     triples = [PairExample(e.query, e.positive, (n,), e.id, None if e.scores is None else
                            (e.scores[0], e.scores[1 + k])) for e in pairs for k, n in enumerate(e.negatives)]
     items = list(adapter.load_examples(triples))
