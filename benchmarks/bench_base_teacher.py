@@ -140,6 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ft-batch", type=int, default=32)
     ap.add_argument("--ft-lr", type=float, default=2e-5)
     ap.add_argument("--work", required=True, help="work dir (kept: rows accumulate there)")
+    ap.add_argument("--import-rows", help="results.json of another work dir (same data): its rows are added")
+    ap.add_argument("--throughput-all", action="store_true",
+                    help="time every row so far (not only those measured in this call) with the teacher")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/base_teacher.txt"))
     args = ap.parse_args(argv)
 
@@ -159,6 +162,11 @@ def main(argv=None) -> int:
                         "cpu_flags": " ".join(cpu_flags()), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC",
                                                                                        time.gmtime())})
     save = lambda: res_file.write_text(json.dumps(res, indent=1))  # noqa: E731
+    if args.import_rows:
+        other = json.loads(Path(args.import_rows).read_text())
+        res["runs"] = other["runs"] + res["runs"]
+        for n, r in other.get("rows", {}).items():
+            res.setdefault("rows", {}).setdefault(n, r)
     teacher = args.teacher or default_teacher()
     minilm = str(resolve_model_dir("minilm"))
     common = [f"impl.threads={args.threads}", "--no-progress"]
@@ -250,7 +258,8 @@ def main(argv=None) -> int:
     # throughput: the models measured in this call and the teacher, interleaved rounds on the same eval
     # paragraphs; each model's speed-up is the median of its per-round ratios to the teacher's round
     rows = res.get("rows", {})
-    have = {n: r["path"] for n, r in rows.items() if n in measured or n == "teacher"}
+    have = {n: r["path"] for n, r in rows.items()
+            if (n in measured or n == "teacher" or args.throughput_all) and not n.endswith("int8")}
     if have and args.rounds:
         tp = throughputs(have, [beir.corpus[d] for d in list(beir.corpus)[:args.throughput_texts]], args.threads,
                          args.max_seq_len, args.rounds)
