@@ -121,7 +121,7 @@ def n_params(model_dir) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    ap.add_argument("--rows", nargs="*", default=list(ROWS), choices=ROWS)
     ap.add_argument("--teacher", help=f"teacher dir or hub name (default: the fetched dir, else {HUB})")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-seq-len", type=int, default=256, help="evaluation and throughput length")
