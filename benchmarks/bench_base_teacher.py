@@ -277,7 +277,9 @@ def report(res: dict, args) -> None:
     lines = [f"command: {r['command']}  [{r['started']}]" for r in res["runs"]]
     lines += [f"cpu flags: {res['runs'][-1]['cpu_flags']}",
               f"torch threads: {args.threads} for every model; the host was shared with other jobs (2 cores)",
-              f"data: {json.dumps(res.get('data'))}", f"distillation text: {json.dumps(res.get('distillation_text'))}",
+              f"data: {json.dumps(res.get('data'))}",
+              "distillation text pool (article-disjoint; each call's --distill-texts and --distill-max-seq-len cut it, "
+              f"see its command): {json.dumps({k: v for k, v in (res.get('distillation_text') or {}).items() if k not in ('used', 'max_seq_len')})}",
               ""]
     rows = res.get("rows", {})
     t = rows.get("teacher")
