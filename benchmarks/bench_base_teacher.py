@@ -119,7 +119,7 @@ def n_params(model_dir) -> int:
     return sum(p.numel() for p in load_pretrained(model_dir, head="base", notes=False).parameters())
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", nargs="*", default=list(ROWS), choices=ROWS)
     ap.add_argument("--teacher", help=f"teacher dir or hub name (default: the fetched dir, else {HUB})")
@@ -144,33 +144,13 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput-all", action="store_true",
                     help="time every row so far (not only those measured in this call) with the teacher")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/base_teacher.txt"))
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    import torch
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
-    from bertforge.checkpoint import resolve_model_dir
+
+def prepare_data(args, work: Path, res: dict) -> tuple:
+    """The SQuAD-dev BEIR split (eval corpus: the eval articles' paragraphs) and the article-disjoint
+    distillation text written as a pairs file and a corpus file; records the sizes in ``res``."""
     from bertforge.data.beir import read_beir, squad_to_beir
-    from bertforge.hardware import cpu_flags
-
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    res_file = work / "results.json"
-    res = json.loads(res_file.read_text()) if res_file.is_file() else {"runs": []}
-    res["runs"].append({"command": "python benchmarks/bench_base_teacher.py "
-                        + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-                        "cpu_flags": " ".join(cpu_flags()), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                                                                       time.gmtime())})
-    save = lambda: res_file.write_text(json.dumps(res, indent=1))  # noqa: E731
-    if args.import_rows:
-        other = json.loads(Path(args.import_rows).read_text())
-        res["runs"] = other["runs"] + res["runs"]
-        for n, r in other.get("rows", {}).items():
-            res.setdefault("rows", {}).setdefault(n, r)
-    teacher = args.teacher or default_teacher()
-    minilm = str(resolve_model_dir("minilm"))
-    common = [f"impl.threads={args.threads}", "--no-progress"]
-
     beir_dir = work / "squad-beir"
     counts = squad_to_beir(DATA / "squad" / "dev-v1.1.json", beir_dir, eval_fraction=0.2, seed=0)
     beir = read_beir(beir_dir, "test")
@@ -193,6 +173,37 @@ def main(argv=None) -> int:
     dcorpus.write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n", encoding="utf-8")
     res["distillation_text"] = {**made, "max_seq_len": args.distill_max_seq_len}
     print(f"distillation text: {json.dumps(made)}", flush=True)
+    return beir, beir_dir, dtrain, dcorpus
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    import torch
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("BERTFORGE_NO_PROGRESS", "1")
+    from bertforge.checkpoint import resolve_model_dir
+    from bertforge.hardware import cpu_flags
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    res_file = work / "results.json"
+    res = json.loads(res_file.read_text()) if res_file.is_file() else {"runs": []}
+    res["runs"].append({"command": "python benchmarks/bench_base_teacher.py "
+                        + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+                        "cpu_flags": " ".join(cpu_flags()), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                                                       time.gmtime())})
+    save = lambda: res_file.write_text(json.dumps(res, indent=1))  # noqa: E731
+    if args.import_rows:
+        other = json.loads(Path(args.import_rows).read_text())
+        res["runs"] = other["runs"] + res["runs"]
+        for n, r in other.get("rows", {}).items():
+            res.setdefault("rows", {}).setdefault(n, r)
+    teacher = args.teacher or default_teacher()
+    minilm = str(resolve_model_dir("minilm"))
+    common = [f"impl.threads={args.threads}", "--no-progress"]
+
+    beir, beir_dir, dtrain, dcorpus = prepare_data(args, work, res)
     save()
 
     def distil(name, student, extra=()):
@@ -255,6 +266,16 @@ def main(argv=None) -> int:
                     r["sts_spearman"] = sts_spearman(r["path"], args.threads)
                     print(f"{name}: STS-B dev Spearman {r['sts_spearman']:.4f}", flush=True)
                     save()
+    time_rows(res, measured, args, beir)
+    save()
+    report(res, args)
+    return 0
+
+
+def time_rows(res: dict, measured: list, args, beir) -> None:
+    """texts/s of the models measured in this call (every row with ``--throughput-all``) and the teacher,
+    interleaved rounds on the same eval paragraphs; each one's speed-up is the median of its per-round ratios
+    to the teacher's round (a slow phase of a shared host moves both)."""
     # throughput: the models measured in this call and the teacher, interleaved rounds on the same eval
     # paragraphs; each model's speed-up is the median of its per-round ratios to the teacher's round
     rows = res.get("rows", {})
@@ -267,9 +288,6 @@ def main(argv=None) -> int:
             rows[n]["texts_per_s"] = v
             if "teacher" in tp:
                 rows[n]["x_teacher"] = statistics.median(a / b for a, b in zip(v, tp["teacher"]))
-        save()
-    report(res, args)
-    return 0
 
 
 def report(res: dict, args) -> None:
