@@ -41,11 +41,11 @@ def _config(family: str) -> ModelConfig:
 
 
 def _encoder(kind: str):
-    """``bert`` (plain), ``bert-cpu`` (the CPU kernels swapped in), ``modernbert`` or ``mobilebert``, in eval
-    mode."""
+    """``bert`` (plain), ``bert-cpu`` (the CPU kernels swapped in), ``modernbert``, ``mobilebert``, ``mpnet`` or
+    ``mpnet-cpu``, in eval mode."""
     torch.manual_seed(0)
-    model = TaskModel(_config(kind if kind in ("modernbert", "mobilebert") else "bert"))
-    apply_kernels(model, "cpu" if kind == "bert-cpu" else "none")
+    model = TaskModel(_config(kind.split("-")[0]))
+    apply_kernels(model, "cpu" if kind.endswith("-cpu") else "none")
     return model.encoder.eval()
 
 
@@ -68,14 +68,14 @@ def test_every_encoder_forward_takes_at_most_five_parameters(cls):
 def test_the_encoder_is_chosen_by_the_model_family():
     assert ENCODERS["modernbert"] is ModernBertEncoder and ENCODERS["mobilebert"] is MobileBertEncoder
     assert type(TaskModel(_config("mobilebert")).encoder) is MobileBertEncoder
-    assert all(ENCODERS[f] is Encoder for f in ("bert", "roberta", "albert", "electra", "distilbert"))
+    assert all(ENCODERS[f] is Encoder for f in ("bert", "roberta", "albert", "electra", "distilbert", "mpnet"))
     assert type(TaskModel(_config("modernbert")).encoder) is ModernBertEncoder
     assert type(TaskModel(_config("bert")).encoder) is Encoder
     with pytest.raises(Exception, match="build_encoder"):  # the BERT-shaped encoder refuses a ModernBERT config
         Encoder(_config("modernbert"))
 
 
-@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert"])
+@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert", "mpnet", "mpnet-cpu"])
 @pytest.mark.parametrize("asked", [(), ("hidden_states",), ("attentions",), ("attention_scores",), ("values",),
                                    ("hidden_states", "values"), PER_LAYER])
 def test_a_features_request_yields_exactly_the_outputs_asked(kind, asked):
@@ -100,7 +100,7 @@ def test_a_features_request_yields_exactly_the_outputs_asked(kind, asked):
         assert torch.allclose(out.hidden_states[-1][real], out.last_hidden_state[real], atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert"])
+@pytest.mark.parametrize("kind", ["bert", "bert-cpu", "modernbert", "mobilebert", "mpnet", "mpnet-cpu"])
 def test_cls_only_and_rows_return_just_those_positions_of_the_full_output(kind):
     enc = _encoder(kind)
     ids, mask = _batch()

@@ -23,14 +23,14 @@ from bertforge.objectives.electra import ElectraPretrainModel
 from bertforge.objectives.rtd import generator_config
 
 V, T = 90, 14
-FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "mpnet")
 
 
 def tiny(fam: str, **kw) -> ModelConfig:
     base = dict(model_type=fam, vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=48, max_position_embeddings=40, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0, pad_token_id=1 if fam == "roberta" else 0,
-                type_vocab_size={"roberta": 1, "distilbert": 0}.get(fam, 2))
+                attention_probs_dropout_prob=0.0, pad_token_id=1 if fam in ("roberta", "mpnet") else 0,
+                type_vocab_size={"roberta": 1, "distilbert": 0, "mpnet": 0}.get(fam, 2))
     if fam == "albert":
         base.update(embedding_size=16, layer_sharing="all", hidden_act="gelu_new")
     if fam == "electra":

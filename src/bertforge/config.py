@@ -28,9 +28,12 @@ import yaml
 from .errors import ConfigError, require_number
 from .io import atomic_write_text
 
-FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert", "mobilebert")
+FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "modernbert", "mobilebert", "mpnet")
 #: MobileBERT's norms (``ModelConfig.normalization_type``, Hugging Face's names)
 NORMALIZATIONS = ("no_norm", "layer_norm")
+#: MPNet's relative-position buckets and the distance past which they stop growing: the values transformers'
+#: ``MPNetEncoder.compute_position_bias`` uses whatever the config says (so the only ones bertforge accepts)
+MPNET_BUCKETS, MPNET_MAX_DISTANCE = 32, 128
 #: the attention kinds of a ModernBERT layer (``ModelConfig.layer_types``, Hugging Face's names)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 POOLINGS = ("cls", "mean")  # ModernBERT's classifier_pooling
@@ -50,7 +53,8 @@ class ModelConfig:
     ``mobilebert`` (Sun et al. 2020; trigram embeddings of size ``embedding_size``, blocks with bottlenecks
     ``hidden_size`` → ``intra_bottleneck_size`` → ``hidden_size``, ``num_feedforward_networks`` stacked FFNs,
     ``normalization_type`` ``no_norm`` | ``layer_norm`` — :mod:`bertforge.models.mobilebert`; heads divide the
-    intra-block width, :attr:`inner_size`).
+    intra-block width, :attr:`inner_size`), ``mpnet`` (Song et al. 2020; BERT's block with a bucketed relative position bias shared by all layers, RoBERTa's position
+    ids, no token types — :class:`bertforge.models.encoder.Encoder`).
 
     ModernBERT keys (read by that family only, Hugging Face ``ModernBertConfig`` names): a layer ``i`` attends
     globally when ``i % global_attn_every_n_layers == 0``, else within ``local_attention // 2`` positions
@@ -99,6 +103,8 @@ class ModelConfig:
     key_query_shared_bottleneck: bool = True
     num_feedforward_networks: int = 4
     normalization_type: str = "no_norm"
+    # MPNet (model_type "mpnet"; Song et al. 2020 §2.2): buckets of the relative position bias shared by all layers
+    relative_attention_num_buckets: int = MPNET_BUCKETS
     # task head
     num_labels: int = 2
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
@@ -143,6 +149,12 @@ class ModelConfig:
                               f"the family's own [CLS] pooler)")
         if self.model_type == "modernbert":
             self._check_modernbert()
+        if self.model_type == "mpnet":
+            self.type_vocab_size = 0  # MPNet has no segment embeddings (token_type_ids are not read)
+        if self.model_type == "mpnet" and self.relative_attention_num_buckets != MPNET_BUCKETS:
+            raise ConfigError(f"model.relative_attention_num_buckets={self.relative_attention_num_buckets!r}: MPNet "
+                              f"buckets relative positions into {MPNET_BUCKETS} (transformers' MPNetEncoder "
+                              f"ignores any other count); use {MPNET_BUCKETS}")
         for name in ("layer_num_heads", "layer_intermediate_sizes"):
             v = getattr(self, name)
             if v is not None and len(v) != self.num_hidden_layers:

@@ -153,8 +153,11 @@ def find_graph(path: Path) -> Optional[Path]:
 
 def token_positions(cfg: dict) -> int:
     """Token positions a checkpoint's ``config.json`` dict can embed: ``max_position_embeddings`` (512 when
-    absent), minus, for RoBERTa, the pad_token_id + 1 positions below its first (2 with the usual pad id 1)."""
+    absent), minus, for RoBERTa, the pad_token_id + 1 positions below its first (2 with the usual pad id 1),
+    for MPNet the 2 below its first (its padding id is always 1)."""
     n = cfg.get("max_position_embeddings", 512)
+    if cfg.get("model_type") == "mpnet":
+        n -= 2
     if cfg.get("model_type") == "roberta":
         pad = cfg.get("pad_token_id")
         n -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1

@@ -131,9 +131,12 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     config = config_from_hf(d)
     state = read_state_dict(path)
     base, head_state = split_prefix(state, config.model_type)
-    if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert", "mobilebert"):
+    if "add_pooling_layer" not in d and config.model_type in ("bert", "roberta", "albert", "mobilebert", "mpnet"):
         config.add_pooling_layer = any(k.startswith("pooler") for k in base)
     saved_head = saved_head_name(d)
+    if head is None and saved_head not in (None, "base") and _embedding_dir_without_head(path, saved_head, config,
+                                                                                        head_state):
+        head = "base"  # e.g. all-mpnet-base-v2: config.json says MPNetForMaskedLM, the dir holds the encoder only
     head = head or saved_head or "base"
     if head != saved_head:
         # a different head: don't carry the old label space over
@@ -199,6 +202,14 @@ def load_pretrained(path, head: Optional[str] = None, strict_head: bool = False,
     if pooling.declared:  # a sentence-transformers dir: its pooling travels with the model (saved again)
         model.pooling = pooling
     return model.eval()  # ready for inference, as transformers' from_pretrained; training calls .train()
+
+
+def _embedding_dir_without_head(path: Path, saved_head: str, config, head_state: dict) -> bool:
+    """Whether ``path`` is a sentence-transformers dir (a declared pooling) holding none of the weights of the
+    head its ``config.json`` names: its model is the encoder, so it loads as ``base`` (no fresh head to run)."""
+    from ..models.pooling import read_pooling
+    keys = HEADS[saved_head].hf_keys(config) if saved_head in HEADS else {}
+    return bool(keys) and not any(k in head_state for k in keys.values()) and read_pooling(path).declared
 
 
 def _check_shapes(new_state: dict, own: dict, path) -> None:

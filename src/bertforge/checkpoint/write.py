@@ -23,7 +23,8 @@ from .layout import META_KEY, meta_section, with_meta
 from ..tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
-                "distilbert": "DistilBert", "modernbert": "ModernBert", "mobilebert": "MobileBert"}
+                "distilbert": "DistilBert", "modernbert": "ModernBert", "mobilebert": "MobileBert",
+                "mpnet": "MPNet"}
 PREFIX = {f: f for f in FAMILIES}
 PREFIX["modernbert"] = "model"  # ModernBertFor…: the base model is ``model.*``
 OUR_CONFIG_KEYS = ("embedding_size", "layer_sharing", "layer_num_heads", "layer_intermediate_sizes",
@@ -69,6 +70,15 @@ def encoder_key_map(config: ModelConfig) -> list:
             m += _linear(f"{o}.ffn.intermediate", f"{t}.ffn.lin1")
             m += _linear(f"{o}.ffn.output", f"{t}.ffn.lin2")
             m += _linear(f"{o}.ffn_norm", f"{t}.output_layer_norm")
+        elif fam == "mpnet":  # MPNetLayer: attention.attn.{q,k,v,o} + attention.LayerNorm, then BERT's FFN names
+            t = f"encoder.layer.{i}"
+            m += _linear(f"{o}.attention.qkv", [f"{t}.attention.attn.q", f"{t}.attention.attn.k",
+                                                f"{t}.attention.attn.v"])
+            m += _linear(f"{o}.attention.out", f"{t}.attention.attn.o")
+            m += _linear(f"{o}.attention_norm", f"{t}.attention.LayerNorm")
+            m += _linear(f"{o}.ffn.intermediate", f"{t}.intermediate.dense")
+            m += _linear(f"{o}.ffn.output", f"{t}.output.dense")
+            m += _linear(f"{o}.ffn_norm", f"{t}.output.LayerNorm")
         elif fam == "albert":
             g = i // (n // groups)
             t = f"encoder.albert_layer_groups.{g}.albert_layers.0"
@@ -88,6 +98,8 @@ def encoder_key_map(config: ModelConfig) -> list:
             m += _linear(f"{o}.ffn.intermediate", f"{t}.intermediate.dense")
             m += _linear(f"{o}.ffn.output", f"{t}.output.dense")
             m += _linear(f"{o}.ffn_norm", f"{t}.output.LayerNorm")
+    if fam == "mpnet":
+        m.append(("relative_attention_bias.weight", ["encoder.relative_attention_bias.weight"]))
     if config.add_pooling_layer:
         m += _linear("pooler", "pooler" if fam == "albert" else "pooler.dense")
     return m
@@ -239,6 +251,29 @@ def modernbert_config_to_hf(config: ModelConfig) -> dict:
     return d
 
 
+#: the MPNetConfig keys read and written as they are (MPNet has no token types: type_vocab_size is always 0)
+_MPNET_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+               "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps",
+               "relative_attention_num_buckets")
+
+
+def mpnet_config_from_hf(d: dict) -> dict:
+    """``MPNetConfig`` dict → ModelConfig keywords (no token types; the pooler as the weights say).
+
+    Raises CheckpointError for a relative-attention setting transformers' ``MPNetEncoder`` does not compute
+    (buckets other than 32, or a ``relative_attention_*`` key it has none of)."""
+    from ..config import MPNET_BUCKETS
+    unknown = sorted(k for k in d if k.startswith("relative_attention") and k != "relative_attention_num_buckets")
+    buckets = d.get("relative_attention_num_buckets", MPNET_BUCKETS)
+    if unknown or buckets != MPNET_BUCKETS:
+        what = f"{unknown[0]}={d[unknown[0]]!r}" if unknown else f"relative_attention_num_buckets={buckets!r}"
+        raise CheckpointError(f"config.json has {what}; MPNet's relative position bias has {MPNET_BUCKETS} "
+                              f"buckets up to distance 128 (transformers' MPNetEncoder), nothing else is known")
+    kw = {k: d[k] for k in _MPNET_KEYS if d.get(k) is not None}
+    kw["type_vocab_size"] = 0
+    return kw
+
+
 def albert_num_groups(config: ModelConfig) -> int:
     """ALBERT stores one weight group when every layer is shared, else one group per layer."""
     return 1 if config.layer_sharing == "all" else config.num_hidden_layers
@@ -254,6 +289,8 @@ def config_from_hf(d: dict) -> ModelConfig:
     kw: dict = {}
     if fam == "modernbert":
         kw.update(modernbert_config_from_hf(d))
+    elif fam == "mpnet":
+        kw.update(mpnet_config_from_hf(d))
     elif fam == "distilbert":
         kw.update(hidden_size=d.get("dim", 768), num_hidden_layers=d.get("n_layers", 6),
                   num_attention_heads=d.get("n_heads", 12), intermediate_size=d.get("hidden_dim", 3072),
@@ -305,6 +342,8 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
     d: dict = {"architectures": [arch], "model_type": fam}
     if fam == "modernbert":
         d.update(modernbert_config_to_hf(config))
+    elif fam == "mpnet":
+        d.update({k: getattr(config, k) for k in _MPNET_KEYS}, bos_token_id=0, eos_token_id=2)
     elif fam == "distilbert":
         d.update(dim=config.hidden_size, n_layers=config.num_hidden_layers,
                  n_heads=config.num_attention_heads, hidden_dim=config.intermediate_size,

@@ -162,6 +162,8 @@ class ExportView(nn.Module):
             return self._forward_modernbert(input_ids, attention_mask)
         if isinstance(enc, MobileBertEncoder):
             return self._forward_mobilebert(input_ids, attention_mask, token_type_ids)
+        if getattr(enc, "relative_attention_bias", None) is not None:
+            return self._forward_mpnet(input_ids, attention_mask)
         x = enc.embeddings(input_ids, token_type_ids)
         mask_i = attention_mask.to(torch.int32)
         mask_f = attention_mask.to(x.dtype)
@@ -186,6 +188,24 @@ class ExportView(nn.Module):
                               {"attention_mask": attention_mask, "input_ids": input_ids})
         return out["logits"]
 
+
+    def _forward_mpnet(self, input_ids, attention_mask):
+        """MPNet (:class:`~bertforge.models.encoder.Encoder` with its relative position bias) in standard ops:
+        the bucketed bias computed from the sequence length once, added to the padding mask (−10⁴ additive, as
+        :func:`_plain_attention`), the attention product written out (MatMul/Softmax) at every position."""
+        enc = self.enc
+        x = enc.embeddings(input_ids)
+        pad = ((1.0 - attention_mask.to(x.dtype)) * MASK_FILTER)[:, None, None, :]  # (B, 1, 1, T)
+        pos = enc.position_bias(input_ids.shape[1], input_ids.device)
+        for i, lyr in enumerate(enc.layers):
+            a = lyr.attention(x, enc.layer_bias(pad, pos, i), explicit=True)[0]
+            x = lyr.attention_norm(x + a)
+            x = lyr.ffn_norm(x + lyr.ffn(x))
+        if self.model.head is None:
+            return x
+        out = self.model.head(EncoderOutput(last_hidden_state=x), {"attention_mask": attention_mask,
+                                                                   "input_ids": input_ids})
+        return out["logits"]
 
     def _forward_modernbert(self, input_ids, attention_mask):
         """ModernBERT (:mod:`bertforge.models.modernbert`) in standard ops: padded, the padding and window
@@ -260,8 +280,8 @@ def export_onnx(model, path, fused: bool = True, cls_only: Optional[bool] = None
     """
     path = Path(path)
     model = model.eval().float()
-    if model.config.model_type in ("modernbert", "mobilebert"):
-        fused, cls_only = False, False  # standard ops; every position (RoPE, local windows; bottleneck blocks)
+    if model.config.model_type in ("modernbert", "mobilebert", "mpnet"):
+        fused, cls_only = False, False  # standard ops; every position (RoPE, local windows; bottleneck blocks; MPNet's bias)
     view = ExportView(model, fused=fused, cls_only=cls_only).eval()
     names = input_names(model)
     dummy = dummy_inputs(model)
@@ -392,9 +412,9 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
             (Q.SCHEMES["u8s8-7bit"] if reduce_range else Q.default_scheme(target))
         if chosen.static:
             fused = False
-    if model.config.model_type in ("modernbert", "mobilebert"):
-        # no contrib Attention op takes rotary, windowed attention, or queries and values from different
-        # inputs (MobileBERT's bottleneck): standard ops (ExportView)
+    if model.config.model_type in ("modernbert", "mobilebert", "mpnet"):
+        # no contrib Attention op takes rotary, windowed attention, queries and values from different inputs
+        # (MobileBERT's bottleneck) or MPNet's bias: standard ops (ExportView)
         fused = False
     with atomic_dir(out_dir) as tmp:
         raw = tmp / "raw.onnx"

@@ -408,6 +408,8 @@ class Distiller(nn.Module):
                 teacher_margin: Optional[torch.Tensor] = None, **extra):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        # a student of another vocabulary reads its own tokens of the same texts (pooled embedding losses only)
+        own = {k[len("student_"):]: extra.pop(k) for k in list(extra) if k.startswith("student_")}
         # teacher side: cache hit, features given with the data, or run the teachers (and fill the cache)
         feats = None
         if self.cache is not None and example_index is not None and self.cache.has(example_index):
@@ -419,6 +421,9 @@ class Distiller(nn.Module):
             feats = self.teacher_features(input_ids, attention_mask, token_type_ids, **pairs)
             if self.cache is not None and example_index is not None:
                 self.cache.write(example_index, feats, attention_mask.sum(1))
+        if own:
+            input_ids, attention_mask = own["input_ids"], own["attention_mask"]
+            token_type_ids = own.get("token_type_ids")
         # student side: one pass asked for every term's feature
         out_S = self.student(input_ids, attention_mask, token_type_ids, features=self._request)
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,

@@ -163,6 +163,8 @@ def cross_family_config(teacher_config: ModelConfig, family: str, shape: dict, *
                   attention_probs_dropout_prob=0.0)
     if family == "roberta":
         kw["max_position_embeddings"] = tc.max_position_embeddings + tc.pad_token_id + 1
+    if family == "mpnet":  # positions from 2 (its padding index is 1), no segments
+        kw.update(max_position_embeddings=tc.max_position_embeddings + 2, type_vocab_size=0)
     kw.update(shape)
     kw.update(overrides)
     return ModelConfig(**kw)
@@ -174,13 +176,19 @@ def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **
     tc = teacher.config
     lnh = [tc.heads_of(i) for i in layers] if tc.layer_num_heads else None
     lis = [tc.intermediate_of(i) for i in layers] if tc.layer_intermediate_sizes else None
+    meta = dict(tc.bertforge or {})
+    if meta.get("pruned_heads"):  # the removed heads by the student's own layer numbers (MPNet's shared bias reads it)
+        meta["pruned_heads"] = {str(j): meta["pruned_heads"][str(i)] for j, i in enumerate(layers)
+                                if meta["pruned_heads"].get(str(i))}
     cfg = tc.replace(num_hidden_layers=len(layers), layer_num_heads=lnh, layer_intermediate_sizes=lis,
-                     **overrides)
+                     bertforge=meta, **overrides)
     head = head or teacher.head_name
     student = TaskModel(cfg, head=head)
     te, se = teacher.encoder, student.encoder
     with torch.no_grad():
         se.embeddings.load_state_dict(te.embeddings.state_dict())
+        if getattr(se, "relative_attention_bias", None) is not None:  # MPNet: the one position-bias table all layers share
+            se.relative_attention_bias.load_state_dict(te.relative_attention_bias.state_dict())
         for j, i in enumerate(layers):
             se.layers[j].load_state_dict(te.layers[i].state_dict())
         if se.pooler is not None and te.pooler is not None:

@@ -5,7 +5,9 @@ E differs from the hidden size H — a Linear E → H: ALBERT's factorized embed
 (Lan et al. 2019, §3.1) and ELECTRA's ``embeddings_project`` (Clark et al. 2020, §3.2).
 
 RoBERTa (Liu et al. 2019) numbers positions from ``pad_token_id + 1`` and gives padding the position
-``pad_token_id``, as fairseq does; DistilBERT (Sanh et al. 2019) has no segment embeddings.
+``pad_token_id``, as fairseq does; DistilBERT (Sanh et al. 2019) has no segment embeddings. MPNet (Song et al.
+2020) numbers positions as RoBERTa with the padding id fixed at 1 (its fairseq dictionary's ``<pad>``, which
+transformers' ``MPNetEmbeddings`` hard-codes) and has no segment embeddings.
 """
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
+
+#: the families whose positions count from ``padding_idx + 1`` and give padding the position ``padding_idx``
+OFFSET_POSITIONS = ("roberta", "mpnet")
+#: MPNet's padding index of the token and position tables (transformers' ``MPNetEmbeddings.padding_idx``)
+MPNET_PADDING_IDX = 1
 
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
@@ -41,12 +48,13 @@ class Embeddings(nn.Module):
         super().__init__()
         e = config.embedding_size
         self.family = config.model_type
-        self.pad_token_id = config.pad_token_id
-        self.word_embeddings = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        pad = MPNET_PADDING_IDX if self.family == "mpnet" else config.pad_token_id
+        self.pad_token_id = pad
+        self.word_embeddings = nn.Embedding(config.vocab_size, e, padding_idx=pad)
         n_pos = config.max_position_embeddings
-        self.position_offset = config.pad_token_id + 1 if self.family == "roberta" else 0
-        self.position_embeddings = nn.Embedding(
-            n_pos, e, padding_idx=config.pad_token_id if self.family == "roberta" else None)
+        offset = self.family in OFFSET_POSITIONS
+        self.position_offset = pad + 1 if offset else 0
+        self.position_embeddings = nn.Embedding(n_pos, e, padding_idx=pad if offset else None)
         self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, e)
                                       if config.type_vocab_size > 0 else None)
         self.LayerNorm = nn.LayerNorm(e, eps=config.layer_norm_eps)
@@ -57,7 +65,7 @@ class Embeddings(nn.Module):
 
     def position_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor:
         t = input_ids.shape[1]
-        if self.family == "roberta":
+        if self.family in OFFSET_POSITIONS:
             mask = (input_ids != self.pad_token_id).long()
             return torch.cumsum(mask, dim=1) * mask + self.pad_token_id
         return torch.arange(t, device=input_ids.device)[None, :].expand_as(input_ids)
@@ -105,4 +113,4 @@ def init_weights(module: nn.Module, std: float) -> None:
                 nn.init.zeros_(m.bias)
 
 
-__all__ = ["Embeddings", "sinusoidal_positions", "init_weights"]
+__all__ = ["MPNET_PADDING_IDX", "OFFSET_POSITIONS", "Embeddings", "sinusoidal_positions", "init_weights"]

@@ -9,17 +9,23 @@ ModernBERT (pre-LN, RoPE, GeGLU, local/global attention) is an encoder of its ow
 :class:`~bertforge.models.output.Features` request and :class:`~bertforge.models.output.EncoderOutput`.
 ``bertforge.task_model.build_encoder`` picks the class by ``config.model_type``.
 
+MPNet (Song et al. 2020) is this block with one more additive attention term: a learned bias per head and
+bucket of the relative distance ``j − i`` (T5's buckets, Raffel et al. 2020 §2.1: 16 per direction, exact below
+8, log-spaced up to 128), one table shared by every layer and computed once per call
+(:meth:`Encoder.position_bias`); the reference is transformers' ``modeling_mpnet.py``.
+
 Cross-layer parameter sharing (ALBERT, Lan et al. 2019 §3.1): ``layer_sharing`` = ``none`` |
 ``attention`` (one attention block reused at every depth) | ``ffn`` | ``all`` (one whole block).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import MPNET_MAX_DISTANCE, ModelConfig
 from ..errors import ConfigError
 from .activations import get_activation
 from .attention import MultiHeadAttention, linear, padding_mask_bias
@@ -164,7 +170,7 @@ class Encoder(EncoderBase):
     batch unpadded (:attr:`unpad`).
     """
 
-    families = ("bert", "roberta", "albert", "electra", "distilbert")
+    families = ("bert", "roberta", "albert", "electra", "distilbert", "mpnet")
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
@@ -172,7 +178,34 @@ class Encoder(EncoderBase):
         layers = [EncoderLayer(config, i) for i in range(config.num_hidden_layers)]
         self.layers = nn.ModuleList(self.share_layers(layers, config.layer_sharing))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if config.add_pooling_layer else None
+        #: MPNet's relative position bias, (buckets, heads), shared by all layers (None: the other families)
+        self.relative_attention_bias = (nn.Embedding(config.relative_attention_num_buckets,
+                                                     config.num_attention_heads)
+                                        if config.model_type == "mpnet" else None)
         init_weights(self, config.initializer_range)
+
+    def position_bias(self, t: int, device) -> Optional[torch.Tensor]:
+        """MPNet's additive attention bias (1, heads, T, T) for T positions: ``table[bucket(j − i)]`` for query
+        ``i`` and key ``j`` (:func:`relative_position_bucket`); None for the families without one."""
+        if self.relative_attention_bias is None:
+            return None
+        pos = torch.arange(t, device=device)
+        buckets = relative_position_bucket(pos[None, :] - pos[:, None], self.config.relative_attention_num_buckets)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)
+
+    def layer_bias(self, mask_bias: Optional[torch.Tensor], pos_bias: Optional[torch.Tensor],
+                   layer: Optional[int] = None) -> Optional[torch.Tensor]:
+        """The additive attention bias of block ``layer``: the padding bias (B, 1, 1, T) plus the position bias
+        (1, heads, T, T) when there is one, restricted to the heads the block kept after pruning (their
+        original indices: ``config.bertforge["pruned_heads"]``, :func:`bertforge.compress.prune.prune_heads`);
+        ``layer`` None: every head."""
+        if pos_bias is None:
+            return mask_bias
+        if layer is not None and self.layers[layer].attention.num_heads != pos_bias.shape[1]:
+            gone = set((self.config.bertforge or {}).get("pruned_heads", {}).get(str(layer), []))
+            keep = [h for h in range(pos_bias.shape[1]) if h not in gone]
+            pos_bias = pos_bias[:, keep]
+        return pos_bias if mask_bias is None else pos_bias + mask_bias.to(pos_bias.dtype)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
@@ -181,9 +214,12 @@ class Encoder(EncoderBase):
         self._check_inputs(input_ids, attention_mask, token_type_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         bias = padding_mask_bias(attention_mask, x.dtype)
+        pos = self.position_bias(x.shape[1], x.device)
+        shared = self.layer_bias(bias, pos)  # every head's; a block that lost heads to pruning takes its own
         hidden, attns, scores, values = [x], [], [], []
         for i, layer in enumerate(self.layers):
-            x, p, s, v = layer(x, bias, explicit=req.explicit, head_gates=req.gates(i))
+            b = shared if layer.attention.num_heads == self.config.num_attention_heads else self.layer_bias(bias, pos, i)
+            x, p, s, v = layer(x, b, explicit=req.explicit, head_gates=req.gates(i))
             hidden.append(x)
             attns.append(p)
             scores.append(s)
@@ -197,4 +233,22 @@ class Encoder(EncoderBase):
         return req.output(x, pooled, hidden, attns, scores, values)
 
 
-__all__ = ["Encoder", "EncoderBase", "EncoderLayer", "EncoderOutput", "FeedForward", "Features"]
+def relative_position_bucket(relative_position: torch.Tensor, num_buckets: int,
+                             max_distance: int = MPNET_MAX_DISTANCE) -> torch.Tensor:
+    """Bucket of each relative distance ``j − i`` (integer tensor, any shape → same shape, long): half of
+    the ``num_buckets`` for keys at or before the query (``j ≤ i``), the other half for keys after it; in
+    each half, distances below a quarter of ``num_buckets`` have a bucket each, longer ones share log-spaced
+    buckets up to ``max_distance``, beyond which they all fall in the last (Raffel et al. 2020 §2.1; MPNet,
+    Song et al. 2020, uses 32 buckets and 128)."""
+    half = num_buckets // 2
+    exact = half // 2
+    n = -relative_position
+    side = (n < 0).long() * half
+    n = n.abs()
+    far = exact + (torch.log(n.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+                   * (half - exact)).long()
+    far = far.clamp(max=half - 1)
+    return side + torch.where(n < exact, n, far)
+
+
+__all__ = ["relative_position_bucket", "Encoder", "EncoderBase", "EncoderLayer", "EncoderOutput", "FeedForward", "Features"]

@@ -43,7 +43,7 @@ class MLMPrediction(nn.Module):
         modern = fam == "modernbert"  # ModernBertPredictionHead: no dense bias, its own activation and norm bias
         self.dense = nn.Linear(config.hidden_size, e, bias=not modern)
         self.act = get_activation(config.classifier_activation if modern else
-                                  "gelu" if fam in ("roberta", "electra") else config.hidden_act)
+                                  "gelu" if fam in ("roberta", "mpnet", "electra") else config.hidden_act)
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps, bias=config.norm_bias or not modern)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         if modern:  # transformers' init of the head's dense ("out": σ/√(2L), truncated at ±2σ)
@@ -124,6 +124,7 @@ def mlm_hf_keys(config: ModelConfig, prefix: str = "mlm.") -> dict:
     roots = {"bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
                       "cls.predictions.bias"),
              "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+             "mpnet": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),  # MPNetLMHead: RoBERTa's names
              "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
              "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm",
                          "generator_lm_head.bias"),

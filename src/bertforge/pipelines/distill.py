@@ -137,6 +137,7 @@ class Settings:
     augment: dict              # the recipe's distill.augment
     copies: int                # augmented copies per training example (0: none)
     augment_mlm: Optional[str]  # masked LM whose predictions replace words
+    cross_vocabulary: bool = False  # a student dir of another vocabulary (pooled embedding methods only)
 
 
 @dataclass
@@ -200,7 +201,7 @@ def _run(opts: DistillOptions) -> dict:
 # ------------------------------------------------------------------------------------------- options
 #: keys of the recipe's ``distill`` section
 SECTION_KEYS = {"method", "stage", "student", "losses", "temperature", "alpha", "layer_map", "augment",
-                "cache", "mlm_probability", "teachers"}
+                "cache", "mlm_probability", "teachers", "mine_negatives"}
 
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
@@ -244,6 +245,9 @@ def read_settings(opts, recipe) -> Settings:
     if alpha is not None and not 0.0 <= float(alpha) <= 1.0:
         raise ConfigError(f"--alpha {alpha} must be in [0, 1] (weight of the soft loss)")
     aug_cfg, n_aug = _augment_settings(opts, ds, stage)
+    from ..checkpoint.modeldir import EMBEDDED, resolve
+    if student_spec.lower() in EMBEDDED and not Path(student_spec).exists():  # the shipped all-MiniLM-L6-v2
+        student_spec = str(resolve(student_spec))
     _check_student_spec(student_spec)
     return Settings(section=ds, stage=stage, method=method, student=student_spec, temperature=temperature,
                     alpha=alpha, augment=aug_cfg, copies=n_aug, augment_mlm=opts.augment_mlm or aug_cfg.get("mlm"))
@@ -545,7 +549,8 @@ def _embedding_files(data: Data, student, dst, teacher_dir) -> None:
 def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_dirs, sources: dict,
           resume: bool) -> dict:
     """Train on the one Trainer, scoring the student on the task's evaluation data; each checkpoint is the
-    student (HF layout, the teacher's tokenizer) plus the projections W."""
+    student (HF layout, the teacher's tokenizer — the student's own when its vocabulary is another) plus the
+    projections W."""
     from ..engine.train.trainer import Trainer
     from .report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
@@ -553,8 +558,10 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     eval_fn = CollapseWarning("distill", data.task, lambda m: data.adapter.evaluate(m.student, data.eval_ds),
                               step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,
-                      save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=teacher_dirs[0]),
-                                              m.save_projections(dst), _embedding_files(data, m.student, dst, teacher_dirs[0])),
+                      save_fn=lambda m, dst: (m.student.save_pretrained(dst, tokenizer_dir=data.student_dir
+                                                                        or teacher_dirs[0]),
+                                              m.save_projections(dst),
+                                              _embedding_files(data, m.student, dst, teacher_dirs[0])),
                       sources=sources)
     if hasattr(distiller, "set_schedule"):  # progressive transfer: its stages split the run's steps
         distiller.set_schedule(trainer.total_steps, recipe.train.grad_accum_steps)

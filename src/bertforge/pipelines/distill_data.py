@@ -45,6 +45,9 @@ class Data:
     counts: Optional[dict] = None  # records read → training items (TaskAdapter.counts), for the plan line
     pooling: object = None     # embedding methods: the teacher's pooling (models.pooling.Pooling), the student's too
     cross_encoder: bool = False  # margin_mse: the teacher scores (query, passage) pairs
+    #: a student dir with another vocabulary than the teacher's (pooled embedding methods only): its own
+    #: tokenizer encodes every item a second time (``student`` of each item), and its dir gives the saved tokenizer
+    student_dir: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------------ teachers
@@ -62,14 +65,17 @@ def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
                           f"predictions are teacher word pieces, so pass a masked LM with the teacher's tokenizer")
 
 
-def _check_vocabularies(teacher_dirs, student_spec) -> None:
+def _check_vocabularies(teacher_dirs, student_spec, method: Optional[str] = None, stage: str = "task") -> bool:
     """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
-    fed to all of them. Raises ConfigError before anything is loaded or written."""
+    fed to all of them — except a student dir taught a pooled sentence embedding (``embedding_mse`` /
+    ``margin_mse`` on ``--task retrieval`` data), which reads its own tokenization of the same texts. Returns
+    whether the student's vocabulary is another one. Raises ConfigError (one line) before anything is loaded
+    or written: a token-level method across vocabularies, or teachers of different vocabularies."""
     dirs = [Path(t) for t in teacher_dirs]
     if student_spec and Path(str(student_spec)).is_dir():
         dirs.append(Path(str(student_spec)))
     if len(dirs) < 2:
-        return
+        return False
     ref = ModelDir.open(dirs[0])
     ref_size, ref_vocab = ref.config.get("vocab_size"), ref.tokenizer().get_vocab()
     for d in dirs[1:]:
@@ -78,11 +84,20 @@ def _check_vocabularies(teacher_dirs, student_spec) -> None:
         size = md.config.get("vocab_size")
         if size != ref_size or md.tokenizer().get_vocab() != ref_vocab:
             sizes = f"{size} tokens" + (", other ids" if size == ref_size else "")
+            if role == "student" and method in EMBEDDING_METHODS and stage == "task":
+                return True  # pooled embeddings: each side reads its own tokens of the same text
+            if role == "student" and method is not None:
+                raise ConfigError(f"--method {method} ({stage} stage) compares token-level outputs, and student {d} "
+                                  f"has a different vocabulary ({sizes}) than teacher {dirs[0]} ({ref_size} tokens); "
+                                  f"build the --student from the teacher (a shape or layers:…), or compare pooled "
+                                  f"sentence embeddings, which work across vocabularies: --method embedding_mse or "
+                                  f"margin_mse with --task retrieval")
             fix = ("build the student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
                    "checkpoints that share the teacher's tokenizer" if role == "student" else
                    "pass teachers that share one tokenizer (fine-tuned from the same checkpoint)")
             raise ConfigError(f"{role} {d} has a different vocabulary ({sizes}) than teacher {dirs[0]} "
                               f"({ref_size} tokens); distillation feeds the same input_ids to all — {fix}")
+    return False
 
 
 def resolve_teachers(opts, settings, recipe, inputs=None) -> list:
@@ -94,7 +109,7 @@ def resolve_teachers(opts, settings, recipe, inputs=None) -> list:
     teacher_dirs = [md.path for md in mds]
     for md in mds:
         check_seq_len(opts.max_seq_len, md.config)
-    _check_vocabularies(teacher_dirs, settings.student)
+    settings.cross_vocabulary = _check_vocabularies(teacher_dirs, settings.student, settings.method, settings.stage)
     if opts.max_seq_len is None and "data.max_seq_len" not in recipe.given:
         # nothing asked for a length: the teacher's own (as it was fine-tuned)
         if mds[0].meta.max_seq_len:
@@ -228,6 +243,9 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
         items = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
         base_collate, unit = PadCollator(pad_id(tok)), "texts"
     else:
+        mine = int(settings.section.get("mine_negatives") or 0)
+        if mine and not cross:  # the bi-encoder teacher ranks the passages; its best wrong ones are the negatives
+            pairs = _teacher_negatives(pairs, teacher_dirs[0], tok, d.max_seq_len, pooling, mine)
         items = _margin_triples(pairs, d, tok, adapter, cross)
         base_collate, unit = adapter.collator(), "triples"
     if cross:
@@ -235,11 +253,71 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
                                   recipe.impl.kernels) for t in teacher_dirs]
     else:
         teachers = [apply_kernels(load_pretrained(t, head="base"), recipe.impl.kernels) for t in teacher_dirs]
+    student_dir = None
+    if getattr(settings, "cross_vocabulary", False):  # the student reads its own tokens of the same texts
+        student_dir = settings.student
+        adapter = _student_columns(items, task, student_dir, pooling, d, settings.method, pairs)
+        base_collate = StudentColumns(base_collate, adapter.collator() if settings.method == "margin_mse"
+                                      else PadCollator(pad_id(adapter.tok)))
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return Data(teachers=teachers, tokenizer=tok, head="base", head_config={}, items=items,
                 base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec={},
                 counts={"read": len(pairs), "read_unit": "pairs", "items": len(items), "item_unit": unit,
-                        "max_seq_len": d.max_seq_len}, pooling=pooling, cross_encoder=cross)
+                        "max_seq_len": d.max_seq_len}, pooling=pooling, cross_encoder=cross, student_dir=student_dir)
+
+
+def _student_columns(items: list, task, student_dir, pooling, d, method: str, pairs) -> object:
+    """Give every item a ``student`` encoding of the same texts with the student's tokenizer (embedding_mse:
+    one text; margin_mse: the (query, positive, negative) columns); returns the student's adapter, which
+    evaluates the student with its own tokenizer."""
+    from ..tasks import adapter_for
+    from ..tasks.retrieval import PairExample
+    adapter = adapter_for(task, ModelDir.open(student_dir).tokenizer(), d.max_seq_len)
+    cfg = ModelDir.open(student_dir).config
+    adapter.configure({}, int(cfg.get("hidden_size") or cfg.get("dim")), pooling)  # it embeds as the teacher
+    if method == "embedding_mse":
+        texts = list(dict.fromkeys(t for e in pairs for t in (e.query, e.positive, *e.negatives)))
+        own = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
+    else:
+        triples = [PairExample(e.query, e.positive, (n,), e.id) for e in pairs for n in e.negatives]
+        own = [{k: v for k, v in it.items() if k in ("input_ids", "token_type_ids")}
+               for it in adapter.load_examples(triples)]
+    for it, mine in zip(items, own):
+        it["student"] = mine
+    return adapter
+
+
+class StudentColumns:
+    """Wrap a collator for a student of another vocabulary: the batch of the items' teacher encodings plus
+    ``student_input_ids`` / ``student_attention_mask`` / ``student_token_type_ids`` padded by ``student``
+    (the student's own collator) from each item's ``student`` encoding."""
+
+    def __init__(self, base, student):
+        self.base, self.student = base, student
+
+    def __call__(self, items: list) -> dict:
+        batch = self.base([{k: v for k, v in it.items() if k != "student"} for it in items])
+        own = self.student([it["student"] for it in items])
+        for k in ("input_ids", "attention_mask", "token_type_ids"):
+            if k in own:
+                batch[f"student_{k}"] = own[k]
+        return batch
+
+
+def _teacher_negatives(pairs, teacher_dir, tok, max_seq_len: int, pooling, n: int) -> list:
+    """``pairs`` with ``n`` hard negatives each (any given ones replaced), mined by the teacher: for every
+    query, the ``n`` distinct passages of the file the teacher scores highest after its own positive
+    (:func:`bertforge.tasks.retrieval.mine_hard_negatives`; the recipe key ``distill.mine_negatives``)."""
+    from ..checkpoint.read import load_pretrained
+    from ..tasks.retrieval import PairExample, embed_texts, mine_hard_negatives
+    teacher = apply_kernels(load_pretrained(teacher_dir, head="base", notes=False), "auto")
+    docs = list(dict.fromkeys(e.positive for e in pairs))
+    index = {t: i for i, t in enumerate(docs)}
+    mode, norm = getattr(pooling, "mode", "mean"), bool(getattr(pooling, "normalize", False))
+    qe = embed_texts(teacher, tok, [e.query for e in pairs], max_seq_len, mode, norm)
+    de = embed_texts(teacher, tok, docs, max_seq_len, mode, norm)
+    mined = mine_hard_negatives(qe, de, [index[e.positive] for e in pairs], n)
+    return [PairExample(e.query, e.positive, tuple(docs[j] for j in m), e.id) for e, m in zip(pairs, mined)]
 
 
 def _margin_triples(pairs, d, tok, adapter, cross: bool) -> list:
@@ -250,7 +328,7 @@ def _margin_triples(pairs, d, tok, adapter, cross: bool) -> list:
     from ..tokenizer import encode_texts
     if not pairs[0].negatives:
         raise ConfigError(f"--method margin_mse needs (query, positive, negative) rows and {d.train} has no "
-                          f"negative; add a \"negative\" to every row (e.g. mined: finetune --hard-negatives)")
+                          f"negative; add a \"negative\" to every row, or let the teacher mine them: distill.mine_negatives=K")
     triples = [PairExample(e.query, e.positive, (n,), e.id, None if e.scores is None else
                            (e.scores[0], e.scores[1 + k])) for e in pairs for k, n in enumerate(e.negatives)]
     items = list(adapter.load_examples(triples))
@@ -285,12 +363,19 @@ def _augment(opts, settings, examples: list, tok, teacher, seed: int) -> tuple:
     return augment_examples(examples, augmenter, settings.copies), record
 
 
+def _has_mlm_head(md) -> bool:
+    """Whether the dir ``md`` was saved with a masked-LM head — not an embedding dir (declared pooling): such a
+    dir's config may name ``…ForMaskedLM`` (all-mpnet-base-v2) while it holds the encoder only."""
+    from ..checkpoint.read import MLM_HEADS
+    return md.head in MLM_HEADS and not md.pooling.declared
+
+
 def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
     from ..data.collate import PadCollator
     from ..distill.data import corpus_sequences
     from ..distill.distiller import has_mlm_head, mlm_head_name
-    from ..checkpoint.read import MLM_HEADS, load_pretrained
+    from ..checkpoint.read import load_pretrained
     from ..tokenizer import pad_id
     d = recipe.data
     corpus = opts.corpus or d.corpus
@@ -298,8 +383,9 @@ def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
         raise ConfigError("--stage general needs --corpus FILE [FILE …] (raw text)")
     corpus = d.corpus = inputs.data_paths("--corpus", corpus, given=opts.corpus is not None)
     # a pretraining checkpoint (BertForPreTraining: MLM + NSP, ALBERT's MLM + SOP…) teaches with its MLM head
-    teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if ModelDir.open(t).head in MLM_HEADS
-                                              else None), recipe.impl.kernels) for t in teacher_dirs]
+    # (a sentence-transformers dir whose config names a masked LM it holds no head of loads as its encoder)
+    teachers = [apply_kernels(load_pretrained(t, head=mlm_head_name() if _has_mlm_head(ModelDir.open(t)) else None),
+                              recipe.impl.kernels) for t in teacher_dirs]
     head = mlm_head_name() if has_mlm_head(teachers[0]) else "base"
     pooling = None
     if getattr(opts, "method", None) == "embedding_mse":  # the student embeds as the teacher: no MLM head

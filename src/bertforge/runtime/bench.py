@@ -270,7 +270,7 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     check_int8_option(md, backend, int8)
     runner = load_runner(md, backend, threads, int8=int8, mkl_pack=True)
     cfg = runner.config
-    tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") != "distilbert"
+    tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") not in ("distilbert", "mpnet")
     x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)
     lat = time_calls(lambda: runner(**x), warmup, iters, min_seconds)
     rec = {"model": str(model_dir), **runner.describe(), "seq_len": seq_len, "batch_size": batch_size,

@@ -97,7 +97,7 @@ class SequenceClassificationHead(Head):
     ``pos_weight`` and focal loss, :meth:`set_loss`) on the [CLS] state.
 
     Per family, as the original implementations: bert/albert/mobilebert ``dropout → Linear`` on the tanh pooler;
-    roberta/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
+    roberta/mpnet/electra ``dropout → Linear → tanh|gelu → dropout → Linear`` on h_[CLS]; distilbert
     ``Linear → ReLU → dropout → Linear`` on h_[CLS]; modernbert ``LN(act(W·pool(h))) → dropout → Linear`` with
     ``pool`` = h_[CLS] or the mean over tokens (``classifier_pooling``; Warner et al. 2024, transformers'
     ``ModernBertForSequenceClassification``). With ``config.pooling`` (mean / max / cls) a bert/albert/roberta/
@@ -134,7 +134,7 @@ class SequenceClassificationHead(Head):
         if self.pooling is not None:
             self.cls_only = self.pooling == "cls"  # mean / max read every position
         self.dense = None if (fam in self.POOLER_FAMILIES or self.transform is not None) else nn.Linear(h, h)
-        self.act = {"roberta": torch.tanh, "electra": get_activation("gelu"),
+        self.act = {"roberta": torch.tanh, "mpnet": torch.tanh, "electra": get_activation("gelu"),
                     "distilbert": F.relu}.get(fam)
         self.classifier = nn.Linear(h, config.num_labels)
         nn.init.normal_(self.classifier.weight, 0.0, config.initializer_range)

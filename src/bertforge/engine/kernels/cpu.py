@@ -413,7 +413,8 @@ class CpuEncoder(Encoder):
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 token_type_ids: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 features: Optional[Features] = None) -> EncoderOutput:
-        if compiling():
+        if compiling() or self.relative_attention_bias is not None:
+            # MPNet's (heads, T, T) position bias: the plain path (every query row), on the kernels' layers
             return super().forward(input_ids, attention_mask, token_type_ids, position_ids, features)
         req = features or Features()
         self._check_inputs(input_ids, attention_mask, token_type_ids)
