@@ -39,9 +39,11 @@ from ..models.pooling import POOLING_MODES, pool
 from ..tokenizer import encode_texts, pad_id
 from .base import Task, TaskAdapter
 
-#: the retrieval task: (query, positive[, negatives]) files for training, NDCG@10 first for the best checkpoint
+#: the retrieval task: (query, positive[, negatives]) files for training, NDCG@10 first for the best checkpoint;
+#: its default learning rate is the benchmark's (benchmarks/bench_retrieval.py: MNRL fine-tuning of MiniLM, lr 2e-5,
+#: as sentence-transformers' training examples)
 TASKS = [Task("retrieval", ("query", "positive"), None, None, ("ndcg@10", "mrr@10", "recall@10"),
-              kind="retrieval")]
+              kind="retrieval", train_defaults={"train.lr": 2e-5})]
 
 
 # ------------------------------------------------------------------------------------------------ losses
