@@ -241,6 +241,9 @@ class TrainConfig:
     # batches of texts of similar length (engine/train/sampler.py, as transformers' group_by_length): less padding,
     # other batch compositions; None = the data's choice (on for embedding_mse distillation's single texts)
     group_by_length: Optional[bool] = None
+    # in-batch-negative training (retrieval): no batch holds one query/positive text twice (engine/train/sampler.py
+    # no_duplicate_batches); deferred and dropped pairs are counted on stderr. false: the plain shuffled slices
+    no_duplicates: bool = True
 
 
 @dataclass

@@ -376,6 +376,13 @@ class Pairs(list):
         super().__init__(items)
         self.examples = examples
 
+    def batch_keys(self) -> list:
+        """Per item ``(texts, negatives)``: its query and positive, then its hard negatives, as token-id tuples
+        (what the model reads: two texts that truncate to the same tokens are one text), for the Trainer's
+        ``train.no_duplicates`` batches (:func:`bertforge.engine.train.sampler.no_duplicate_batches`)."""
+        return [(tuple(tuple(x) for x in it["input_ids"][:2]), tuple(tuple(x) for x in it["input_ids"][2:]))
+                for it in self]
+
 
 #: recipe keys of the ``retrieval`` section (finetune --task retrieval)
 SETTINGS_KEYS = ("loss", "scale", "similarity", "symmetric", "pooling", "normalize", "matryoshka_dims",
