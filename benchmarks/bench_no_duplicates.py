@@ -50,6 +50,8 @@ def main(argv=None) -> None:
     ap.add_argument("--train-max-seq-len", type=int, default=128)
     ap.add_argument("--max-seq-len", type=int, default=256, help="evaluation: texts cut at this many tokens")
     ap.add_argument("--arms", default="sampler,hand,off")
+    ap.add_argument("--eval-queries", type=int, default=0, help="score this many eval questions (0: all), an even "
+                                                                "spread over the eval articles (seed 0)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/no_duplicates.txt"))
     args = ap.parse_args(argv)
@@ -77,6 +79,10 @@ def main(argv=None) -> None:
     beir = read_beir(beir_dir, "test")
     eval_docs = {d for q in beir.qrels for d in beir.qrels[q]}
     beir.corpus = {d: t for d, t in beir.corpus.items() if d in eval_docs}
+    if args.eval_queries and args.eval_queries < len(beir.queries):  # as bench_retrieval.py --eval-queries
+        import random
+        keep = sorted(random.Random(0).sample(sorted(beir.queries), args.eval_queries))
+        beir.queries, beir.qrels = {q: beir.queries[q] for q in keep}, {q: beir.qrels[q] for q in keep}
     pairs = [json.loads(x) for x in (beir_dir / "train.jsonl").read_text().splitlines()]
     seen_q, seen_p, hand = set(), set(), []
     for p in pairs:  # by hand: the first question of each paragraph (and each question text once)
