@@ -52,7 +52,8 @@ class EpochSampler(Sampler):
             raise ValueError(f"keys has {len(keys)} entries for {n} items")
         self.lengths, self.group, self.keys = lengths, group, keys
         self.epoch = 0
-        #: with ``keys``: what :func:`no_duplicate_batches` did to the last order built (``deferred``, ``dropped``)
+        #: with ``keys``: what :func:`no_duplicate_batches` did to the last order built (``deferred``, ``dropped``,
+        #: ``unfilled``, ``batches``)
         self.duplicates: Optional[dict] = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -70,9 +71,9 @@ class EpochSampler(Sampler):
         else:
             idx = list(range(self.n))
         if self.keys is not None and self.group > 1:
-            batches, deferred, dropped = no_duplicate_batches(idx, self.keys, self.group)
+            batches, deferred, dropped, unfilled = no_duplicate_batches(idx, self.keys, self.group)
             self.duplicates = {"epoch": self.epoch, "deferred": deferred, "dropped": len(dropped),
-                               "batches": len(batches)}
+                               "unfilled": len(unfilled), "batches": len(batches)}
             if not batches:
                 raise DataError(f"no batch of {self.group} training pairs can be formed without repeating a text "
                                 f"(train.no_duplicates); lower train.batch_size, add distinct pairs, or set "
@@ -115,10 +116,12 @@ def no_duplicate_batches(order: list, keys: list, size: int) -> tuple:
     (as a text or a negative) and none of its ``negatives`` is a text there; two rows may share a negative
     (both treat it as a negative, which it is). Items are taken in ``order``; one that collides is deferred
     (tried first for the next batches, in order). Items left when ``order`` runs out that cannot make up a
-    whole clean batch are dropped.
+    whole clean batch are left out of the epoch.
 
-    Returns ``(batches, deferred, dropped)``: the whole batches (lists of indices; every item of ``order`` is
-    in at most one), how many items were deferred at least once, the dropped indices. Cost: O(n·size) hash
+    Returns ``(batches, deferred, dropped, unfilled)``: the whole batches (lists of indices; every item of
+    ``order`` is in exactly one of them or of the two lists), how many items were deferred at least once, the
+    indices dropped because they collide with every batch that could still be formed, and those of the last,
+    incomplete batch (the epoch's remainder, which plain slicing leaves out too). Cost: O(n·size) hash
     look-ups plus the rescans of deferred items."""
     batches, pending, deferred_ever = [], [], set()
     pos, n = 0, len(order)
@@ -149,7 +152,7 @@ def no_duplicate_batches(order: list, keys: list, size: int) -> tuple:
                 pending.append(i)
                 deferred_ever.add(i)
         if len(batch) < size:  # the order ran out: what is left cannot fill a clean batch
-            return batches, len(deferred_ever), batch + pending
+            return batches, len(deferred_ever), pending, batch
         batches.append(batch)
 
 

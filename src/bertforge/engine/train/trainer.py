@@ -182,7 +182,8 @@ class Trainer:
 
     def _report_duplicates(self, n_micro: int) -> None:
         """One stderr line per epoch (rank 0) with what ``train.no_duplicates`` did to its order: pairs deferred
-        to a later batch, pairs dropped (no clean batch could hold them), and the totals in ``self.duplicates``."""
+        to a later batch, pairs dropped (no clean batch could hold them), pairs of the incomplete last batch, and
+        the totals in ``self.duplicates``."""
         d = self.sampler.duplicates
         if d is None:
             return
@@ -190,9 +191,9 @@ class Trainer:
         if self.is_main:
             cycled = f"; {n_micro - d['batches']} batches repeated to fill the epoch" if d["batches"] < n_micro else ""
             print(f"bertforge train: no_duplicates (epoch {d['epoch']}): {d['deferred']} of {self.n_examples} pairs "
-                  f"deferred to a later batch, {d['dropped']} dropped (no batch of {self.global_micro} without a "
-                  f"repeated text could hold them){cycled}; train.no_duplicates=false turns this off",
-                  file=sys.stderr, flush=True)
+                  f"deferred to a later batch, {d['dropped']} dropped (no batch of {self.global_micro} left could "
+                  f"hold them without a repeated text), {d['unfilled']} in the incomplete last batch{cycled}; "
+                  f"train.no_duplicates=false turns this off", file=sys.stderr, flush=True)
 
     def _forward(self, batch: dict):
         batch = {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()
