@@ -110,7 +110,7 @@ def main() -> None:
     th = f"impl.threads={args.threads}"
     seq = ["--max-seq-len", str(args.max_seq_len)]
     res: dict = {}
-    pooling = [] if args.pooling == "none" else [f"model.pooling={args.pooling}"]
+    pooling = ["model.pooling=pooler"] if args.pooling == "none" else [f"model.pooling={args.pooling}"]
 
     def stage(name, out_dir, argv):
         if args.reuse and out_dir is not None and (out_dir / "config.json").is_file():

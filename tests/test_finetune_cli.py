@@ -26,7 +26,7 @@ def test_sst2_finetune_evaluate_predict(tmp_path, capsys, minilm_dir, data_dir):
         "finetune", "--model", "minilm", "--task", "sst2", "--train", str(sst / "train.tsv"),
         "--eval", str(sst / "dev.tsv"), "--out", str(out), "--epochs", "1", "--batch-size", "32",
         "--lr", "1e-4", "--max-seq-len", "48", "--max-train-samples", "1280", "--no-progress",
-        "data.max_eval_samples=300"])
+        "data.max_eval_samples=300", "model.pooling=pooler"])  # the [CLS] pooler: transformers' head (below)
     assert rc == 0, err
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["step"] == 40

@@ -110,7 +110,7 @@ class ModelConfig:
     problem_type: Optional[str] = None  # "single_label_classification" | "regression" | ...
     id2label: Optional[dict] = None
     classifier_dropout: Optional[float] = None
-    #: what the sequence head reads: None = the family's own (BERT/ALBERT: the tanh pooler over [CLS], as
+    #: what the sequence head reads: None (``pooler``) = the family's own (BERT/ALBERT: the tanh pooler over [CLS], as
     #: ``transformers``); ``mean`` / ``max`` / ``cls`` = :func:`bertforge.models.pooling.pool` of the last
     #: layer (the pooling a sentence-embedding checkpoint was trained with). Saved in config.json → bertforge.
     pooling: Optional[str] = None
@@ -144,9 +144,11 @@ class ModelConfig:
                 f"{self.num_attention_heads}; pick a head count that divides it")
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
+        if self.pooling == "pooler":  # model.pooling=pooler: the family's own [CLS] pooler (transformers parity)
+            self.pooling = None
         if self.pooling is not None and self.pooling not in ("mean", "max", "cls"):
-            raise ConfigError(f"model.pooling={self.pooling!r}; choose mean, max or cls (or leave it unset for "
-                              f"the family's own [CLS] pooler)")
+            raise ConfigError(f"model.pooling={self.pooling!r}; choose mean, max, cls or pooler (the family's "
+                              f"own [CLS] pooler, as transformers)")
         if self.model_type == "modernbert":
             self._check_modernbert()
         if self.model_type == "mpnet":
@@ -292,6 +294,9 @@ class TrainConfig:
     # batches of texts of similar length (engine/train/sampler.py, as transformers' group_by_length): less padding,
     # other batch compositions; None = the data's choice (on for embedding_mse distillation's single texts)
     group_by_length: Optional[bool] = None
+    # in-batch-negative training (retrieval): no batch holds one query/positive text twice (engine/train/sampler.py
+    # no_duplicate_batches); deferred and dropped pairs are counted on stderr. false: the plain shuffled slices
+    no_duplicates: bool = True
 
 
 @dataclass

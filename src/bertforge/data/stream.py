@@ -8,15 +8,17 @@ Two formats, chosen by extension:
   BEIR corpora are embedded) and an id in ``id`` or ``_id`` (kept as given, string or number).
 
 :func:`plan_shards` reads every file once, line by line (memory: one line at a time plus one entry per
-shard), checks each record and returns where each shard of ``shard_size`` records starts (file, byte
+shard, and 8 bytes per record to refuse a repeated id), checks each record and returns where each shard of ``shard_size`` records starts (file, byte
 offset, line). :func:`read_shard` then seeks there and yields exactly that shard's ``(id, text)`` pairs, so
 any process (a ``torchrun`` rank, a resumed run) reads only its own shards. An empty text, an unreadable
-file, bad UTF-8 or JSON, or a record without text / id is a one-line :class:`~bertforge.errors.DataError`
+file, bad UTF-8 or JSON, a record without text / id, or an id given twice is a one-line :class:`~bertforge.errors.DataError`
 naming ``FILE:LINE``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from array import array
 from pathlib import Path
 from typing import Iterator
 
@@ -111,10 +113,12 @@ def plan_shards(paths, shard_size: int) -> dict:
     multi = len(paths) > 1
     shards: list = []
     n = 0
+    digests = array("q")  # 8 bytes per record: the ids' hashes, checked for repeats after the pass
     for fi, path in enumerate(paths):
         fmt = input_format(path)
         for pos, lineno, raw in _lines(path):
-            parse_line(raw, fmt, path, lineno, multi)
+            rid, _ = parse_line(raw, fmt, path, lineno, multi)
+            digests.append(_id_digest(rid))
             if n % shard_size == 0:
                 shards.append({"index": len(shards), "start": n, "count": 0, "file": fi, "offset": pos,
                                "line": lineno})
@@ -122,7 +126,37 @@ def plan_shards(paths, shard_size: int) -> dict:
             n += 1
     if n == 0:
         raise DataError(f"--input {', '.join(map(str, paths))} holds no text; pass files with one text per line")
+    _refuse_repeated_ids(paths, digests)
     return {"records": n, "shards": shards}
+
+
+def _id_digest(rid) -> int:
+    """A signed 64-bit hash of a record id as text (``1`` and ``"1"`` are one id: both are written as 1)."""
+    return int.from_bytes(hashlib.blake2b(str(rid).encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def _refuse_repeated_ids(paths: list, digests) -> None:
+    """DataError naming the first repeated id and both places, when two records of ``paths`` share an id (a
+    vector per id: the second would silently stand for the first). ``digests``: :func:`_id_digest` of every
+    record in order; only when two digests agree are the files read again to compare the ids themselves."""
+    import numpy as np
+    h = np.sort(np.frombuffer(digests, dtype=np.int64)) if len(digests) else np.zeros(0, np.int64)
+    twice = set(h[1:][h[1:] == h[:-1]].tolist())
+    if not twice:
+        return
+    multi, seen = len(paths) > 1, {}
+    for path in paths:
+        fmt = input_format(path)
+        for _, lineno, raw in _lines(path):
+            rid, _ = parse_line(raw, fmt, path, lineno, multi)
+            if _id_digest(rid) not in twice:
+                continue
+            key = str(rid)
+            if key in seen:
+                hint = ("give each input file a distinct name (ids are NAME:LINE)" if fmt == "txt"
+                        else "give every record its own id")
+                raise DataError(f"{path}:{lineno} repeats id {rid!r} (first at {seen[key]}); {hint}")
+            seen[key] = f"{path}:{lineno}"
 
 
 def read_shard(paths, shard: dict) -> Iterator[tuple]:

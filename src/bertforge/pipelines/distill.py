@@ -555,6 +555,8 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
     from .report import CollapseWarning, print_training_plan
     if data.eval_ds is not None and recipe.train.metric_for_best is None:
         recipe.train.metric_for_best = data.task.metrics[0]
+    if "train.no_duplicates" not in recipe.given:  # no distillation loss scores in-batch negatives
+        recipe.train.no_duplicates = False
     eval_fn = CollapseWarning("distill", data.task, lambda m: data.adapter.evaluate(m.student, data.eval_ds),
                               step=lambda: trainer.step) if data.eval_ds is not None else None
     trainer = Trainer(distiller, dataset, collate, recipe, work, eval_fn=eval_fn,

@@ -119,6 +119,8 @@ def setup(args, recipe, sources=None):
     tok = md.tokenizer()
     check_seq_len(d.max_seq_len, hf_cfg)
     adapter = adapter_for(task, tok, d.max_seq_len)
+    from .defaults import default_pooling
+    default_pooling(recipe, md, adapter.head)  # the dir's declared pooling unless model.pooling is given
     _configure_retrieval(args, recipe, adapter, md)
     from ..tasks.multilabel import apply_hand_thresholds
     apply_hand_thresholds(adapter, d)  # checked before training; every evaluation uses them
@@ -188,6 +190,8 @@ def _run(args) -> dict:
     recipe = build_recipe(args, extra_sections=("retrieval",))
     inputs = Sources(recipe, args.recipe)
     model_dir, task, tok, adapter, train_ds, eval_ds = setup(args, recipe, inputs)
+    from .defaults import apply_task_defaults, collapse_hints
+    apply_task_defaults(recipe, task, args)  # its benchmark's lr / loss weighting unless the run set them
     check_batch_fits(recipe.train.batch_size, len(train_ds))  # before the model loads or anything is written
     out = Path(args.out)
     run_dir = RunDir(out, inputs=(model_dir,), overwrite=args.overwrite, resume=args.resume)
@@ -212,7 +216,8 @@ def _run(args) -> dict:
             model.config.bertforge["loss"] = adapter.configure_loss(model, train_ds, recipe.train.pos_weight,
                                                                     recipe.train.focal_gamma)
         eval_fn = CollapseWarning("finetune", task, lambda m: adapter.evaluate(m, eval_ds),
-                                  step=lambda: trainer.step) if eval_ds is not None else None
+                                  step=lambda: trainer.step, hints=collapse_hints(recipe, task)) \
+            if eval_ds is not None else None
         trainer = Trainer(model, train_ds, adapter.collator(), recipe, work, eval_fn=eval_fn,
                           save_fn=lambda m, dst: (m.save_pretrained(dst, tokenizer_dir=model_dir),
                                                   adapter.finish_dir(m, dst)), sources=sources)

@@ -7,7 +7,9 @@
   1 epoch of 20 steps)`` (CoNLL-2003 train, MiniLM's tokenizer).
 * :class:`CollapseWarning` — a classifier whose every evaluation prediction is one class
   (:func:`bertforge.tasks.classification.collapse_check` adds ``collapsed`` and ``majority_baseline`` to
-  the metrics), named with the majority-class baseline's score on the same metric.
+  the metrics), named with the majority-class baseline's score on the same metric; a multi-label classifier
+  whose macro-F1 is no better than the constant predictor's (``constant_macro_f1``: every label for every row);
+  either with the flags to try (:func:`bertforge.pipelines.defaults.collapse_hints`).
 """
 from __future__ import annotations
 
@@ -64,10 +66,19 @@ def print_training_plan(verb: str, counts: dict, trainer) -> None:
         print(training_plan(verb, counts, trainer), file=sys.stderr, flush=True)
 
 
-def collapse_message(metrics: dict, task, where: str = "") -> Optional[str]:
-    """The warning for evaluation ``metrics`` that say the classifier collapsed (``collapsed`` present), else
-    None. ``task``: the :class:`~bertforge.tasks.base.Task` (label names, first metric); ``where``: e.g.
-    ``"at step 40"``."""
+def collapse_message(metrics: dict, task, where: str = "", hints=None) -> Optional[str]:
+    """The warning for evaluation ``metrics`` that say the classifier collapsed (``collapsed`` present), or that
+    a multi-label classifier scores no better than the constant predictor (``macro_f1`` ≤ ``constant_macro_f1``),
+    else None. ``task``: the :class:`~bertforge.tasks.base.Task` (label names, first metric); ``where``: e.g.
+    ``"at step 40"``; ``hints``: the flags to try (default: a lower --lr, more steps or more training data)."""
+    tail = "try " + (", ".join(hints) if hints else "a lower --lr, more steps or more training data")
+    const = metrics.get("constant_macro_f1")
+    if metrics.get("collapsed") is None and const is not None and metrics.get("macro_f1") is not None:
+        f1 = float(metrics["macro_f1"])
+        if f1 > float(const):
+            return None
+        return (f"warning: macro_f1 {f1:.4g}{' ' + where if where else ''} is no better than the constant "
+                f"predictor's {float(const):.4g} (every label for every row) — {tail}")
     if metrics.get("collapsed") is None:
         return None
     c = int(metrics["collapsed"])
@@ -77,8 +88,7 @@ def collapse_message(metrics: dict, task, where: str = "") -> Optional[str]:
     metric = task.metrics[0]
     return (f"warning: every evaluation prediction{' ' + where if where else ''} is {cls}; the majority-class "
             f"baseline scores {metric} {float(metrics['majority_baseline']):.4g} on this data (the model "
-            f"scores {float(metrics.get(metric, float('nan'))):.4g}) — try a lower --lr, more steps or more "
-            f"training data")
+            f"scores {float(metrics.get(metric, float('nan'))):.4g}) — {tail}")
 
 
 class CollapseWarning:
@@ -90,15 +100,17 @@ class CollapseWarning:
         task: the task evaluated.
         eval_fn: ``model → metrics``.
         step: ``() → the current optimizer step`` (for the message), optional.
+        hints: the flags to try, named in the message (:func:`collapse_message`), optional.
     """
 
-    def __init__(self, verb: str, task, eval_fn: Callable, step: Optional[Callable[[], int]] = None):
-        self.verb, self.task, self.eval_fn, self.step = verb, task, eval_fn, step
+    def __init__(self, verb: str, task, eval_fn: Callable, step: Optional[Callable[[], int]] = None,
+                 hints=None):
+        self.verb, self.task, self.eval_fn, self.step, self.hints = verb, task, eval_fn, step, hints
         self.collapsed = False
 
     def __call__(self, model) -> dict:
         metrics = self.eval_fn(model)
-        msg = collapse_message(metrics, self.task, f"at step {self.step()}" if self.step else "")
+        msg = collapse_message(metrics, self.task, f"at step {self.step()}" if self.step else "", self.hints)
         if msg and not self.collapsed and _main_rank():
             print(f"bertforge {self.verb}: {msg}", file=sys.stderr, flush=True)
         self.collapsed = msg is not None

@@ -50,7 +50,9 @@ class Task:
     ``id_column``: the column that names each row (None: the reader takes a column named ``id``, ``idx``,
     ``index`` or ``guid`` when the file has one, else the row's 1-based line number); ``test_layout``: the
     task's unlabelled test file (:class:`UnlabelledLayout`), recognised by its header;
-    ``allow_empty_labels``: a multi-label row may have an empty label field (no label).
+    ``allow_empty_labels``: a multi-label row may have an empty label field (no label);
+    ``train_defaults``: recipe keys → values its benchmark's recipe found (``{"train.lr": 8e-5}``), which
+    ``finetune`` applies unless the run sets that key itself (flag, override or recipe file).
     """
 
     name: str
@@ -67,6 +69,7 @@ class Task:
     id_column: Optional[Column] = None  # the row's id (see the class doc)
     test_layout: Optional[UnlabelledLayout] = None  # the unlabelled test file, if laid out otherwise
     allow_empty_labels: bool = False  # multi-label: a row may carry no label (an empty label field)
+    train_defaults: dict = field(default_factory=dict, hash=False)  # dotted recipe key → its benchmark's value
 
     @property
     def num_labels(self) -> int:

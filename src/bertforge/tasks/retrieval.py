@@ -11,8 +11,9 @@
   (and every hard negative) of the batch is a negative; ``mnrl_symmetric`` adds the positive → query
   direction. :func:`matryoshka_loss` sums a loss over truncated prefixes of the embedding (Kusupati et al.
   2022, eq. 2), so the first d dimensions alone are an embedding.
-* hard negatives: :func:`mine_hard_negatives` ranks the corpus of positives with the model being trained
-  (before training) and takes, per query, the best-ranked passages that are not its positive.
+* hard negatives: :func:`~bertforge.tasks.hard_negatives.mine_hard_negatives` ranks the corpus of positives
+  with the model being trained (before training) and takes, per query, the best-ranked passages that are no
+  positive of that query text and score at least ``hard_negatives_margin`` below its positive.
 * metrics: :func:`bertforge.metrics.retrieval.retrieval_metrics` (NDCG@10, MRR@10, Recall@k).
 
 A batch holds C texts per example: ``input_ids`` (B, C, T) (query, positive, negatives; T the longest in the
@@ -38,10 +39,13 @@ from ..models.output import EncoderOutput
 from ..models.pooling import POOLING_MODES, pool
 from ..tokenizer import encode_texts, pad_id
 from .base import Task, TaskAdapter
+from .hard_negatives import HARD_NEGATIVES_MARGIN, mine_hard_negatives, mining_note, positives_by_query
 
-#: the retrieval task: (query, positive[, negatives]) files for training, NDCG@10 first for the best checkpoint
+#: the retrieval task: (query, positive[, negatives]) files for training, NDCG@10 first for the best checkpoint;
+#: its default learning rate is the benchmark's (benchmarks/bench_retrieval.py: MNRL fine-tuning of MiniLM, lr 2e-5,
+#: as sentence-transformers' training examples)
 TASKS = [Task("retrieval", ("query", "positive"), None, None, ("ndcg@10", "mrr@10", "recall@10"),
-              kind="retrieval")]
+              kind="retrieval", train_defaults={"train.lr": 2e-5})]
 
 
 # ------------------------------------------------------------------------------------------------ losses
@@ -302,34 +306,6 @@ def embed_texts(model, tok, texts: Sequence[str], max_seq_len: int, pooling: str
     return out
 
 
-def mine_hard_negatives(query_emb: np.ndarray, doc_emb: np.ndarray, positives: Sequence[int], n: int = 1,
-                        skip: int = 0, sim: str = "cos") -> list:
-    """Hard negatives mined with the model itself (as DPR's "BM25 negatives" but ranked by the bi-encoder:
-    Xiong et al. 2021 ANCE §3; sentence-transformers' ``mine_hard_negatives``): for query i, the ``n``
-    best-scored documents other than its positive ``positives[i]``, after skipping the ``skip`` best of
-    those (a margin against unlabelled positives). ``query_emb`` (Q, H), ``doc_emb`` (D, H); returns a list of
-    Q lists of ``n`` document indices. Raises ConfigError when the corpus has fewer than ``n + skip + 1``
-    documents."""
-    d = doc_emb.shape[0]
-    if d < n + skip + 1:
-        raise ConfigError(f"hard negatives: the corpus has {d} distinct passages; it needs more than "
-                          f"{n + skip} to mine {n} per query")
-    q, x = query_emb.astype(np.float32), doc_emb.astype(np.float32)
-    if sim == "cos":
-        q = q / np.clip(np.linalg.norm(q, axis=1, keepdims=True), 1e-12, None)
-        x = x / np.clip(np.linalg.norm(x, axis=1, keepdims=True), 1e-12, None)
-    out = []
-    k = n + skip + 1
-    for s in range(0, q.shape[0], 1024):
-        scores = q[s:s + 1024] @ x.T
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        for r, row in enumerate(top):
-            ranked = row[np.argsort(-scores[r, row], kind="stable")]
-            ranked = [int(j) for j in ranked if j != positives[s + r]]
-            out.append(ranked[skip:skip + n])
-    return out
-
-
 # --------------------------------------------------------------------------------------------- adapter
 class ColumnCollator:
     """Examples of C token-id lists each → ``input_ids``, ``attention_mask``, ``token_type_ids`` (B, C, T),
@@ -374,10 +350,19 @@ class Pairs(list):
         super().__init__(items)
         self.examples = examples
 
+    def batch_keys(self) -> list:
+        """Per item ``(texts, negatives)``: its query and positive, then its hard negatives, as token-id tuples
+        (what the model reads: two texts that truncate to the same tokens are one text), for the Trainer's
+        ``train.no_duplicates`` batches (:func:`bertforge.engine.train.sampler.no_duplicate_batches`)."""
+        return [(tuple(tuple(x) for x in it["input_ids"][:2]), tuple(tuple(x) for x in it["input_ids"][2:]))
+                for it in self]
+
 
 #: recipe keys of the ``retrieval`` section (finetune --task retrieval)
 SETTINGS_KEYS = ("loss", "scale", "similarity", "symmetric", "pooling", "normalize", "matryoshka_dims",
-                 "matryoshka_weights", "hard_negatives", "hard_negatives_skip", "truncate_dim")
+                 "matryoshka_weights", "hard_negatives", "hard_negatives_skip", "hard_negatives_margin",
+                 "truncate_dim")
+
 
 
 def check_dims(dims, width: int, what: str = "--matryoshka-dims") -> list:
@@ -417,6 +402,9 @@ class RetrievalAdapter(TaskAdapter):
         super().__init__(task, tokenizer, max_seq_len)
         self.settings = EmbeddingSettings()
         self.hard_negatives, self.hard_negatives_skip, self.truncate_dim = 0, 0, None
+        self.hard_negatives_margin: Optional[float] = HARD_NEGATIVES_MARGIN
+        #: what the last mining did: ``fallback`` queries, ``margin_skipped`` documents (mine_hard_negatives)
+        self.mining_stats: dict = {}
 
     def configure(self, section: dict, width: int, pooling=None) -> None:
         """Check and take the ``retrieval`` settings (:data:`SETTINGS_KEYS`) for a model of embedding width
@@ -461,6 +449,11 @@ class RetrievalAdapter(TaskAdapter):
                 raise ConfigError(f"retrieval.{k}={v!r}: give a whole number ≥ 0")
         self.hard_negatives = int(section.get("hard_negatives") or 0)
         self.hard_negatives_skip = int(section.get("hard_negatives_skip") or 0)
+        mg = section.get("hard_negatives_margin", HARD_NEGATIVES_MARGIN)
+        if mg is not None and (isinstance(mg, bool) or not isinstance(mg, (int, float)) or not 0 <= mg < float("inf")):
+            raise ConfigError(f"retrieval.hard_negatives_margin={mg!r}: give a number ≥ 0 (a similarity gap) or "
+                              f"null to turn it off")
+        self.hard_negatives_margin = None if mg is None else float(mg)
         self.settings = s
 
     def head_config(self) -> dict:
@@ -502,17 +495,25 @@ class RetrievalAdapter(TaskAdapter):
             self.add_hard_negatives(model, train_ds)
 
     def add_hard_negatives(self, model, train_ds: Pairs) -> None:
+        """Append ``hard_negatives`` mined negatives to every item of ``train_ds``: the corpus is the distinct
+        positives; a query's exclusions are the positives of every row with the same query text, and documents
+        within ``hard_negatives_margin`` of its positive's score (:func:`mine_hard_negatives`). One stderr line
+        says what was excluded."""
         ex = train_ds.examples
         docs = list(dict.fromkeys(e.positive for e in ex))
         index = {t: i for i, t in enumerate(docs)}
+        of_query = positives_by_query(ex, index)
         was = model.training
         model.eval()
         s = self.settings
         qe = embed_texts(model, self.tok, [e.query for e in ex], self.max_seq_len, s.pooling, s.normalize)
         de = embed_texts(model, self.tok, docs, self.max_seq_len, s.pooling, s.normalize)
         model.train(was)
-        mined = mine_hard_negatives(qe, de, [index[e.positive] for e in ex], self.hard_negatives,
-                                    self.hard_negatives_skip, s.similarity)
+        self.mining_stats = {}
+        mined = mine_hard_negatives(qe, de, [sorted(of_query[e.query]) for e in ex], self.hard_negatives,
+                                    self.hard_negatives_skip, s.similarity, self.hard_negatives_margin,
+                                    self.mining_stats)
+        mining_note(self.hard_negatives, len(docs), ex, of_query, self.hard_negatives_margin, self.mining_stats)
         doc_ids = self._encode(docs)
         for it, negs in zip(train_ds, mined):
             it["input_ids"] = list(it["input_ids"]) + [doc_ids[j] for j in negs]

@@ -2,7 +2,9 @@
 
 Data order (what makes 1 process ≡ N processes, and resume ≡ no interruption): epoch ``e`` is a
 permutation of the dataset that is a pure function of ``(train.seed, e)`` (:class:`EpochSampler`); global
-micro-batch ``j`` of epoch ``e`` is the slice ``[j·B, (j+1)·B)`` of it (``B = train.batch_size``), and it is
+micro-batch ``j`` of epoch ``e`` is the slice ``[j·B, (j+1)·B)`` of it (``B = train.batch_size``; with
+``train.no_duplicates`` and a dataset that names its texts, the permutation is first rearranged so that no
+slice holds one text twice: :func:`no_duplicate_batches`), and it is
 collated — with the collator's random draws (dynamic masking, as RoBERTa's, Liu et al. 2019 §4.1) seeded by
 ``(seed, e, j)`` — identically on every rank; rank ``r`` of ``W`` then trains on rows ``r, r+W, …`` of it
 (:class:`GlobalMicroBatches`). DDP averages the ``W`` shard gradients, which equals the gradient of the mean
@@ -42,12 +44,17 @@ class EpochSampler(Sampler):
     MEGA = 50
 
     def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1,
-                 lengths: Optional[list] = None, group: int = 0):
+                 lengths: Optional[list] = None, group: int = 0, keys: Optional[list] = None):
         self.n, self.seed, self.shuffle, self.rank, self.world = n, seed, shuffle, rank, world
         if lengths is not None and len(lengths) != n:
             raise ValueError(f"lengths has {len(lengths)} entries for {n} items")
-        self.lengths, self.group = lengths, group
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"keys has {len(keys)} entries for {n} items")
+        self.lengths, self.group, self.keys = lengths, group, keys
         self.epoch = 0
+        #: with ``keys``: what :func:`no_duplicate_batches` did to the last order built (``deferred``, ``dropped``,
+        #: ``unfilled``, ``batches``)
+        self.duplicates: Optional[dict] = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -63,6 +70,15 @@ class EpochSampler(Sampler):
                 idx = self._grouped(idx, g)
         else:
             idx = list(range(self.n))
+        if self.keys is not None and self.group > 1:
+            batches, deferred, dropped, unfilled = no_duplicate_batches(idx, self.keys, self.group)
+            self.duplicates = {"epoch": self.epoch, "deferred": deferred, "dropped": len(dropped),
+                               "unfilled": len(unfilled), "batches": len(batches)}
+            if not batches:
+                raise DataError(f"no batch of {self.group} training pairs can be formed without repeating a text "
+                                f"(train.no_duplicates); lower train.batch_size, add distinct pairs, or set "
+                                f"train.no_duplicates=false")
+            idx = [i for b in batches for i in b]  # whole clean batches: cycling them keeps every batch clean
         if length is not None and length > len(idx):
             idx = (idx * (length // max(1, len(idx)) + 1))[:length]
         return idx
@@ -88,6 +104,56 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         return math.ceil(self.n / self.world)
+
+
+def no_duplicate_batches(order: list, keys: list, size: int) -> tuple:
+    """Cut ``order`` into batches of ``size`` items in which no text repeats, for in-batch-negative losses
+    (a text twice in a batch makes one row's positive another row's negative: sentence-transformers issues
+    #3189, #2827; its ``NoDuplicatesBatchSampler`` has the same aim — this is bertforge's own greedy).
+
+    ``keys[i]`` = ``(texts, negatives)`` of item ``i``: hashables (e.g. token-id tuples) for its query and
+    positive, and for its hard negatives. Item ``i`` joins a batch when none of its ``texts`` is already there
+    (as a text or a negative) and none of its ``negatives`` is a text there; two rows may share a negative
+    (both treat it as a negative, which it is). Items are taken in ``order``; one that collides is deferred
+    (tried first for the next batches, in order). Items left when ``order`` runs out that cannot make up a
+    whole clean batch are left out of the epoch.
+
+    Returns ``(batches, deferred, dropped, unfilled)``: the whole batches (lists of indices; every item of
+    ``order`` is in exactly one of them or of the two lists), how many items were deferred at least once, the
+    indices dropped because they collide with every batch that could still be formed, and those of the last,
+    incomplete batch (the epoch's remainder, which plain slicing leaves out too). Cost: O(n·size) hash
+    look-ups plus the rescans of deferred items."""
+    batches, pending, deferred_ever = [], [], set()
+    pos, n = 0, len(order)
+    while True:
+        batch, texts, negs, still = [], set(), set(), []
+
+        def fits(i) -> bool:
+            t, ng = set(keys[i][0]), set(keys[i][1])
+            return not (t & texts or t & negs or ng & texts)
+
+        def take(i) -> None:
+            batch.append(i)
+            texts.update(keys[i][0])
+            negs.update(keys[i][1])
+
+        for k, i in enumerate(pending):  # the deferred first, in their order
+            if len(batch) == size:
+                still.extend(pending[k:])
+                break
+            (take if fits(i) else still.append)(i)
+        pending = still
+        while len(batch) < size and pos < n:
+            i = order[pos]
+            pos += 1
+            if fits(i):
+                take(i)
+            else:
+                pending.append(i)
+                deferred_ever.add(i)
+        if len(batch) < size:  # the order ran out: what is left cannot fill a clean batch
+            return batches, len(deferred_ever), pending, batch
+        batches.append(batch)
 
 
 def item_length(item: dict) -> int:
@@ -186,4 +252,4 @@ def global_micro_batch(batch_size: int, world: int, n_examples: int, prebatched:
     return size
 
 
-__all__ = ["EpochSampler", "GlobalMicroBatches", "item_length", "micro_batch_seed", "iterate", "global_micro_batch"]
+__all__ = ["EpochSampler", "GlobalMicroBatches", "no_duplicate_batches", "item_length", "micro_batch_seed", "iterate", "global_micro_batch"]

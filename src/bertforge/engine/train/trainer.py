@@ -115,8 +115,13 @@ class Trainer:
             group = bool(getattr(train_dataset, "group_by_length", False))
         lengths = [item_length(train_dataset[i]) for i in range(self.n_examples)] \
             if group and not self.prebatched else None
+        # a dataset trained with in-batch negatives names each item's texts (``batch_keys``): with
+        # train.no_duplicates no global micro-batch holds one of them twice (sampler.no_duplicate_batches)
+        keys = train_dataset.batch_keys() if getattr(self.cfg, "no_duplicates", True) and not self.prebatched \
+            and callable(getattr(train_dataset, "batch_keys", None)) else None
         self.sampler = EpochSampler(self.n_examples, self.cfg.seed, True, self.ctx.rank, world,
-                                    lengths=lengths, group=self.global_micro)
+                                    lengths=lengths, group=self.global_micro, keys=keys)
+        self.duplicates: Optional[dict] = None  # the last epoch's no_duplicates counts (_report_duplicates)
         self.steps_per_epoch = max(1, self.n_examples // (self.global_micro * self.cfg.grad_accum_steps))
         self.total_steps = int(self.cfg.max_steps) if self.cfg.max_steps else max(
             1, int(math.ceil(self.cfg.epochs * self.steps_per_epoch)))
@@ -168,11 +173,27 @@ class Trainer:
         (order: :mod:`bertforge.engine.train.sampler`), collated in ``impl.num_workers`` worker processes if > 0."""
         accum, n_micro = self.cfg.grad_accum_steps, self.steps_per_epoch * self.cfg.grad_accum_steps
         self.sampler.set_epoch(epoch)
-        items = GlobalMicroBatches(self.train_dataset, self.collate_fn,
-                                   self.sampler.global_order(n_micro * self.global_micro), self.global_micro,
+        order = self.sampler.global_order(n_micro * self.global_micro)
+        self._report_duplicates(n_micro)
+        items = GlobalMicroBatches(self.train_dataset, self.collate_fn, order, self.global_micro,
                                    self.cfg.seed, epoch, self.ctx.rank, self.ctx.world_size, self.prebatched)
         return iterate(items, range(skip * accum, n_micro), int(getattr(self.impl, "num_workers", 0) or 0),
                        pin_memory=self.device.type == "cuda")
+
+    def _report_duplicates(self, n_micro: int) -> None:
+        """One stderr line per epoch (rank 0) with what ``train.no_duplicates`` did to its order: pairs deferred
+        to a later batch, pairs dropped (no clean batch could hold them), pairs of the incomplete last batch, and
+        the totals in ``self.duplicates``."""
+        d = self.sampler.duplicates
+        if d is None:
+            return
+        self.duplicates = {**d, "micro_batches": n_micro}
+        if self.is_main:
+            cycled = f"; {n_micro - d['batches']} batches repeated to fill the epoch" if d["batches"] < n_micro else ""
+            print(f"bertforge train: no_duplicates (epoch {d['epoch']}): {d['deferred']} of {self.n_examples} pairs "
+                  f"deferred to a later batch, {d['dropped']} dropped (no batch of {self.global_micro} left could "
+                  f"hold them without a repeated text), {d['unfilled']} in the incomplete last batch{cycled}; "
+                  f"train.no_duplicates=false turns this off", file=sys.stderr, flush=True)
 
     def _forward(self, batch: dict):
         batch = {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()
@@ -348,8 +369,9 @@ class Trainer:
         bar.close()
         model_step = self.checkpoints.write_final(self.out_dir, self.step, self.best, self.best_step,
                                                   self.cfg.load_best_at_end, self.cfg.save_every)
+        dup = {"no_duplicates": self.duplicates} if self.duplicates is not None else {}
         return {"step": self.step, "best": self.best, "best_step": self.best_step, "model_step": model_step,
-                **last_metrics}
+                **last_metrics, **dup}
 
     def start_line(self) -> str:
         """The line :meth:`fit` prints on stderr (rank 0) when the run starts: from which step, where, in which
