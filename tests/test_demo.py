@@ -77,6 +77,9 @@ def test_demo_figures(demo):
         assert a["agreement_spearman"] > 0.5  # layers 0,2,5 of the teacher keep most of its similarity order
     if "student-a-pruned" in rows:
         assert rows["student-a-pruned"]["params"] < rows["student-a"]["params"]
+    if "student-b" in rows and "student-a" in rows:  # (a) at 4 bits: 4/32 of the weights plus a scale per 64
+        b, a = rows["student-b"], rows["student-a"]
+        assert b["size_mb"] < a["size_mb"] / 4 and 0.2 < b["heldout_ndcg@10"] < 1.0
     if "student-static" in rows:  # one 30522 x 256 table; a lookup is far faster than the teacher
         st = rows["student-static"]
         assert st["params"] == 30522 * 256 and st["latency_ms"] < t["latency_ms"] / 10

@@ -28,12 +28,12 @@ from ..io import atomic_write_text
 #: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
 BUDGETS = {
     "full": {"corpus_docs": None, "pt_steps": 100, "pt_batch": 16, "pt_seq": 64,
-             "da_steps": 80, "db_steps": 80, "d_batch": 16, "d_seq": 64,
+             "da_steps": 80, "d_batch": 16, "d_seq": 64,
              "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
              "eval_rounds": 5, "eval_iters": 10, "eval_samples": None,
              "serve_requests": 400, "serve_concurrency": 8},
     "quick": {"corpus_docs": 12, "pt_steps": 6, "pt_batch": 4, "pt_seq": 32,
-              "da_steps": 4, "db_steps": 4, "d_batch": 4, "d_seq": 32,
+              "da_steps": 4, "d_batch": 4, "d_seq": 32,
               "ft_steps": 6, "ft_batch": 8, "td_steps": 6, "prune_samples": 8, "prune_steps": 1,
               "eval_rounds": 2, "eval_iters": 3, "eval_samples": 64,
               "serve_requests": 16, "serve_concurrency": 4},
@@ -43,7 +43,8 @@ BUDGETS = {
 @dataclass
 class DemoOptions:
     """Options of :func:`demo_with` — the flags of ``bertforge demo`` with ``_`` for ``-``, same defaults.
-    ``student_layers``: the teacher blocks copied into student (a); ``student_shape``: student (b)'s shape;
+    ``student_layers``: the teacher blocks copied into student (a); ``student_bits``: the bits of student (b),
+    (a)'s weights quantized group-wise (2, 3, 4 or 8);
     ``task`` + ``train`` + ``eval``: fine-tune the teacher on your task and task-distill the students; ``skip``:
     parts left out (``objectives``, ``distill``, ``compress``, ``serve``)."""
 
@@ -51,7 +52,7 @@ class DemoOptions:
     quick: bool = False
     teacher: str = "minilm"
     student_layers: str = "0,2,5"
-    student_shape: str = "4L-312H-12A-1200I"
+    student_bits: int = 4
     prune_fraction: float = 0.25
     task: Optional[str] = None
     train: Optional[str] = None
@@ -248,7 +249,7 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
     task = args.task
     teacher, teacher_dir = args.teacher, str(D / "teacher") if task else args.teacher
     corpus, train_txt = D / "corpus", str(D / "corpus" / "train.txt")
-    layers, shape = f"layers:{args.student_layers}", args.student_shape
+    layers = f"layers:{args.student_layers}"
     run = {"--overwrite": True, "--no-progress": args.no_progress}  # every training verb
     sample = {"--max-train-samples": args.max_train_samples or None, "data.max_eval_samples": b["eval_samples"]}
     general = {"--max-seq-len": b["d_seq"], "--batch-size": b["d_batch"], **run, "train.log_every": 5}
@@ -270,15 +271,11 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
                  "--size": "tiny", "--doc-sep": "blank", "--seed": 0, **run,
                  "train.log_every": max(1, b["pt_steps"] // 25), "train.eval_every": b["pt_steps"]},
                 needs=("corpus",), mode="embedded", part="objectives") for obj in OBJECTIVES],
-        # 3 distillation: (a) the teacher's layers copied, (b) TinyBERT's shape
+        # 3 distillation: (a) the teacher's layers copied (its pooled vectors regressed on the teacher's)
         Stage("student-a", "distill", {"--stage": "general", "--teacher": teacher, "--student": layers,
                                        "--method": "distilbert", "--corpus": train_txt, "--out": D / "student-a",
                                        "--max-steps": b["da_steps"], **general},
               needs=("corpus",), evaluated=D / "student-a", mode="embedded", part="distill"),
-        Stage("student-b", "distill", {"--stage": "general", "--teacher": teacher, "--student": shape,
-                                       "--method": "tinybert", "--corpus": train_txt, "--out": D / "student-b",
-                                       "--max-steps": b["db_steps"], **general},
-              needs=("corpus",), evaluated=D / "student-b", mode="embedded", part="distill"),
         # EMBEDDING STUDENTS: every Stage with evaluated=<dir> is a row of the embedding-quality table (held-out
         # teacher agreement + retrieval, then Lee ρ); add further students here.
         # The static student: the teacher's vocabulary → one 256-d table (no training; docs/search.md)
@@ -289,15 +286,6 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
         Stage("student-a", "distill", {"--stage": "task", "--teacher": teacher_dir, "--student": layers,
                                        "--method": "kd", "--out": D / "student-a", **labelled},
               needs=("teacher",), evaluated=D / "student-a", mode="task", part="distill"),
-        Stage("student-b-general", "distill", {"--stage": "general", "--teacher": teacher, "--student": shape,
-                                               "--method": "tinybert", "--corpus": train_txt,
-                                               "--out": D / "student-b-general", "--max-steps": b["db_steps"],
-                                               **general},
-              needs=("corpus",), mode="task", part="distill"),
-        Stage("student-b", "distill", {"--stage": "task", "--teacher": teacher_dir,
-                                       "--student": D / "student-b-general", "--method": "tinybert",
-                                       "--out": D / "student-b", **labelled},
-              needs=("teacher", "student-b-general"), evaluated=D / "student-b", mode="task", part="distill"),
         # 4 compression: head pruning of (a); ONNX FP32 export of (a); INT8 (ONNX Runtime) of the students
         Stage("student-a-pruned", "prune", {"--model": D / "student-a",
                                             "--data": args.eval if task else corpus / "heldout.txt",
@@ -312,7 +300,12 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
               needs=("student-a",), evaluated=onnx / "student-a" / "model.onnx", part="compress"),
         *[Stage(f"{src}-int8", "quantize", {"--model": D / src, "--out": onnx / f"{src}-int8", "--overwrite": True},
                 needs=(src,), evaluated=onnx / f"{src}-int8" / "model.onnx", part="compress")
-          for src in ("student-a", "student-b", "student-a-pruned")],
+          for src in ("student-a", "student-a-pruned")],
+        # student (b): (a)'s weights at 4 bits, group-wise (Q-BERT's grids; docs/compress.md) — the smallest model
+        # this pipeline makes in the demo's budget (a fresh small shape keeps little after so few steps)
+        Stage("student-b", "quantize", {"--model": D / "student-a", "--bits": args.student_bits, "--qat-steps": 0,
+                                        "--out": onnx / "student-b", "--overwrite": True},
+              needs=("student-a",), evaluated=onnx / "student-b" / "model.onnx", part="compress"),
         # 5 deployment: the INT8 student beside the teacher, both served by `bertforge serve` on loopback
         Stage("serve", "serve-bench", {"--model": [f"teacher={teacher}", f"student-a-int8={onnx / 'student-a-int8'}"],
                                        "--requests": b["serve_requests"], "--concurrency": b["serve_concurrency"],
@@ -387,7 +380,7 @@ def _demo_argv(args) -> list:
         argv += ["--task", args.task, "--train", args.train, "--eval", args.eval]
     for flag, val, default in [("--teacher", args.teacher, "minilm"),
                                ("--student-layers", args.student_layers, "0,2,5"),
-                               ("--student-shape", args.student_shape, "4L-312H-12A-1200I"),
+                               ("--student-bits", args.student_bits, 4),
                                ("--prune-fraction", args.prune_fraction, 0.25),
                                ("--max-train-samples", args.max_train_samples, None),
                                ("--threads", args.threads, None)]:
@@ -450,7 +443,7 @@ def _report(pl: Pipeline, D: Path, args, b: dict, elapsed: float) -> str:  # noq
                       (f", task {args.task}" if args.task else ", embedded default"),
               "teacher": f"{args.teacher} (MiniLM-L6-H384, sentence-transformers/all-MiniLM-L6-v2)"
                          if args.teacher == "minilm" else args.teacher,
-              "students": f"(a) layers:{args.student_layers} of the teacher; (b) {args.student_shape}",
+              "students": f"(a) layers:{args.student_layers} of the teacher; (b) (a) at {args.student_bits} bits",
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                          f"{torch.get_num_threads()} intra-op threads",
               "budgets": ", ".join(f"{k}={v}" for k, v in b.items()),

@@ -35,7 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--teacher", default="minilm", help="teacher checkpoint dir (default: embedded MiniLM)")
     p.add_argument("--student-layers", default="0,2,5",
                    help="teacher blocks copied into student (a) (default 0,2,5: first, middle, last)")
-    p.add_argument("--student-shape", default="4L-312H-12A-1200I", help="shape of student (b)")
+    p.add_argument("--student-bits", type=int, default=4, choices=(2, 3, 4, 8),
+                   help="student (b): student (a)'s weights at this many bits, group-wise (default 4)")
     p.add_argument("--prune-fraction", type=float, default=0.25, help="share of student (a)'s heads to prune")
     p.add_argument("--task", help="your task (sst2, stsb, custom, …): fine-tune and task-distill on it")
     p.add_argument("--train", help="training file or hub dataset name for --task")
