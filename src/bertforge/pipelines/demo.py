@@ -28,7 +28,7 @@ from ..io import atomic_write_text
 #: step/batch budgets: ``full`` fits in 10 minutes on a 2-core CPU, ``quick`` is the CI smoke run.
 BUDGETS = {
     "full": {"corpus_docs": None, "pt_steps": 100, "pt_batch": 16, "pt_seq": 64,
-             "da_steps": 80, "d_batch": 16, "d_seq": 64,
+             "da_steps": 160, "d_batch": 16, "d_seq": 64,
              "ft_steps": 150, "ft_batch": 32, "td_steps": 150, "prune_samples": 128, "prune_steps": 2,
              "eval_rounds": 5, "eval_iters": 10, "eval_samples": None,
              "serve_requests": 400, "serve_concurrency": 8},
@@ -273,7 +273,7 @@ def stage_table(args, b: dict, D: Path) -> list:  # noqa: N803  (D: the demo fol
                 needs=("corpus",), mode="embedded", part="objectives") for obj in OBJECTIVES],
         # 3 distillation: (a) the teacher's layers copied (its pooled vectors regressed on the teacher's)
         Stage("student-a", "distill", {"--stage": "general", "--teacher": teacher, "--student": layers,
-                                       "--method": "distilbert", "--corpus": train_txt, "--out": D / "student-a",
+                                       "--method": "embedding_mse", "--corpus": train_txt, "--out": D / "student-a",
                                        "--max-steps": b["da_steps"], **general},
               needs=("corpus",), evaluated=D / "student-a", mode="embedded", part="distill"),
         # EMBEDDING STUDENTS: every Stage with evaluated=<dir> is a row of the embedding-quality table (held-out
