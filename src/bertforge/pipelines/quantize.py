@@ -215,17 +215,22 @@ def _lowbit_calibration(md, args, eval_data) -> tuple:
     n = max(args.calib_samples or 128, args.hessian_batches * args.hessian_batch_size)
     tok = md.tokenizer()
     max_len = min(args.max_seq_len or md.max_seq_len or 128, md.positions)
-    if isinstance(args.calib, (list, tuple)):
-        items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
-    elif args.calib:
-        items = _encode(tok, calibration_texts(args.calib, n), max_len)
-    elif eval_data is not None:
-        items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
-    else:
-        from ..data.bundled import lee_background_documents
-        sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
-        items = _encode(tok, sents[:n], max_len)
-    return items, PadCollator(pad_id(tok))
+    return calibration_items(tok, args.calib, eval_data, n, max_len), PadCollator(pad_id(tok))
+
+
+def calibration_items(tok, calib, eval_data, n: int, max_len: int) -> list:
+    """At most ``n`` encoded calibration inputs (``input_ids`` [, ``token_type_ids``], ≤ ``max_len`` tokens):
+    the texts (or text pairs) of ``calib`` — a list from Python, or a file (:func:`calibration_texts`) —, else
+    the encoded ``eval_data`` rows, else the news sentences gensim ships (the Lee background corpus)."""
+    if isinstance(calib, (list, tuple)):  # texts given from Python
+        return _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in calib][:n], max_len)
+    if calib:
+        return _encode(tok, calibration_texts(calib, n), max_len)
+    if eval_data is not None:
+        return [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
+    from ..data.bundled import lee_background_documents
+    sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
+    return _encode(tok, sents[:n], max_len)
 
 
 def _saturation_note(args) -> Optional[str]:
@@ -295,16 +300,7 @@ def gate_spec(model_dir, args, eval_data=None):
     n = args.calib_samples
     max_len = min(args.max_seq_len or md.meta.max_seq_len or 128, int(cfg.get("max_position_embeddings") or 512))
     tok = md.tokenizer()
-    if isinstance(args.calib, (list, tuple)):  # texts given from Python
-        items = _encode(tok, [tuple(t) if isinstance(t, (list, tuple)) else t for t in args.calib][:n], max_len)
-    elif args.calib:
-        items = _encode(tok, calibration_texts(args.calib, n), max_len)
-    elif eval_data is not None:
-        items = [{k: v for k, v in d.items() if k in ("input_ids", "token_type_ids")} for d in eval_data][:n]
-    else:
-        from ..data.bundled import lee_background_documents  # news sentences shipped by gensim
-        sents = [s.strip() + "." for _, (doc,) in lee_background_documents() for s in doc.split(". ") if s.strip()]
-        items = _encode(tok, sents[:n], max_len)
+    items = calibration_items(tok, args.calib, eval_data, n, max_len)
     collate = PadCollator(pad_id(tok))
     batches = []
     for i in range(0, len(items), 32):
