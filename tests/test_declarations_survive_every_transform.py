@@ -117,6 +117,31 @@ def test_every_consumer_serves_the_declared_vectors(written, server):
     assert not np.allclose(wide[0], wide[1], atol=1e-3)  # the control: past 24 tokens the pair differs
 
 
+def test_a_bundle_of_every_graph_serves_the_declared_vectors(written, tmp_path):
+    """The last step to the device: `bertforge bundle` of the FP32 dir and of its INT8 graph, read by
+    bertforge_lite (no torch), gives the declared 16 unit-norm dimensions, cut at the declared 24 tokens, equal
+    to the offline vectors of the same dir (FP32 1e-5 in cosine; the INT8 graph: the same graph, same rounding)."""
+    import sys
+    from pathlib import Path
+    import bertforge
+    lite_dir = str(Path(__file__).resolve().parents[1] / "lite")
+    sys.path.insert(0, lite_dir)
+    try:
+        import bertforge_lite
+        long_pair = _long_pair()
+        for step in ("source", "quantize-onnx"):
+            d = written[step][0]
+            b = tmp_path / f"bundle-{step}"
+            bertforge.bundle({"m": d}, b)
+            got = bertforge_lite.Bundle(b, "m").embed(TEXTS + long_pair)
+            assert got.shape == (5, 16), step
+            assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5), step
+            assert np.allclose(got[3], got[4], atol=1e-6), step  # cut at the declared 24 tokens
+            assert _cos(got, bertforge.embed(d, TEXTS + long_pair)).min() >= 0.9999, step
+    finally:
+        sys.path.remove(lite_dir)
+
+
 def test_sentence_transformers_agrees_with_the_server_on_every_fp32_dir(written, server):
     st = pytest.importorskip("sentence_transformers")
     from test_serve import post
