@@ -46,6 +46,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--epochs", type=int, default=0, help="train every arm this many epochs of its own data instead "
+                                                          "of --steps (a user's default run: raw pairs vs cleaned)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--train-max-seq-len", type=int, default=128)
     ap.add_argument("--max-seq-len", type=int, default=256, help="evaluation: texts cut at this many tokens")
@@ -95,7 +97,8 @@ def main(argv=None) -> None:
     hand_file.write_text("".join(json.dumps(p) + "\n" for p in hand))
     say(f"data: {SQUAD.name} → {json.dumps(counts)}; train pairs {len(pairs)} ({len({p['positive'] for p in pairs})} "
         f"distinct paragraphs), by hand {len(hand)}")
-    say(f"training: MNRL scale 20, {args.steps} steps × batch {args.batch}, lr 2e-05 (the retrieval default), "
+    length = f"{args.epochs} epoch(s) of each arm's own pairs" if args.epochs else f"{args.steps} steps"
+    say(f"training: MNRL scale 20, {length} × batch {args.batch}, lr 2e-05 (the retrieval default), "
         f"linear, warm-up 10%, texts cut at {args.train_max_seq_len}; eval {len(beir.queries)} questions × "
         f"{len(beir.corpus)} paragraphs at {args.max_seq_len}")
     teacher = resolve_model_dir("minilm")
@@ -106,12 +109,15 @@ def main(argv=None) -> None:
         data, extra = arms[name]
         out = work / f"ft-{name}"
         r, notes = run_cli(["finetune", "--model", teacher, "--task", "retrieval", "--train", data, "--out", out,
-                            "--max-seq-len", args.train_max_seq_len, "--max-steps", args.steps, "--batch-size",
-                            args.batch, "--overwrite", "train.warmup_ratio=0.1", f"train.save_every={args.steps}",
+                            "--max-seq-len", args.train_max_seq_len,
+                            *(["--epochs", args.epochs] if args.epochs
+                              else ["--max-steps", args.steps, f"train.save_every={args.steps}"]),
+                            "--batch-size", args.batch, "--overwrite", "train.warmup_ratio=0.1",
                             f"impl.threads={args.threads}", "--no-progress", *extra])
         m = evaluate(out, beir, args.threads, args.max_seq_len)
         res[name] = m
-        say(f"{name:<8} train={data.name:<17} {' '.join(extra) or '(defaults)':<27} NDCG@10 {m['ndcg@10']:.4f}  "
+        steps = r.get("step", r.get("steps", "?"))
+        say(f"{name:<8} train={data.name:<17} {' '.join(extra) or '(defaults)':<27} steps {steps}  NDCG@10 {m['ndcg@10']:.4f}  "
             f"MRR@10 {m['mrr@10']:.4f}  R@10 {m['recall@10']:.3f}  no_duplicates={json.dumps(r.get('no_duplicates'))}")
         for n in notes:
             say(f"    {n}")
