@@ -401,16 +401,10 @@ class Distiller(nn.Module):
             feats[name] = value
         return feats or None
 
-    # --------------------------------------------------------------------------- forward
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
-                example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
-                teacher_margin: Optional[torch.Tensor] = None, **extra):
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        # a student of another vocabulary reads its own tokens of the same texts (pooled embedding losses only)
-        own = {k[len("student_"):]: extra.pop(k) for k in list(extra) if k.startswith("student_")}
-        # teacher side: cache hit, features given with the data, or run the teachers (and fill the cache)
+    def _teacher_side(self, input_ids, attention_mask, token_type_ids, example_index, teacher_margin,
+                      extra: dict) -> dict:
+        """The teacher features of a batch: a cache hit, features given with the data, or the teachers run
+        (filling the cache)."""
         feats = None
         if self.cache is not None and example_index is not None and self.cache.has(example_index):
             feats = self.cache.read(example_index, input_ids.shape[1], input_ids.device)
@@ -421,6 +415,67 @@ class Distiller(nn.Module):
             feats = self.teacher_features(input_ids, attention_mask, token_type_ids, **pairs)
             if self.cache is not None and example_index is not None:
                 self.cache.write(example_index, feats, attention_mask.sum(1))
+        return feats
+
+    @torch.no_grad()
+    def fit_projections(self, batches, ridge: float = 1e-3, names=None) -> list:
+        """Linear-probe start of the fresh sentence-embedding projections (LP-FT: Kumar et al. 2022, "Fine-Tuning
+        can Distort Pretrained Features and Underperform Out-of-Distribution", §3): each ``embedding`` term's
+        W (H_T, H_S) and b (H_T,) set to the ridge least-squares fit
+
+            [W | b] = argmin ‖E_S Wᵀ + b − E_T‖² + λ ‖W‖²,   λ = ridge · tr(E_Sᵀ E_S) / H_S
+
+        of the teacher's pooled embeddings E_T (n, H_T) from the student's E_S (n, H_S), the student in eval mode,
+        on ``batches`` (collated training batches; the teacher side as in training: cache, features given with
+        the data, or the teachers, filling the cache). From a random W, a pretrained student's first steps follow
+        gradients through a map that means nothing yet and distort the features the distillation starts from.
+        ``names``: fit only these terms' W (None: every one). Returns the names of the terms fitted (none: no
+        embedding term projects)."""
+        terms = [t for t in self.terms if t.name in self.proj and t.feature.name == "embedding"
+                 and (names is None or t.name in names)]
+        if not terms:
+            return []
+        from .features import pooled
+        was_training = self.student.training
+        self.student.eval()
+        xs, ys = [], []
+        for batch in batches:
+            b = dict(batch)
+            own = {k[len("student_"):]: b.pop(k) for k in list(b) if k.startswith("student_")}
+            ids = b.pop("input_ids")
+            mask = b.pop("attention_mask", None)
+            mask = torch.ones_like(ids) if mask is None else mask
+            tt = b.pop("token_type_ids", None)
+            for k in ("labels", "mlm_labels"):
+                b.pop(k, None)
+            feats = self._teacher_side(ids, mask, tt, b.pop("example_index", None), b.pop("teacher_margin", None), b)
+            if own:
+                ids, mask, tt = own["input_ids"], own["attention_mask"], own.get("token_type_ids")
+            out = self.student(ids, mask, tt, features=self._request)
+            xs.append(pooled(out, mask, self.pooling).double())
+            ys.append(feats[f"{terms[0].feature.name}.0"].double())
+        self.student.train(was_training)
+        x, y = torch.cat(xs), torch.cat(ys)
+        xa = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+        reg = torch.eye(xa.shape[1], dtype=x.dtype) * (ridge * float((x * x).sum()) / x.shape[1])
+        reg[-1, -1] = 0.0  # the bias is not shrunk
+        sol = torch.linalg.solve(xa.T @ xa + reg, xa.T @ y)  # (H_S + 1, H_T)
+        for term in terms:
+            lin = self.proj[term.name]
+            lin.weight.copy_(sol[:-1].T.to(lin.weight.dtype))
+            lin.bias.copy_(sol[-1].to(lin.bias.dtype))
+        return [t.name for t in terms]
+
+    # --------------------------------------------------------------------------- forward
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_type_ids: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                example_index: Optional[torch.Tensor] = None, mlm_labels: Optional[torch.Tensor] = None,
+                teacher_margin: Optional[torch.Tensor] = None, **extra):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        # a student of another vocabulary reads its own tokens of the same texts (pooled embedding losses only)
+        own = {k[len("student_"):]: extra.pop(k) for k in list(extra) if k.startswith("student_")}
+        feats = self._teacher_side(input_ids, attention_mask, token_type_ids, example_index, teacher_margin, extra)
         if own:
             input_ids, attention_mask = own["input_ids"], own["attention_mask"]
             token_type_ids = own.get("token_type_ids")

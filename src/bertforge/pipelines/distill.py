@@ -199,9 +199,12 @@ def _run(opts: DistillOptions) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- options
+#: values of ``distill.projection_init`` (see :func:`start_projections`)
+PROJECTION_INITS = ("lstsq", "random")
+
 #: keys of the recipe's ``distill`` section
 SECTION_KEYS = {"method", "stage", "student", "losses", "temperature", "alpha", "layer_map", "augment",
-                "cache", "mlm_probability", "teachers", "mine_negatives"}
+                "cache", "mlm_probability", "teachers", "mine_negatives", "projection_init"}
 
 #: keys of the recipe's ``distill.augment`` mapping
 AUGMENT_KEYS = {"copies", "prob", "top_k", "swap_prob", "mlm"}
@@ -223,6 +226,9 @@ def read_settings(opts, recipe) -> Settings:
             student, T ≤ 0, α outside [0, 1], augmentation options that do not apply, an unknown recipe key.
     """
     ds = _distill_section(recipe)
+    if ds.get("projection_init", "lstsq") not in PROJECTION_INITS:
+        raise ConfigError(f"distill.projection_init={ds['projection_init']!r}: use lstsq (fit each sentence-embedding "
+                          f"projection W to the teacher before training, the default) or random")
     check_flags_agree(opts, "distill", {
         "stage": ("--stage", opts.stage), "method": ("--method", opts.method), "student": ("--student", opts.student),
         "temperature": ("--temperature", opts.temperature), "alpha": ("--alpha", opts.alpha),
@@ -511,6 +517,7 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
         distiller.margin_sim = "cos" if (data.pooling.normalize and not data.cross_encoder) else "dot"
         if data.adapter is not None:
             data.adapter.settings.similarity = distiller.margin_sim if settings.method == "margin_mse" else "cos"
+    fresh = sorted(distiller.proj)
     if Path(settings.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
         from ..distill.distiller import PROJECTIONS_FILE
         fresh = sorted(set(distiller.proj) - set(distiller.load_projections(settings.student)))
@@ -529,7 +536,31 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
             fp["pooling"] = [distiller.pooling, distiller.normalize]
         cache = TeacherCache(root, len(data.items), shapes, fp)
         distiller.cache = cache
+    if fresh and not opts.resume:
+        start_projections(distiller, fresh, data, recipe, settings)
     return distiller, cache
+
+
+#: training texts the linear-probe start of a fresh embedding projection is fitted on (distill.projection_init)
+PROJECTION_FIT_TEXTS = 1024
+
+
+def start_projections(distiller, fresh: list, data: Data, recipe, settings: Settings) -> None:
+    """The recipe key ``distill.projection_init``: ``lstsq`` (the default) sets each fresh sentence-embedding
+    projection W to the least-squares fit of the teacher's pooled embeddings from the student's on the first
+    :data:`PROJECTION_FIT_TEXTS` training texts (:meth:`~bertforge.distill.distiller.Distiller.fit_projections`,
+    LP-FT); ``random`` keeps the drawn W. Other projections (hidden states, attention) stay as drawn."""
+    if settings.section.get("projection_init", "lstsq") == "random":
+        return
+    from ..distill.data import IndexedDataset
+    items = IndexedDataset(data.items)
+    n, bs = min(len(items), PROJECTION_FIT_TEXTS), recipe.train.batch_size
+    collate = distill_collator(data, Losses([], [], 0.0))
+    batches = (collate([items[i] for i in range(s, min(s + bs, n))]) for s in range(0, n, bs))
+    fitted = distiller.fit_projections(batches, names=set(fresh))
+    if fitted:
+        sys.stderr.write(f"bertforge distill: projection W of {', '.join(fitted)} fitted to the teacher by least "
+                         f"squares on {n} training texts (distill.projection_init=random: a random W)\n")
 
 
 def _embedding_files(data: Data, student, dst, teacher_dir) -> None:
