@@ -101,3 +101,25 @@ def test_an_encoder_without_head_embeds_as_its_fake_quantized_model(tmp_path):
     assert rec["true_mb"] < rec["file_mb"]  # 3-bit codes are stored in 4 bits
     vecs = load_embedder(tmp_path / "q3").embed(texts[:3], 32)
     assert np.all(np.isfinite(vecs)) and vecs.shape[0] == 3
+
+
+def test_qat_that_moves_the_model_away_from_fp32_is_undone(tmp_path, capsys):
+    """QAT at a learning rate far too high moves the fake-quantized model away from the FP32 one on the held-out
+    calibration texts: the round-to-nearest weights are put back, so the dir computes what ``qat_steps=0`` gives
+    (same grids, same seed), and lowbit.json says so."""
+    import bertforge
+    from helpers import sentences
+    from bertforge.runtime.embedder import load_embedder
+    torch.set_num_threads(1)
+    tiny = make_tiny_checkpoint(tmp_path / "tiny")
+    texts = [s for s, _ in sentences(32, 3)]
+    common = dict(bits=4, group_size=16, calib=texts, seed=0)
+    bertforge.quantize(str(tiny), str(tmp_path / "rtn"), qat_steps=0, **common)
+    rec = bertforge.quantize(str(tiny), str(tmp_path / "bad"), qat_steps=6, qat_batch_size=8, qat_lr=0.5,
+                             **common).record["qat"]
+    assert rec["heldout_texts"] == 8  # a quarter of 32 calibration texts
+    assert rec["heldout_loss_qat"] > rec["heldout_loss_rtn"] and rec["kept"] is False
+    assert "round-to-nearest weights are kept" in capsys.readouterr().err
+    a = load_embedder(tmp_path / "rtn").embed(texts[:4], 32)
+    b = load_embedder(tmp_path / "bad").embed(texts[:4], 32)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

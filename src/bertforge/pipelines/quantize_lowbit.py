@@ -14,7 +14,8 @@ Steps, each in :mod:`bertforge.compress`:
    position embeddings stay FP32;
 4. **quantization-aware fine-tuning** (``--qat-steps``): the fake-quantized model (straight-through
    estimator) is the student and the FP32 model the teacher, KD on the logits (an encoder: pooled-embedding
-   MSE), through the one :class:`~bertforge.engine.train.trainer.Trainer`;
+   MSE), through the one :class:`~bertforge.engine.train.trainer.Trainer`; kept only if it brings the model
+   closer to FP32 on held-out calibration texts (:func:`guarded_qat`), else round-to-nearest stays;
 5. **export**: the FP32 graph of the on-grid model, its weights replaced by ``MatMulNBits`` /
    ``GatherBlockQuantized`` (:mod:`bertforge.compress.lowbit_onnx`), so ``bench`` / ``evaluate`` / ``serve``
    run it in ONNX Runtime. ``lowbit.json`` records bits per layer, the true size (bits × weights + scales +
@@ -284,7 +285,8 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task, items: 
                        "round_to_nearest": adapter.evaluate(TorchRunner.from_model(student), eval_data)}
     with run_dir as tmp:
         if args.qat_steps > 0:
-            rec["qat"] = qat(student, teacher, qat_items(md, args, items), collate, args, tmp / ".qat", md.pooling)
+            train_items, held = qat_split(md, args, items)
+            rec["qat"] = guarded_qat(student, teacher, train_items, held, collate, args, tmp / ".qat", md.pooling)
         student.eval()
         states = bake_fake_quant(student)
         write_dir(student, states, tmp, model_dir, rec, args.group_size, args.accuracy_level)
@@ -302,6 +304,54 @@ def run_lowbit(args, model_dir: Path, run_dir, eval_data, adapter, task, items: 
             rec["eval"]["low_bit"] = adapter.evaluate(runner, eval_data)
         from ..checkpoint.layout import LOWBIT_RECORD
         (tmp / LOWBIT_RECORD).write_text(json.dumps(rec, indent=2), encoding="utf-8")
+    return rec
+
+
+#: calibration texts held out of QAT (at most; a quarter of them when there are fewer than 4 × this) to judge it
+QAT_HELD_OUT = 64
+
+
+def qat_split(md, args, calib_items: list) -> tuple:
+    """(QAT's texts, the held-out texts that judge it): with --qat-train its rows and the calibration texts; else
+    the calibration texts less the last :data:`QAT_HELD_OUT` (a quarter when fewer), which judge it."""
+    if args.qat_train:
+        return qat_items(md, args, calib_items), calib_items[:QAT_HELD_OUT]
+    k = min(QAT_HELD_OUT, len(calib_items) // 4)
+    if k == 0:  # too few texts to hold any out: QAT is judged on its own texts
+        return calib_items, calib_items
+    return calib_items[:-k], calib_items[-k:]
+
+
+def guarded_qat(student, teacher, items: list, held: list, collate, args, work: Path, pooling) -> dict:
+    """:func:`qat`, kept only where it brings the fake-quantized ``student`` closer to the FP32 ``teacher`` on the
+    ``held`` texts it did not train on (the calibration loss of :func:`loss_fn_for`, mean per text); otherwise
+    the round-to-nearest weights are put back. A few hundred QAT steps with the straight-through estimator can
+    move a model away from its FP32 original (measured: STS-B, 40 steps, Pearson 95.1% of FP32 where
+    round-to-nearest kept 103%); the held-out loss is the QAT objective on unseen texts, so no label is read.
+    Adds ``heldout_loss_rtn``, ``heldout_loss_qat``, ``heldout_texts`` and ``kept`` to QAT's record."""
+    import sys
+
+    import torch
+    loss = loss_fn_for(teacher, pooling.mode)
+    batches = [collate(held[i:i + 16]) for i in range(0, len(held), 16)]
+
+    def held_loss() -> float:
+        was = student.training
+        student.eval()
+        with torch.no_grad():
+            total = sum(float(loss(student, b)) * len(b["input_ids"]) for b in batches)
+        student.train(was)
+        return total / max(1, len(held))
+
+    before = held_loss()
+    rtn = {k: v.detach().clone() for k, v in student.state_dict().items()}
+    rec = qat(student, teacher, items, collate, args, work, pooling)
+    after = held_loss()
+    rec.update(heldout_texts=len(held), heldout_loss_rtn=before, heldout_loss_qat=after, kept=after <= before)
+    if after > before:
+        student.load_state_dict(rtn)
+        sys.stderr.write(f"bertforge quantize: QAT moved the model away from FP32 on {len(held)} held-out texts "
+                         f"(loss {before:.4g} → {after:.4g}); the round-to-nearest weights are kept\n")
     return rec
 
 
