@@ -236,3 +236,64 @@ def test_modernbert_and_static_embedders_bundle(dirs, tmp_path, lite):
         got = lite.Bundle(b).embed(TEXTS)
         ref = load_embedder(tmp_path / name).embed(TEXTS, max_seq_len=64)
         assert got.shape == (4, dim) and np.abs(got - ref).max() <= 1e-5, name
+
+
+def test_one_text_is_one_answer_and_non_strings_are_refused(bundled, lite):
+    """A str is one text (not a list of characters); anything but strings is a BundleError naming it."""
+    emb, cls, ner = (lite.Bundle(bundled, n) for n in ("emb", "cls", "ner"))
+    text = "great film about a dog"
+    np.testing.assert_array_equal(emb.embed(text), emb.embed([text])[0])
+    assert emb.embed(text).shape == (16,)  # the declared truncate_dim
+    assert cls.classify(text) == cls.classify([text])[0]
+    assert ner.ner(text) == ner.ner([text])[0]
+    for bad, what in ((None, "NoneType"), ([1, 2], "an int"), (["ok", None], "text 1"), (b"x", "bytes"),
+                      (["\udcff"], "lone surrogate")):
+        with pytest.raises(lite.BundleError, match=what):
+            emb.embed(bad)
+    with pytest.raises(lite.BundleError, match="threads"):
+        lite.Bundle(bundled, "emb", threads=0)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda e: e.pop("kind"), "kind None"),
+    (lambda e: e["pooling"].update(truncate_dim=3), "golden vectors have 16 dimensions"),
+    (lambda e: e.update(graph="/etc/passwd"), "not a file of the bundle"),
+    (lambda e: e.update(max_length="abc"), "max_length 'abc'"),
+])
+def test_a_damaged_manifest_is_refused_on_load_and_by_both_verifies(bundled, tmp_path, lite, cli_error, edit,
+                                                                    message):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(bundled, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    edit(m["models"]["emb"])
+    (bad / "manifest.json").write_text(json.dumps(m))
+    assert message in cli_error(["bundle", "verify", bad], bad)
+    with pytest.raises(lite.BundleError, match=message.replace("(", r"\(")):
+        lite.verify(bad)
+    with pytest.raises(lite.BundleError, match=message.replace("(", r"\(")):
+        lite.Bundle(bad, "emb")
+
+
+def test_a_missing_graph_or_tokenizer_is_one_line_on_load(bundled, tmp_path, lite):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(bundled, bad)
+    (bad / "emb" / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(lite.BundleError, match="cannot be loaded by onnxruntime"):
+        lite.Bundle(bad, "emb")
+    bad2 = tmp_path / "bad2"
+    shutil.copytree(bundled, bad2)
+    (bad2 / "emb" / "tokenizer.json").write_text("{oops")
+    with pytest.raises(lite.BundleError, match="not a readable tokenizer"):
+        lite.Bundle(bad2, "emb")
+
+
+def test_two_models_of_one_name_are_refused(dirs, tmp_path, cli_error):
+    out = tmp_path / "dup"
+    line = cli_error(["bundle", "--model", f"a={dirs['emb']}", "--model", f"a={dirs['cls']}", "--out", out],
+                     dirs["emb"])
+    assert "two models are named 'a'" in line and not out.exists()
+    import bertforge
+    r = bertforge.bundle({"emb": dirs["emb"]}, tmp_path / "one")
+    assert len(repr(r)) < 200 and "emb: embedding fp32" in repr(r)

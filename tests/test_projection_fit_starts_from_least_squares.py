@@ -1,10 +1,12 @@
 """A sentence-embedding student narrower than its teacher learns through a projection W (H_S → H_T). Before
 training, each fresh W is the ridge least-squares fit of the teacher's pooled embeddings from the student's on the
-first training texts (LP-FT, Kumar et al. 2022 §3); ``distill.projection_init=random`` keeps a drawn W.
+first training texts (LP-FT, Kumar et al. 2022 §3); ``distill.projection_init=orthogonal`` sets the frozen
+semi-orthogonal W nearest the teacher (orthogonal Procrustes); ``random`` keeps a drawn W.
 
 Truths: W and b equal numpy's least-squares solution on the same embeddings (computed here from the saved dirs,
 with lr 1e-12 so that the one training step moves nothing measurable); the fit's mean squared error is the minimum any linear map reaches, so
-it is ≤ the random W's; a bad value of the key is one line, exit 2.
+it is ≤ the random W's; the orthogonal W is numpy's U Vᵀ of the SVD of E_Tᵀ E_S, has orthonormal columns and
+stays fixed while the student trains; a bad value of the key is one line, exit 2.
 """
 import json
 import random
@@ -73,6 +75,28 @@ def test_a_fresh_projection_is_the_least_squares_fit_and_beats_a_random_one(tmp_
     w_r, b_r = _projection(rnd)
     assert not np.allclose(w_r, w)
     assert fit_mse <= float(((x @ w_r.T + b_r - y) ** 2).mean())
+
+
+def test_an_orthogonal_projection_is_the_procrustes_rotation_and_stays_frozen(tmp_path, capsys):
+    teacher, student, train, texts = _setup(tmp_path)
+    out = tmp_path / "orth"
+    rc = main(["distill", "--teacher", str(teacher), "--student", str(student), "--method", "embedding_mse",
+               "--task", "retrieval", "--train", str(train), "--out", str(out), "--max-steps", "3",
+               "--batch-size", "16", "--lr", "1e-2", "--max-seq-len", "32", "--no-progress",
+               "distill.projection_init=orthogonal"])
+    assert rc == 0, capsys.readouterr().err
+    assert "frozen rotation nearest the teacher" in capsys.readouterr().err
+    w, b = _projection(out)
+    x, y = _embed(student, texts), _embed(teacher, texts)  # the student before training: what W was fitted on
+    m = y.T @ x
+    u, sv, vh = np.linalg.svd(m, full_matrices=False)
+    # Procrustes: W maximises tr(Wᵀ M) over matrices with orthonormal columns, the maximum is Σ σ_i (a tiny random
+    # model's embeddings are nearly collinear, so M is near-singular and U Vᵀ itself is not unique: compare the
+    # objective, not the entries); unchanged by 3 steps at lr 1e-2: frozen
+    np.testing.assert_allclose(np.trace(w.T @ m), sv.sum(), rtol=1e-5)
+    np.testing.assert_allclose(w.T @ w, np.eye(16), atol=1e-5)
+    assert np.abs(b).max() == 0.0
+    assert not np.allclose(_embed(out, texts), x, atol=1e-4)  # while the student itself did train
 
 
 def test_an_unknown_projection_init_is_one_line_exit_2(tmp_path, capsys):

@@ -328,10 +328,15 @@ def test_health_info_metrics(main_server):
     assert kinds["int8"] == ("base", "torch", "int8") and kinds["ner"][0] == "token_classification"
     assert kinds["onnx"] == ("base", "onnxruntime", "fp32")
     assert info["limits"]["max_client_batch_size"] == 8 and "api_key" not in info["limits"]
+    from bertforge.serve.routes import POST_ROUTES  # every path a model answers is listed, and exists
+    emb = next(m for m in info["models"] if m["name"] == "emb")
+    assert set(emb["paths"]) >= {"/embed", "/v1/embeddings", "/similarity", "/embed_all", "/tokenize", "/decode"}
+    assert all(path in POST_ROUTES for m in info["models"] for path in m["paths"])
     before = _count(p, "/tokenize", "200")
     for _ in range(3):
         post(p, "/tokenize", {"inputs": "a"})
     post(p, "/tokenize", {"inputs": ""})
+    post(p, "/embed", {"inputs": "a", "model": "emb"})  # a batch observed, whichever tests ran before
     st, text = call(p, "GET", "/metrics")
     assert st == 200 and "bertforge_batch_size_bucket" in text and "bertforge_queue_depth" in text
     assert "bertforge_tokens_per_second" in text and "bertforge_request_duration_seconds_bucket" in text

@@ -1,5 +1,5 @@
-"""``python -m bertforge_lite B "text" ...`` — the answer of bundle B's model for each text, as JSON lines;
-``python -m bertforge_lite verify B`` — re-check its files and golden inputs. Errors: one line, exit 2."""
+"""python -m bertforge_lite B "text" ... — the answer of bundle B's model for each text, as JSON lines;
+python -m bertforge_lite verify B — re-check its files and golden inputs. Errors: one line, exit 2."""
 from __future__ import annotations
 
 import argparse
@@ -7,18 +7,27 @@ import json
 import sys
 
 
+def _threads(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v}: a number of threads ≥ 1")
+    return n
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="bertforge_lite", description=__doc__)
+    p = argparse.ArgumentParser(prog="bertforge_lite", description=__doc__,
+                                usage="python -m bertforge_lite BUNDLE TEXT [TEXT ...] [--model NAME] [--threads N]\n"
+                                      "       python -m bertforge_lite verify BUNDLE [--threads N]")
     if argv[:1] == ["verify"]:
         p.add_argument("verify")
         p.add_argument("bundle")
-        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--threads", type=_threads, default=1)
     else:
         p.add_argument("bundle")
         p.add_argument("texts", nargs="+", help="texts (QA: the question, then the context)")
         p.add_argument("--model", default=None, help="the bundle's model to run (when it holds several)")
-        p.add_argument("--threads", type=int, default=None)
+        p.add_argument("--threads", type=_threads, default=None)
     args = p.parse_args(argv)
     from .bundle import Bundle, BundleError, verify
     try:

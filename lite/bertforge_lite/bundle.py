@@ -60,6 +60,66 @@ def check_files(path, manifest: dict) -> None:
         raise BundleError(f"bundle {path}: {extra[0]} is not in the manifest")
 
 
+KINDS = ("embedding", "classification", "multi_label", "regression", "token_classification", "question_answering")
+_FEEDS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def check_manifest(path, manifest: dict) -> None:
+    """Raise BundleError naming the first entry of ``manifest`` that a bundle cannot hold: an unknown kind or
+    precision, a graph or tokenizer outside the folder or not hashed in ``files``, a max_length that is no
+    positive integer, unknown inputs, no outputs or golden inputs, golden vectors of another width than the
+    declared ``dim`` / ``truncate_dim``. (bertforge's twin: bertforge.compress.bundle_manifest.check_manifest.)"""
+    models, files = manifest.get("models"), manifest.get("files")
+    if not isinstance(models, dict) or not models or not isinstance(files, dict):
+        raise BundleError(f"bundle {path}: the manifest has no models or no files table")
+    for name, e in models.items():
+        def bad(what):
+            return BundleError(f"bundle {path}: model {name!r}: {what} (the manifest was edited or is damaged; "
+                               f"re-make the bundle)")
+        if not isinstance(e, dict) or e.get("kind") not in KINDS:
+            raise bad(f"kind {e.get('kind') if isinstance(e, dict) else e!r} is none of {', '.join(KINDS)}")
+        for key in ("graph", "tokenizer"):
+            rel = e.get(key)
+            if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts or rel not in files:
+                raise bad(f"{key} {rel!r} is not a file of the bundle listed in its files table")
+        ml = e.get("max_length")
+        if isinstance(ml, bool) or not isinstance(ml, int) or ml < 1:
+            raise bad(f"max_length {ml!r} is not a positive integer")
+        if not e.get("inputs") or not set(e["inputs"]) <= set(_FEEDS) or not e.get("outputs"):
+            raise bad(f"inputs {e.get('inputs')!r} / outputs {e.get('outputs')!r} are not a graph's")
+        if e.get("precision") not in TOLERANCE or not isinstance(e.get("golden"), list) or not e["golden"]:
+            raise bad("no precision or no golden inputs")
+        if e["kind"] == "embedding":
+            want = [v for v in ((e.get("pooling") or {}).get("truncate_dim"), e.get("dim")) if v is not None]
+            for g in e["golden"]:
+                n = len(g.get("outputs", {}).get("sentence_embedding", []))
+                if any(n != w for w in want):
+                    raise bad(f"its golden vectors have {n} dimensions, its declared dim / truncate_dim {want}")
+
+
+def _texts(texts, pairs: bool = False) -> tuple:
+    """(list of texts, True when one text — a str — was given). Raises BundleError for anything else than
+    strings (``pairs``: or (question, context) pairs of strings), or text that is not valid Unicode."""
+    if isinstance(texts, str):
+        texts, one = [texts], True
+    else:
+        one = False
+        if texts is None or isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+            raise BundleError(f"texts must be a string or a list of strings, not {type(texts).__name__}")
+        texts = list(texts)
+    for i, t in enumerate(texts):
+        parts = t if pairs and isinstance(t, (list, tuple)) and len(t) == 2 else (t,)
+        for x in parts:
+            if not isinstance(x, str):
+                raise BundleError(f"text {i} is {_a(type(x).__name__)} {type(x).__name__}; pass strings")
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BundleError(f"text {i} is not valid Unicode (it holds a lone surrogate, e.g. bytes that "
+                                  f"were not UTF-8); decode it as UTF-8 first") from None
+    return texts, one
+
+
 class Bundle:
     """One model of a bundle folder ``path`` (``model``: its name; may be left out when there is one).
 
@@ -74,9 +134,11 @@ class Bundle:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         models = self.manifest["models"]
+        check_manifest(self.path, self.manifest)
         if model is None:
             if len(models) != 1:
-                raise BundleError(f"bundle {path} holds {', '.join(models)}; name one (model=...)")
+                raise BundleError(f"bundle {path} holds {', '.join(models)}; name one (model=... in Python, "
+                                  f"--model on the command line)")
             model = next(iter(models))
         if model not in models:
             raise BundleError(f"bundle {path} has no model {model!r}; it holds {', '.join(models)}")
@@ -87,19 +149,29 @@ class Bundle:
         self.labels = self.entry.get("labels")
         self.max_length = int(self.entry["max_length"])
         opts = ort.SessionOptions()
-        if threads:
+        if threads is not None:
+            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+                raise BundleError(f"threads={threads!r}: a number of threads ≥ 1 (or None: ONNX Runtime's default)")
             opts.intra_op_num_threads = threads
             opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.path / self.entry["graph"]), opts,
-                                            providers=["CPUExecutionProvider"])
-        self.tokenizer = Tokenizer.from_file(str(self.path / self.entry["tokenizer"]))
+        graph, tok = self.path / self.entry["graph"], self.path / self.entry["tokenizer"]
+        try:
+            self.session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own classes (NoSuchFile, InvalidProtobuf, Fail …)
+            raise BundleError(f"bundle {path}: {self.entry['graph']} cannot be loaded by onnxruntime "
+                              f"({str(e).splitlines()[0][:160]}); `verify` checks the files") from None
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tok))
+        except Exception as e:
+            raise BundleError(f"bundle {path}: {self.entry['tokenizer']} is not a readable tokenizer "
+                              f"({str(e).splitlines()[0][:160]}); `verify` checks the files") from None
         self.tokenizer.enable_truncation(max_length=self.max_length, strategy="longest_first")
         self.tokenizer.no_padding()
 
     # ------------------------------------------------------------------------------------- low level
     def encode(self, items: list) -> list:
         """Texts (or (question, context) pairs) → ``tokenizers.Encoding`` each, truncated to max_length."""
-        items = list(items)
+        items, _ = _texts(items, pairs=True)
         encs = self.tokenizer.encode_batch([tuple(x) if isinstance(x, (list, tuple)) else x for x in items])
         for i, e in enumerate(encs):
             if not e.ids:
@@ -135,23 +207,29 @@ class Bundle:
     def _need(self, *kinds) -> None:
         if self.kind not in kinds:
             what = {"embedding": "embed", "token_classification": "ner", "question_answering": "qa"}
-            raise BundleError(f"bundle model {self.name!r} is a {self.kind} model; it cannot do this — "
+            raise BundleError(f"bundle model {self.name!r} is {_a(self.kind)} {self.kind} model; it cannot do this — "
                               f"use .{what.get(self.kind, 'classify')}()")
 
     # ------------------------------------------------------------------------------------- answers
-    def embed(self, texts: list, batch_size: int = 32) -> np.ndarray:
-        """(N, D) float32 sentence vectors (pooled, truncated, normalised as the model declares)."""
+    def embed(self, texts, batch_size: int = 32) -> np.ndarray:
+        """(N, D) float32 sentence vectors (pooled, truncated, normalised as the model declares) of a list of
+        texts; one text (a str) gives one (D,) vector."""
         self._need("embedding")
-        if not len(texts):
+        texts, one = _texts(texts)
+        if not texts:
             return np.zeros((0, int(self.entry.get("dim") or 0)), np.float32)
-        return np.stack(self.run(list(texts), batch_size)["sentence_embedding"]).astype(np.float32)
+        vecs = np.stack(self.run(texts, batch_size)["sentence_embedding"]).astype(np.float32)
+        return vecs[0] if one else vecs
 
     def classify(self, texts: list, batch_size: int = 32) -> list:
         """Per text: ``{"label", "score", "scores"}`` (classification: argmax and softmax), ``{"labels",
         "scores"}`` (multi-label: the labels at or above their saved thresholds) or ``{"score"}``
-        (regression)."""
+        (regression); one text (a str) gives its one answer."""
         self._need("classification", "multi_label", "regression")
-        out = self.run(list(texts), batch_size)
+        texts, one = _texts(texts)
+        if not texts:
+            return []
+        out = self.run(texts, batch_size)
         names = self.labels or [str(i) for i in range(len(out["scores"][0]))] if out["scores"] else []
         res = []
         for i, s in enumerate(out["scores"]):
@@ -165,24 +243,28 @@ class Bundle:
             else:
                 k = int(out["label"][i])
                 res.append({"label": names[k], "score": float(s[k]), "scores": scores})
-        return res
+        return res[0] if one else res
 
     def ner(self, texts: list, batch_size: int = 32) -> list:
         """Per text, its entities ``{"label", "text", "start", "end", "score"}``: one IOB2 tag per word (its
         first sub-token's), chunked; ``start`` / ``end`` are character offsets in the text, ``score`` the
-        mean probability of the entity's word tags."""
+        mean probability of the entity's word tags. One text (a str) gives its one list of entities."""
         self._need("token_classification")
-        texts = list(texts)
+        texts, one = _texts(texts)
+        if not texts:
+            return []
         encs = self.encode(texts)
         out = self.run(texts, batch_size)
-        return [_entities(t, e, ids, sc, self.labels) for t, e, ids, sc in
-                zip(texts, encs, out["tag_ids"], out["tag_scores"])]
+        res = [_entities(t, e, ids, sc, self.labels) for t, e, ids, sc in
+               zip(texts, encs, out["tag_ids"], out["tag_scores"])]
+        return res[0] if one else res
 
     def qa(self, question: str, context: str, max_answer_tokens: int = 30) -> dict:
         """The best answer span in ``context``: ``{"answer", "start", "end", "score"}`` (character offsets,
         score = start + end logit), the span with the highest score among spans of context tokens whose end
         is not before their start and that are at most ``max_answer_tokens`` long."""
         self._need("question_answering")
+        _texts([(question, context)], pairs=True)
         enc = self.encode([(question, context)])[0]
         out = self.run([(question, context)])
         s, e = out["start_logits"][0], out["end_logits"][0]
@@ -204,6 +286,10 @@ class Bundle:
         manifest precision's tolerance. Returns the largest difference; raises BundleError on the first one."""
         check_files(self.path, self.manifest)
         return verify_entry(self, self.entry)
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 _TOKEN_LEVEL = ("tag_ids", "tag_scores", "start_logits", "end_logits")
@@ -238,6 +324,7 @@ def verify_entry(b: Bundle, entry: dict) -> float:
 def verify(path, threads: Optional[int] = 1) -> dict:
     """Verify every model of bundle ``path``: {model: largest difference}. Raises BundleError."""
     m = read_manifest(path)
+    check_manifest(path, m)
     check_files(path, m)
     return {name: verify_entry(b, b.entry) for name in m["models"]
             for b in [Bundle(path, name, threads=threads)]}

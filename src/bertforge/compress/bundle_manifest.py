@@ -76,6 +76,44 @@ def read_manifest(path) -> dict:
     return m
 
 
+#: the kinds of model a bundle holds (bundle_graph.KINDS) and the graph inputs it may feed
+_KINDS = ("embedding", "classification", "multi_label", "regression", "token_classification", "question_answering")
+_FEEDS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def check_manifest(path, manifest: dict) -> None:
+    """Raise CheckpointError naming the first model entry of ``manifest`` a bundle cannot hold: an unknown kind or
+    precision, a graph or tokenizer outside the folder or not hashed in ``files``, a max_length that is no positive
+    integer, unknown inputs, no outputs or golden inputs, golden vectors of another width than the declared
+    ``dim`` / ``truncate_dim``. (The twin of ``bertforge_lite.bundle.check_manifest``: lite imports no bertforge.)"""
+    models, files = manifest.get("models"), manifest.get("files")
+    if not isinstance(models, dict) or not models or not isinstance(files, dict):
+        raise CheckpointError(f"bundle {path}: the manifest has no models or no files table")
+    for name, e in models.items():
+        def bad(what):
+            return CheckpointError(f"bundle {path}: model {name!r}: {what} (the manifest was edited or is damaged; "
+                                   f"re-make the bundle)")
+        if not isinstance(e, dict) or e.get("kind") not in _KINDS:
+            raise bad(f"kind {e.get('kind') if isinstance(e, dict) else e!r} is none of {', '.join(_KINDS)}")
+        for key in ("graph", "tokenizer"):
+            rel = e.get(key)
+            if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts or rel not in files:
+                raise bad(f"{key} {rel!r} is not a file of the bundle listed in its files table")
+        ml = e.get("max_length")
+        if isinstance(ml, bool) or not isinstance(ml, int) or ml < 1:
+            raise bad(f"max_length {ml!r} is not a positive integer")
+        if not e.get("inputs") or not set(e["inputs"]) <= set(_FEEDS) or not e.get("outputs"):
+            raise bad(f"inputs {e.get('inputs')!r} / outputs {e.get('outputs')!r} are not a graph's")
+        if e.get("precision") not in TOLERANCE or not isinstance(e.get("golden"), list) or not e["golden"]:
+            raise bad("no precision or no golden inputs")
+        if e["kind"] == "embedding":
+            want = [v for v in ((e.get("pooling") or {}).get("truncate_dim"), e.get("dim")) if v is not None]
+            for g in e["golden"]:
+                n = len(g.get("outputs", {}).get("sentence_embedding", []))
+                if any(n != w for w in want):
+                    raise bad(f"its golden vectors have {n} dimensions, its declared dim / truncate_dim {want}")
+
+
 def check_hashes(path, manifest: dict) -> None:
     """Raise CheckpointError naming the first file that is missing, added or whose SHA-256 changed."""
     path = Path(path)
@@ -152,12 +190,14 @@ def verify_bundle(path, threads: int = 1) -> dict:
     (token ids equal, outputs within :func:`tolerance`). Returns {model: max |difference|}.
 
     Raises:
-        CheckpointError: no manifest, a file missing / added / changed. BertforgeError: a golden input differs.
+        CheckpointError: no manifest, a damaged manifest entry (check_manifest), a file missing / added /
+            changed. BertforgeError: a golden input differs.
     """
     import onnxruntime as ort
     from tokenizers import Tokenizer
     path = Path(path)
     manifest = read_manifest(path)
+    check_manifest(path, manifest)
     check_hashes(path, manifest)
     report = {}
     for name, entry in manifest["models"].items():
@@ -172,5 +212,5 @@ def verify_bundle(path, threads: int = 1) -> dict:
     return report
 
 
-__all__ = ["MANIFEST", "VERSION", "TOLERANCE", "sha256", "file_hashes", "tolerance", "read_manifest",
+__all__ = ["MANIFEST", "VERSION", "TOLERANCE", "sha256", "file_hashes", "tolerance", "read_manifest", "check_manifest",
            "check_hashes", "encode", "golden_outputs", "compare_golden", "verify_bundle"]

@@ -418,7 +418,7 @@ class Distiller(nn.Module):
         return feats
 
     @torch.no_grad()
-    def fit_projections(self, batches, ridge: float = 1e-3, names=None) -> list:
+    def fit_projections(self, batches, ridge: float = 1e-3, names=None, orthogonal: bool = False) -> list:
         """Linear-probe start of the fresh sentence-embedding projections (LP-FT: Kumar et al. 2022, "Fine-Tuning
         can Distort Pretrained Features and Underperform Out-of-Distribution", §3): each ``embedding`` term's
         W (H_T, H_S) and b (H_T,) set to the ridge least-squares fit
@@ -429,6 +429,9 @@ class Distiller(nn.Module):
         on ``batches`` (collated training batches; the teacher side as in training: cache, features given with
         the data, or the teachers, filling the cache). From a random W, a pretrained student's first steps follow
         gradients through a map that means nothing yet and distort the features the distillation starts from.
+        ``orthogonal``: instead W = U Vᵀ from the SVD U Σ Vᵀ of E_Tᵀ E_S, the semi-orthogonal W nearest the teacher
+        (orthogonal Procrustes, Schönemann 1966), b = 0, and W frozen: cos(W s, W s') = cos(s, s'), so matching
+        W e_S to e_T shapes the student's own cosine geometry — what its search reads — after the teacher's.
         ``names``: fit only these terms' W (None: every one). Returns the names of the terms fitted (none: no
         embedding term projects)."""
         terms = [t for t in self.terms if t.name in self.proj and t.feature.name == "embedding"
@@ -456,6 +459,15 @@ class Distiller(nn.Module):
             ys.append(feats[f"{terms[0].feature.name}.0"].double())
         self.student.train(was_training)
         x, y = torch.cat(xs), torch.cat(ys)
+        if orthogonal:
+            u, _, vh = torch.linalg.svd(y.T @ x, full_matrices=False)  # (H_T, H_S), (H_S, H_S)
+            for term in terms:
+                lin = self.proj[term.name]
+                lin.weight.copy_((u @ vh).to(lin.weight.dtype))
+                lin.bias.zero_()
+                lin.weight.requires_grad_(False)
+                lin.bias.requires_grad_(False)
+            return [t.name for t in terms]
         xa = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
         reg = torch.eye(xa.shape[1], dtype=x.dtype) * (ridge * float((x * x).sum()) / x.shape[1])
         reg[-1, -1] = 0.0  # the bias is not shrunk

@@ -45,6 +45,10 @@ class BundleResult:
     out: Path
     manifest: dict
 
+    def __repr__(self) -> str:  # the manifest holds every golden output: too long to print whole
+        models = ", ".join(f"{n}: {e['kind']} {e['precision']}" for n, e in self.manifest["models"].items())
+        return f"BundleResult(out={str(self.out)!r}, models={{{models}}})"
+
 
 def bundle(models, out, *, fused: bool = False, overwrite: bool = False) -> BundleResult:
     """Bundle ``models`` (a dir, or {name: dir}) into the folder ``out``.
@@ -89,7 +93,11 @@ def _named(models) -> dict:
         pairs = {}
         for m in models:
             name, _, d = str(m).partition("=") if "=" in str(m) else ("", "", str(m))
-            pairs[name or Path(d).name or "model"] = d
+            name = name or Path(d).name or "model"
+            if name in pairs:
+                raise ConfigError(f"two models are named {name!r} (a bundle holds each name once); name them: "
+                                  f"--model a=DIR --model b=DIR")
+            pairs[name] = d
     if not pairs:
         raise ConfigError("bundle needs at least one --model DIR")
     for name in pairs:

@@ -200,7 +200,7 @@ def _run(opts: DistillOptions) -> dict:
 
 # ------------------------------------------------------------------------------------------- options
 #: values of ``distill.projection_init`` (see :func:`start_projections`)
-PROJECTION_INITS = ("lstsq", "random")
+PROJECTION_INITS = ("lstsq", "orthogonal", "random")
 
 #: keys of the recipe's ``distill`` section
 SECTION_KEYS = {"method", "stage", "student", "losses", "temperature", "alpha", "layer_map", "augment",
@@ -228,7 +228,8 @@ def read_settings(opts, recipe) -> Settings:
     ds = _distill_section(recipe)
     if ds.get("projection_init", "lstsq") not in PROJECTION_INITS:
         raise ConfigError(f"distill.projection_init={ds['projection_init']!r}: use lstsq (fit each sentence-embedding "
-                          f"projection W to the teacher before training, the default) or random")
+                          f"projection W to the teacher before training, the default), orthogonal (the frozen "
+                          f"rotation nearest the teacher) or random")
     check_flags_agree(opts, "distill", {
         "stage": ("--stage", opts.stage), "method": ("--method", opts.method), "student": ("--student", opts.student),
         "temperature": ("--temperature", opts.temperature), "alpha": ("--alpha", opts.alpha),
@@ -549,18 +550,22 @@ def start_projections(distiller, fresh: list, data: Data, recipe, settings: Sett
     """The recipe key ``distill.projection_init``: ``lstsq`` (the default) sets each fresh sentence-embedding
     projection W to the least-squares fit of the teacher's pooled embeddings from the student's on the first
     :data:`PROJECTION_FIT_TEXTS` training texts (:meth:`~bertforge.distill.distiller.Distiller.fit_projections`,
-    LP-FT); ``random`` keeps the drawn W. Other projections (hidden states, attention) stay as drawn."""
-    if settings.section.get("projection_init", "lstsq") == "random":
+    LP-FT); ``orthogonal`` sets it to the frozen semi-orthogonal W nearest the teacher (Procrustes), so that the
+    student's own cosine geometry follows the teacher's; ``random`` keeps the drawn W. Other projections (hidden
+    states, attention) stay as drawn."""
+    how = settings.section.get("projection_init", "lstsq")
+    if how == "random":
         return
     from ..distill.data import IndexedDataset
     items = IndexedDataset(data.items)
     n, bs = min(len(items), PROJECTION_FIT_TEXTS), recipe.train.batch_size
     collate = distill_collator(data, Losses([], [], 0.0))
     batches = (collate([items[i] for i in range(s, min(s + bs, n))]) for s in range(0, n, bs))
-    fitted = distiller.fit_projections(batches, names=set(fresh))
+    fitted = distiller.fit_projections(batches, names=set(fresh), orthogonal=how == "orthogonal")
     if fitted:
-        sys.stderr.write(f"bertforge distill: projection W of {', '.join(fitted)} fitted to the teacher by least "
-                         f"squares on {n} training texts (distill.projection_init=random: a random W)\n")
+        what = "as the frozen rotation nearest the teacher" if how == "orthogonal" else "by least squares"
+        sys.stderr.write(f"bertforge distill: projection W of {', '.join(fitted)} fitted to the teacher {what} on "
+                         f"{n} training texts (distill.projection_init=lstsq | orthogonal | random)\n")
 
 
 def _embedding_files(data: Data, student, dst, teacher_dir) -> None:

@@ -32,6 +32,11 @@ ROUTES_BY_KIND = {
 }
 
 
+#: the POST paths of each route family (``GET /info``'s ``paths``; /embed_sparse answers no bertforge model)
+PATHS_BY_ROUTE = {"embed": ("/embed", "/embed_all", "/similarity", "/v1/embeddings"), "predict": ("/predict",),
+                  "rerank": ("/rerank",), "tokenize": ("/tokenize", "/decode"), "ner": ("/ner",), "qa": ("/qa",)}
+
+
 class InputError(ValueError):
     """A request's input the model cannot take (HTTP 422): too long without truncation, nothing to encode."""
 
@@ -113,8 +118,9 @@ class ServedModel:
     def describe(self) -> dict:
         """JSON facts for ``GET /info``."""
         r = self.runner
-        d = {"name": self.name, "path": str(r.path), "kind": self.kind, "task": self.task,
-             "routes": [x for x in self.routes if x != "embed" or self.can_embed],
+        routes = [x for x in self.routes if x != "embed" or self.can_embed]
+        d = {"name": self.name, "path": str(r.path), "kind": self.kind, "task": self.task, "routes": routes,
+             "paths": [p for x in routes for p in PATHS_BY_ROUTE.get(x, ())],
              "max_input_length": self.max_length, "pooling": self.pooling if self.can_embed else None,
              "labels": self.labels, "hidden_size": r.config.get("hidden_size"), "dimensions": self.dim,
              "prompts": sorted(self.prompts.prompts), "default_prompt_name": self.prompts.default_prompt_name}
