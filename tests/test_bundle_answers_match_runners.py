@@ -297,3 +297,8 @@ def test_two_models_of_one_name_are_refused(dirs, tmp_path, cli_error):
     import bertforge
     r = bertforge.bundle({"emb": dirs["emb"]}, tmp_path / "one")
     assert len(repr(r)) < 200 and "emb: embedding fp32" in repr(r)
+
+
+def test_a_bundle_passed_where_a_checkpoint_is_needed_says_so(bundled, cli_error):
+    line = cli_error(["serve", "--model", bundled, "--port", "0"], bundled)
+    assert "is a bundle" in line and "bertforge_lite" in line

@@ -55,6 +55,9 @@ def read_config(path) -> dict:
         if steps:
             raise CheckpointError(f"{path} holds checkpoints but no final model (the run stopped early); finish "
                                   f"it by re-running its command with --resume, or pass {steps[-1]}")
+        if (path / "manifest.json").is_file():
+            raise CheckpointError(f"{path} is a bundle (manifest.json), not a checkpoint: run it with bertforge_lite "
+                                  f"(`python -m bertforge_lite {path} \"text\"`), or pass the dir it was bundled from")
         raise CheckpointError(f"{path} has no config.json; pass a checkpoint directory written by "
                               "transformers or bertforge")
     try:

@@ -194,7 +194,7 @@ def _post_endpoint(st: ServerState, path: str, fn, request_model):
             except RecursionError:
                 raise invalid("the body nests too deep; send a flat JSON object", None, "invalid_json") from None
             if not isinstance(body, dict):
-                raise invalid(f"the body is a JSON {type(body).__name__}; send a JSON object", None, "invalid_json")
+                raise invalid(f"the body is JSON {_json_kind(body)}; send a JSON object", None, "invalid_json")
             return 200, await fn(st, parse(request_model, body))
         except HTTPError as e:
             return fail(e.status, e.message, e.kind, e.param, e.code)
@@ -382,4 +382,13 @@ def build_app(models: dict, **limits):
     return app
 
 
+def _json_kind(value) -> str:
+    """How JSON names the type of a decoded value (``null``, ``an array`` …), for error messages."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__)
+
+
 __all__ = ["build_app", "HTTPError", "ServerState", "LIMITS", "POST_ROUTES", "GET_ROUTES", "OPEN_PATHS"]
+
