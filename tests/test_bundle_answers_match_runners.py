@@ -297,6 +297,10 @@ def test_two_models_of_one_name_are_refused(dirs, tmp_path, cli_error):
     import bertforge
     r = bertforge.bundle({"emb": dirs["emb"]}, tmp_path / "one")
     assert len(repr(r)) < 200 and "emb: embedding fp32" in repr(r)
+    from bertforge.errors import BertforgeError
+    with pytest.raises(BertforgeError, match="overwrite=True") as e:  # Python errors name Python options
+        bertforge.bundle({"emb": dirs["emb"]}, tmp_path / "one")
+    assert "--" not in str(e.value)
 
 
 def test_a_bundle_passed_where_a_checkpoint_is_needed_says_so(bundled, cli_error):

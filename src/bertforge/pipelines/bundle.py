@@ -50,6 +50,14 @@ class BundleResult:
         return f"BundleResult(out={str(self.out)!r}, models={{{models}}})"
 
 
+@dataclass
+class _Names:
+    """The Python names of ``bundle``'s options, for its errors (:func:`~bertforge.pipelines.options.python_names`)."""
+    out: str
+    fused: bool
+    overwrite: bool
+
+
 def bundle(models, out, *, fused: bool = False, overwrite: bool = False) -> BundleResult:
     """Bundle ``models`` (a dir, or {name: dir}) into the folder ``out``.
 
@@ -57,6 +65,13 @@ def bundle(models, out, *, fused: bool = False, overwrite: bool = False) -> Bund
         CheckpointError / ConfigError / BertforgeError: a dir that cannot be bundled (one line saying why),
             an ``out`` that exists without ``overwrite``; nothing is left in ``out`` then.
     """
+    from .options import python_names
+    with python_names(_Names):
+        return bundle_with(models, out, fused=fused, overwrite=overwrite)
+
+
+def bundle_with(models, out, *, fused: bool = False, overwrite: bool = False) -> BundleResult:
+    """:func:`bundle` with errors worded for the command line (``--out``, ``--overwrite``): the verb's call."""
     from ..checkpoint.modeldir import ModelDir
     pairs = _named(models)
     opened = {name: ModelDir.open(d) for name, d in pairs.items()}
@@ -255,4 +270,4 @@ def _parity(md, entry: dict, kind: str) -> float:
     return worst
 
 
-__all__ = ["BundleResult", "GOLDEN_TEXTS", "GOLDEN_QA", "bundle", "verify", "bundle_verify", "model_kind"]
+__all__ = ["BundleResult", "GOLDEN_TEXTS", "GOLDEN_QA", "bundle", "bundle_with", "verify", "bundle_verify", "model_kind"]

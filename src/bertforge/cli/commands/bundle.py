@@ -39,8 +39,8 @@ def run(args) -> int:
         return 0
     if not args.model or not args.out:
         raise ConfigError("bundle needs --model DIR and --out B (or `bundle verify B`)")
-    from ...pipelines.bundle import bundle
-    res = bundle(args.model, args.out, fused=args.fused, overwrite=args.overwrite)
+    from ...pipelines.bundle import bundle_with
+    res = bundle_with(args.model, args.out, fused=args.fused, overwrite=args.overwrite)
     print_json({"out": str(res.out), "models": {n: {k: e[k] for k in ("kind", "precision", "dim", "max_length",
                                                                        "parity", "outputs")}
                                                  for n, e in res.manifest["models"].items()}})
