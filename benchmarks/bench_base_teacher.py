@@ -49,7 +49,7 @@ DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_retrieval import cli, evaluate, throughputs  # noqa: E402
 
-ROWS = ("teacher", "minilm", "search", "search-mm", "search-ft", "distilbert", "tinybert", "sts")
+ROWS = ("teacher", "minilm", "search", "search-mm", "search-ft", "search-ft-int8", "distilbert", "tinybert", "sts")
 HUB = "sentence-transformers/all-mpnet-base-v2"
 
 
@@ -219,7 +219,9 @@ def main(argv=None) -> int:
     def measure(name, path, started):
         measured.append(name)
         m = evaluate(path, beir, args.threads, args.max_seq_len)
-        res.setdefault("rows", {})[name] = {"path": str(path), **m, "params": n_params(path),
+        # an INT8 dir holds the same weights as its FP32 source, packed (and no model.safetensors to count)
+        params = res["rows"][name[:-len("-int8")]]["params"] if name.endswith("-int8") else n_params(path)
+        res.setdefault("rows", {})[name] = {"path": str(path), **m, "params": params,
                                            "wall_s": round(time.time() - started, 1)}
         print(f"{name}: NDCG@10 {m['ndcg@10']:.4f} ({res['rows'][name]['wall_s']} s)", flush=True)
         save()
@@ -248,7 +250,9 @@ def main(argv=None) -> int:
                  "--batch-size", args.ft_batch, "--lr", args.ft_lr, "--overwrite", "train.warmup_ratio=0.1",
                  f"train.save_every={args.ft_steps}", *common])
             measure("search-ft", out, t0)
-            cli(["quantize", "--model", out, "--backend", "torch", "--out", work / "search-ft-int8", "--overwrite"])
+        if row in ("search-ft", "search-ft-int8"):  # the fine-tuned search student at INT8
+            cli(["quantize", "--model", work / "search-ft", "--backend", "torch", "--out", work / "search-ft-int8",
+                 "--overwrite"])
             measure("search-ft-int8", work / "search-ft-int8", time.time())
         elif row == "distilbert":
             out, _ = distil("distilbert", "layers:0,2,4,6,8,10")
