@@ -65,8 +65,12 @@ def test_a_fresh_projection_is_the_least_squares_fit_and_beats_a_random_one(tmp_
     reg = np.eye(17) * (1e-3 * (x * x).sum() / 16)
     reg[-1, -1] = 0.0
     sol = np.linalg.solve(xa.T @ xa + reg, xa.T @ y)
-    np.testing.assert_allclose(w, sol[:-1].T, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(b, sol[-1], rtol=1e-4, atol=1e-5)
+    # compared on the ridge objective, which is well-conditioned where W itself is not (a tiny random model's
+    # embeddings are nearly collinear: float32 kernels of another host move W's weak directions, not the objective)
+    def objective(w_, b_):
+        return float(((x @ w_.T + b_ - y) ** 2).sum() + reg[0, 0] * (w_ ** 2).sum())
+    best = objective(sol[:-1].T, sol[-1])
+    assert objective(w, b) <= best * (1 + 1e-4) + 1e-9
     fit_mse = float(((x @ w.T + b - y) ** 2).mean())
 
     rnd = tmp_path / "random"
