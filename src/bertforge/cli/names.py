@@ -21,7 +21,8 @@ OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert", "modernbe
 SIZE_NAMES = ("tiny", "small", "base")
 
 #: keys of :data:`bertforge.distill.distiller.METHODS` (``distill --method``)
-DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm", "mobilebert", "embedding_mse", "margin_mse")
+DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm", "mobilebert", "embedding_mse", "margin_mse",
+                  "inbatch_kl")
 
 #: ``distill --method`` choices that train no network and so have no loss set in ``METHODS``:
 #: ``static`` (:mod:`bertforge.distill.static`, one embedding table)

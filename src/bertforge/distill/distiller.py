@@ -113,10 +113,14 @@ METHODS: dict = {
         "task": [{"loss": "margin_mse", "weight": 1.0}],
         "general": [{"loss": "margin_mse", "weight": 1.0}],  # refused by the command: needs triples
     },
+    "inbatch_kl": {  # Lin et al. 2021 (TCT-ColBERT) §3: each query's in-batch score distribution, teacher → student
+        "task": [{"loss": "inbatch_kl", "weight": 1.0, "temperature": 1.0, "alpha": 1.0}],
+        "general": [{"loss": "inbatch_kl", "weight": 1.0}],  # refused by the command: needs (query, positive) rows
+    },
 }
 
 #: methods whose losses read sentence embeddings (the student is an embedding model; docs/search.md)
-EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
+EMBEDDING_METHODS = ("embedding_mse", "margin_mse", "inbatch_kl")
 
 #: the file beside a distilled student holding its learned projections W (see :meth:`Distiller.save_projections`)
 PROJECTIONS_FILE = "distill_projections.safetensors"
@@ -258,6 +262,7 @@ class Distiller(nn.Module):
         # that normalises is matched in direction, what cosine search reads), the similarity of margins (the
         # teacher's: cosine when its embeddings are normalised), and whether the teacher is a cross-encoder
         self.pooling, self.normalize, self.margin_sim, self.cross_encoder = "mean", False, "dot", False
+        self.columns = 1  # texts per example: (query, positive, negatives…) rows of inbatch_kl have C
         self.proj = nn.ModuleDict()
         hs = student.config.hidden_size
         ht = self.teacher.config.hidden_size
@@ -369,7 +374,8 @@ class Distiller(nn.Module):
             row = get_feature(kind)
             if row.shape is None:
                 raise ConfigError(row.uncached)
-            out[name] = row.shape(self._teachers[self._source(kind, index)].config, index, max_len, nl)
+            config = self._teachers[self._source(kind, index)].config
+            out[name] = row.shape(config, index, max_len, nl, self.columns)
         return out
 
     @torch.no_grad()

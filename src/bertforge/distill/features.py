@@ -7,7 +7,7 @@ A distillation loss compares one *feature* of the student with the same feature 
   model once, for the union of its terms' requests);
 * how a layer's tensor is **read** from a model output (layer-wise features: hidden states, attention
   probabilities and scores, values), or how the teacher's value is made otherwise (logits, pooled embeddings,
-  score margins);
+  score margins, in-batch scores);
 * how a term's **loss** value is formed from the student's output and the teacher's features;
 * which teachers give it (``first``, ``each`` for an ensemble's soft targets, ``none``), which layer pairs
   are allowed (``blocks_only``: no layer 0; ``windowed``: attention maps pair only layers of the same
@@ -18,7 +18,8 @@ A distillation loss compares one *feature* of the student with the same feature 
 A new feature is one row of :data:`FEATURES` (and a loss naming it in ``LOSSES``). Sources of the rows: Hinton
 et al. 2015 (logits), DistilBERT (Sanh et al. 2019; MLM logits, hidden states), TinyBERT (Jiao et al. 2020;
 attention scores, hidden states), MiniLM (Wang et al. 2020; attention probabilities, values), Reimers &
-Gurevych 2020 (pooled embeddings), Hofstätter et al. 2020 (score margins), MobileBERT (Sun et al. 2020;
+Gurevych 2020 (pooled embeddings), Hofstätter et al. 2020 (score margins), Lin et al. 2021 (in-batch scores of
+each row's columns), MobileBERT (Sun et al. 2020;
 feature maps of equal width, no projection).
 """
 from __future__ import annotations
@@ -44,8 +45,8 @@ class Feature:
       ``feats``: feature name (``"<row>.<index>"``) → teacher tensor; ``inputs``: ``input_ids``,
       ``attention_mask``, ``token_type_ids``, ``labels``, ``mlm_labels``, ``pairs``;
     * ``check(loss, student, teacher) → wording or None`` — what is missing for this feature;
-    * ``shape(config, index, max_len, num_labels) → tuple`` — per-example cached shape (None: not cached,
-      ``uncached`` says why);
+    * ``shape(config, index, max_len, num_labels, columns) → tuple`` — per-example cached shape (None: not
+      cached, ``uncached`` says why); ``columns``: texts per example (query, positive, negatives…; 1 otherwise);
     * ``given(extra) → tensor or None`` — the teacher's value when the batch carries it (no teacher run).
     """
 
@@ -133,6 +134,14 @@ def _teacher_margin(distiller, out, index: int, inputs: dict) -> torch.Tensor:
     return margins(pooled(out, mask, distiller.pooling), ids.shape[1], distiller.margin_sim)[:, None]
 
 
+def _teacher_columns(distiller, out, index: int, inputs: dict) -> torch.Tensor:
+    """The teacher's pooled embeddings of every column of (B, C, T) rows, (B, C, H_T): the same pooling and
+    normalisation as its dir declares."""
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    out = distiller.teacher(ids, mask, inputs["token_type_ids"])
+    return pooled(out, mask, distiller.pooling, distiller.normalize).float().reshape(ids.shape[0], ids.shape[1], -1)
+
+
 def _given_margin(extra: dict) -> Optional[torch.Tensor]:
     m = extra.get("teacher_margin")
     return None if m is None else m.float().reshape(-1, 1)
@@ -174,6 +183,13 @@ def _margin(distiller, term, out_S, feats: dict, inputs: dict) -> torch.Tensor:
     return term.spec.fn(e[:, 0], e[:, 1], e[:, 2], feats[f"{term.feature.name}.0"], sim=distiller.margin_sim)
 
 
+def _columns(distiller, term, out_S, feats: dict, inputs: dict) -> torch.Tensor:
+    ids = inputs["input_ids"]
+    e = pooled(out_S, inputs["attention_mask"], distiller.pooling).reshape(ids.shape[0], ids.shape[1], -1)
+    return term.spec.fn(e, feats[f"{term.feature.name}.0"], sim=distiller.margin_sim, temperature=term.temperature,
+                        alpha=term.alpha)
+
+
 # ------------------------------------------------------------------------------------- model requirements
 
 def _task_heads(loss: str, student, teacher) -> Optional[str]:
@@ -205,26 +221,26 @@ def _same_width(loss: str, student, teacher) -> Optional[str]:
     return None
 
 
-def _attention_shape(config, layer: int, max_len: int, num_labels: int) -> tuple:
+def _attention_shape(config, layer: int, max_len: int, num_labels: int, columns: int = 1) -> tuple:
     return (config.heads_of(layer - 1), max_len, max_len)
 
 
-def _values_shape(config, layer: int, max_len: int, num_labels: int) -> tuple:
+def _values_shape(config, layer: int, max_len: int, num_labels: int, columns: int = 1) -> tuple:
     return (config.heads_of(layer - 1), max_len, config.head_dim)
 
 
 #: feature name → :class:`Feature`: the one place a distillation feature is described
 FEATURES: dict[str, Feature] = {f.name: f for f in [
     Feature("logits", _task_soft_targets, teacher=_logits, teachers="each", soft_targets=True, check=_task_heads,
-            shape=lambda c, i, t, n: (n,), float32=True),
+            shape=lambda c, i, t, n, k: (n,), float32=True),
     Feature("mlm_logits", _soft_targets, teacher=_logits, soft_targets=True, check=_mlm_heads,
             uncached="mlm_soft reads teacher MLM logits (B×T×V): too large to cache, and MLM inputs change every "
                      "epoch; run without the cache"),
     Feature("student_mlm", _student_mlm, teachers="none", check=_student_mlm_head),
     Feature("hidden", _layer_pairs, Features(hidden_states=True), read=lambda o, layer: o.hidden_states[layer],
-            shape=lambda c, i, t, n: (t, c.hidden_size), seq_axes=(0,)),
+            shape=lambda c, i, t, n, k: (t, c.hidden_size), seq_axes=(0,)),
     Feature("feature_maps", _layer_pairs, Features(hidden_states=True), read=lambda o, layer: o.hidden_states[layer],
-            check=_same_width, shape=lambda c, i, t, n: (t, c.hidden_size), seq_axes=(0,)),
+            check=_same_width, shape=lambda c, i, t, n, k: (t, c.hidden_size), seq_axes=(0,)),
     Feature("attention_scores", _layer_pairs, Features(attention_scores=True),
             read=lambda o, layer: o.attention_scores[layer - 1], blocks_only=True, windowed=True,
             shape=_attention_shape, seq_axes=(1, 2), masked_as_zero=True),
@@ -232,10 +248,12 @@ FEATURES: dict[str, Feature] = {f.name: f for f in [
             blocks_only=True, windowed=True, shape=_attention_shape, seq_axes=(1, 2)),
     Feature("values", _layer_pairs, Features(values=True), read=lambda o, layer: o.values[layer - 1],
             blocks_only=True, shape=_values_shape, seq_axes=(1,)),
-    Feature("embedding", _embedding, teacher=_teacher_embedding, shape=lambda c, i, t, n: (c.hidden_size,),
+    Feature("embedding", _embedding, teacher=_teacher_embedding, shape=lambda c, i, t, n, k: (c.hidden_size,),
             float32=True),
-    Feature("margin", _margin, teacher=_teacher_margin, own_pass=True, shape=lambda c, i, t, n: (1,), float32=True,
-            given=_given_margin),
+    Feature("margin", _margin, teacher=_teacher_margin, own_pass=True, shape=lambda c, i, t, n, k: (1,),
+            float32=True, given=_given_margin),
+    Feature("columns", _columns, teacher=_teacher_columns, own_pass=True,
+            shape=lambda c, i, t, n, k: (k, c.hidden_size), float32=True),
 ]}
 
 

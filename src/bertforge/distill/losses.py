@@ -23,6 +23,8 @@ name                   source
 ``mlm``                DistilBERT L_mlm: the student's own masked-LM cross-entropy (no teacher)
 ``pooled_mse``         Reimers & Gurevych 2020 eq. 1: MSE(W e_S, e_T) on pooled sentence embeddings
 ``margin_mse``         Hofstätter et al. 2020 eq. 1: MSE of the score margins s(q, p⁺) − s(q, p⁻)
+``inbatch_kl``         Lin et al. 2021 (TCT-ColBERT) §3: KL of each query's score distribution over the
+                       batch's passages, the teacher's against the student's (+ (1 − α)·CE on the gold)
 =====================  ==========================================================================
 
 ``attention_mse``/``attention_kl`` need equal head counts; when they differ, both sides are averaged over
@@ -46,7 +48,8 @@ class LossSpec:
     """``feature``: what the loss reads, the name of its row in :data:`bertforge.distill.features.FEATURES`
     (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions`` | ``values`` | ``mlm_logits`` |
     ``student_mlm``: the student's MLM logits only | ``embedding``: pooled sentence embeddings | ``margin``: score
-    margins of (query, positive, negative) triples), which says how it is requested, read and cached;
+    margins of (query, positive, negative) triples | ``columns``: pooled embeddings of each (query, positive,
+    negatives…) row's columns), which says how it is requested, read and cached;
     ``layerwise``: True when it is applied to layer pairs of a map; ``projects``: True when a learned W
     (student H → teacher H) is inserted when the widths differ."""
 
@@ -272,6 +275,39 @@ def margin_mse_loss(q_S: torch.Tensor, pos_S: torch.Tensor, neg_S: torch.Tensor,
     return margin(q_S, pos_S, neg_S, margin_T.reshape(-1), sim)
 
 
+def inbatch_kl_loss(emb_S: torch.Tensor, emb_T: torch.Tensor, sim: str = "cos", temperature: float = 1.0,
+                    alpha: float = 1.0, **_) -> torch.Tensor:
+    """In-batch listwise score distillation (Lin, Yang & Lin 2021, "In-Batch Negatives for Knowledge
+    Distillation with Tightly-Coupled Teachers for Dense Retrieval", §3; RocketQAv2, Ren et al. 2021, eq. 4):
+    every query of the batch scores every passage of the batch (its positive, the other rows' positives and
+    every row's negatives), on the teacher and on the student, and the student's distribution over those
+    passages is pulled to the teacher's:
+
+        L = α · T² · (1/B) Σ_i KL(softmax(s_T(q_i, ·)/T) ‖ softmax(s_S(q_i, ·)/T)) + (1 − α) · CE(s_S(q_i, ·), i)
+
+    ``emb_S`` (B, C, H_S) and ``emb_T`` (B, C, H_T) are the pooled embeddings of each row's columns (query,
+    positive, negatives…); the widths may differ (scores are compared, not vectors, so no projection). Scores:
+    ``sim="cos"`` → 20 · cosine (sentence-transformers' MultipleNegativesRankingLoss scale, τ = 0.05, what a
+    normalising teacher was trained with), ``"dot"`` → the dot product. The gold passage of query i is column 1
+    of row i, so ``α < 1`` adds the in-batch-negatives cross-entropy (Henderson et al. 2017). Returns a float32
+    scalar."""
+    def scores(e: torch.Tensor) -> torch.Tensor:
+        e = e.float()
+        if sim == "cos":
+            e = F.normalize(e, dim=-1)
+        q, docs = e[:, 0], e[:, 1:].transpose(0, 1).reshape(-1, e.shape[-1])  # docs: positives, then negatives
+        return (q @ docs.T) * (20.0 if sim == "cos" else 1.0)
+
+    t = float(temperature)
+    s_S, s_T = scores(emb_S) / t, scores(emb_T) / t
+    kl = F.kl_div(F.log_softmax(s_S, -1), F.log_softmax(s_T, -1), log_target=True, reduction="batchmean")
+    loss = alpha * t * t * kl
+    if alpha < 1.0:
+        gold = torch.arange(s_S.shape[0], device=s_S.device)
+        loss = loss + (1.0 - alpha) * F.cross_entropy(s_S * t, gold)
+    return loss
+
+
 def pkd_loss(hidden_S: torch.Tensor, hidden_T: torch.Tensor, mask: Optional[torch.Tensor] = None,
              proj: Optional[Callable] = None, **_) -> torch.Tensor:
     """BERT-PKD patient loss (Sun et al. 2019, eq. 3) for one layer pair: ``‖h_S/‖h_S‖₂ − h_T/‖h_T‖₂‖₂²``
@@ -377,4 +413,5 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in [
     LossSpec("value_relation_kl", value_relation_kl_loss, "values", layerwise=True),
     LossSpec("pooled_mse", pooled_mse_loss, "embedding", layerwise=False, projects=True),
     LossSpec("margin_mse", margin_mse_loss, "margin", layerwise=False),
+    LossSpec("inbatch_kl", inbatch_kl_loss, "columns", layerwise=False),
 ]}

@@ -130,7 +130,7 @@ class Settings:
     """What the options and the recipe's ``distill`` section ask for, checked (options win)."""
     section: dict              # the recipe's distill section as given
     stage: str                 # "task" (labelled data) or "general" (raw text)
-    method: str                # kd | distilbert | pkd | tinybert | minilm | embedding_mse | margin_mse
+    method: str                # kd | distilbert | pkd | tinybert | minilm | embedding_mse | margin_mse | inbatch_kl
     student: str               # shape, layers:…, or a checkpoint dir
     temperature: Optional[float]
     alpha: Optional[float]
@@ -275,13 +275,16 @@ def _check_stage_options(opts, stage: str) -> None:
 
 def _check_method(method: str, stage: str) -> None:
     """ConfigError for a method no registry entry names (:data:`bertforge.distill.distiller.METHODS`, user
-    entries included), and for margin_mse on raw text."""
+    entries included), and for margin_mse / inbatch_kl on raw text."""
     from ..distill.distiller import METHODS
     if method not in METHODS:
         raise ConfigError(f"unknown distillation method {method!r}; choose one of {', '.join(METHODS)} or static")
     if method == "margin_mse" and stage == "general":
         raise ConfigError("--method margin_mse distils score margins of (query, positive, negative) triples: pass "
                           "--task retrieval --train FILE, not --corpus")
+    if method == "inbatch_kl" and stage == "general":
+        raise ConfigError("--method inbatch_kl distils each query's scores over a batch of passages: pass --task "
+                          "retrieval --train FILE of (query, positive[, negative]) rows, not --corpus")
 
 
 def _augment_settings(opts, ds: dict, stage: str) -> tuple:
@@ -516,8 +519,10 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
         distiller.pooling, distiller.cross_encoder = data.pooling.mode, data.cross_encoder
         distiller.normalize = bool(data.pooling.normalize) and not data.cross_encoder
         distiller.margin_sim = "cos" if (data.pooling.normalize and not data.cross_encoder) else "dot"
+        distiller.columns = data.columns
         if data.adapter is not None:
-            data.adapter.settings.similarity = distiller.margin_sim if settings.method == "margin_mse" else "cos"
+            data.adapter.settings.similarity = (distiller.margin_sim if settings.method in ("margin_mse", "inbatch_kl")
+                                                else "cos")
     fresh = sorted(distiller.proj)
     if Path(settings.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
         from ..distill.distiller import PROJECTIONS_FILE

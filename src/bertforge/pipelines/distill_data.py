@@ -18,7 +18,7 @@ from ..checkpoint.modeldir import ModelDir, resolve
 from ..errors import ConfigError
 
 #: the methods of :data:`bertforge.distill.distiller.EMBEDDING_METHODS` (sentence embeddings; docs/search.md)
-EMBEDDING_METHODS = ("embedding_mse", "margin_mse")
+EMBEDDING_METHODS = ("embedding_mse", "margin_mse", "inbatch_kl")
 
 
 def apply_kernels(model, kernels):
@@ -45,6 +45,7 @@ class Data:
     counts: Optional[dict] = None  # records read → training items (TaskAdapter.counts), for the plan line
     pooling: object = None     # embedding methods: the teacher's pooling (models.pooling.Pooling), the student's too
     cross_encoder: bool = False  # margin_mse: the teacher scores (query, passage) pairs
+    columns: int = 1           # texts per item: inbatch_kl's (query, positive, negatives…) rows
     #: a student dir with another vocabulary than the teacher's (pooled embedding methods only): its own
     #: tokenizer encodes every item a second time (``student`` of each item), and its dir gives the saved tokenizer
     student_dir: Optional[str] = None
@@ -68,7 +69,7 @@ def _check_augment_mlm(mlm_dir: str, teacher_dir) -> None:
 def _check_vocabularies(teacher_dirs, student_spec, method: Optional[str] = None, stage: str = "task") -> bool:
     """Teachers and a student given as a checkpoint dir must share one vocabulary: the same input_ids are
     fed to all of them — except a student dir taught a pooled sentence embedding (``embedding_mse`` /
-    ``margin_mse`` on ``--task retrieval`` data), which reads its own tokenization of the same texts. Returns
+    ``margin_mse`` / ``inbatch_kl`` on ``--task retrieval`` data), which reads its own tokenization of the same texts. Returns
     whether the student's vocabulary is another one. Raises ConfigError (one line) before anything is loaded
     or written: a token-level method across vocabularies, or teachers of different vocabularies."""
     dirs = [Path(t) for t in teacher_dirs]
@@ -90,8 +91,8 @@ def _check_vocabularies(teacher_dirs, student_spec, method: Optional[str] = None
                 raise ConfigError(f"--method {method} ({stage} stage) compares token-level outputs, and student {d} "
                                   f"has a different vocabulary ({sizes}) than teacher {dirs[0]} ({ref_size} tokens); "
                                   f"build the --student from the teacher (a shape or layers:…), or compare pooled "
-                                  f"sentence embeddings, which work across vocabularies: --method embedding_mse or "
-                                  f"margin_mse with --task retrieval")
+                                  f"sentence embeddings, which work across vocabularies: --method embedding_mse, "
+                                  f"margin_mse or inbatch_kl with --task retrieval")
             fix = ("build the student from the teacher (--student 4L-312H-12A-1200I or layers:0,2,4) or use "
                    "checkpoints that share the teacher's tokenizer" if role == "student" else
                    "pass teachers that share one tokenizer (fine-tuned from the same checkpoint)")
@@ -215,11 +216,13 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
     Gurevych 2020 distil on sentences); for ``margin_mse`` every (query, positive, negative) triple is one,
     with the teacher's score margin from a cross-encoder teacher (a saved one-logit sequence classifier,
     scoring each pair), a bi-encoder teacher (its own pooled embeddings) or ``scores`` in the file
-    (Hofstätter et al. 2020). Teachers are the encoders with the pooling their dirs declare.
+    (Hofstätter et al. 2020); for ``inbatch_kl`` every row is one, all its columns (query, positive,
+    negatives…) embedded by a bi-encoder teacher (Lin et al. 2021). ``distill.mine_negatives=K`` gives every
+    row K negatives the teacher mines. Teachers are the encoders with the pooling their dirs declare.
 
     Raises:
-        ConfigError: another method than embedding_mse / margin_mse; margin_mse rows without a negative;
-            a cross-encoder teacher for embedding_mse.
+        ConfigError: another method than embedding_mse / margin_mse / inbatch_kl; margin_mse rows without a
+            negative; a cross-encoder teacher for embedding_mse or inbatch_kl.
     """
     from ..data.collate import PadCollator
     from ..checkpoint.read import load_pretrained
@@ -227,17 +230,18 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
     from ..tokenizer import pad_id
     d = recipe.data
     if settings.method not in EMBEDDING_METHODS:
-        raise ConfigError(f"--task retrieval distils an embedding model: pass --method embedding_mse or "
-                          f"margin_mse (not {settings.method})")
+        raise ConfigError(f"--task retrieval distils an embedding model: pass --method embedding_mse, "
+                          f"margin_mse or inbatch_kl (not {settings.method})")
     teacher0 = ModelDir.open(teacher_dirs[0])
     cfg0 = teacher0.config
     cross = teacher0.head == "sequence_classification" and len(cfg0.get("id2label") or {0: 0}) == 1
-    if cross and settings.method == "embedding_mse":
-        raise ConfigError(f"--method embedding_mse copies a bi-encoder's embeddings and teacher {teacher_dirs[0]} "
+    if cross and settings.method in ("embedding_mse", "inbatch_kl"):
+        raise ConfigError(f"--method {settings.method} reads a bi-encoder's embeddings and teacher {teacher_dirs[0]} "
                           f"is a cross-encoder (one-logit classifier); use --method margin_mse with it")
     pooling = teacher0.pooling
     adapter.configure({}, int(cfg0.get("hidden_size") or cfg0.get("dim")), pooling)
     pairs = read_pairs(d.train, d.max_train_samples)
+    columns = 1
     if settings.method == "embedding_mse":
         texts = list(dict.fromkeys(t for e in pairs for t in (e.query, e.positive, *e.negatives)))
         items = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
@@ -246,8 +250,11 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
         mine = int(settings.section.get("mine_negatives") or 0)
         if mine and not cross:  # the bi-encoder teacher ranks the passages; its best wrong ones are the negatives
             pairs = _teacher_negatives(pairs, teacher_dirs[0], tok, d.max_seq_len, pooling, mine)
-        items = _margin_triples(pairs, d, tok, adapter, cross)
-        base_collate, unit = adapter.collator(), "triples"
+        if settings.method == "inbatch_kl":  # one item per row: (query, positive, negatives…) as C columns
+            items, unit, columns = list(adapter.load_examples(pairs)), "rows", 2 + len(pairs[0].negatives)
+        else:
+            items, unit = _margin_triples(pairs, d, tok, adapter, cross), "triples"
+        base_collate = adapter.collator()
     if cross:
         teachers = [apply_kernels(load_pretrained(t, head="sequence_classification", strict_head=True),
                                   recipe.impl.kernels) for t in teacher_dirs]
@@ -257,18 +264,20 @@ def _retrieval_data(settings, recipe, teacher_dirs, tok, task, adapter) -> Data:
     if getattr(settings, "cross_vocabulary", False):  # the student reads its own tokens of the same texts
         student_dir = settings.student
         adapter = _student_columns(items, task, student_dir, pooling, d, settings.method, pairs)
-        base_collate = StudentColumns(base_collate, adapter.collator() if settings.method == "margin_mse"
-                                      else PadCollator(pad_id(adapter.tok)))
+        base_collate = StudentColumns(base_collate, PadCollator(pad_id(adapter.tok))
+                                      if settings.method == "embedding_mse" else adapter.collator())
     eval_ds = adapter.load(d.eval, d.max_eval_samples) if d.eval else None
     return Data(teachers=teachers, tokenizer=tok, head="base", head_config={}, items=items,
                 base_collate=base_collate, eval_ds=eval_ds, adapter=adapter, task=task, task_spec={},
                 counts={"read": len(pairs), "read_unit": "pairs", "items": len(items), "item_unit": unit,
-                        "max_seq_len": d.max_seq_len}, pooling=pooling, cross_encoder=cross, student_dir=student_dir)
+                        "max_seq_len": d.max_seq_len}, pooling=pooling, cross_encoder=cross, student_dir=student_dir,
+                columns=columns)
 
 
 def _student_columns(items: list, task, student_dir, pooling, d, method: str, pairs) -> object:
     """Give every item a ``student`` encoding of the same texts with the student's tokenizer (embedding_mse:
-    one text; margin_mse: the (query, positive, negative) columns); returns the student's adapter, which
+    one text; margin_mse: the (query, positive, negative) columns; inbatch_kl: the row's columns); returns the
+    student's adapter, which
     evaluates the student with its own tokenizer."""
     from ..tasks import adapter_for
     from ..tasks.retrieval import PairExample
@@ -279,9 +288,10 @@ def _student_columns(items: list, task, student_dir, pooling, d, method: str, pa
         texts = list(dict.fromkeys(t for e in pairs for t in (e.query, e.positive, *e.negatives)))
         own = [{"input_ids": ids, "token_type_ids": [0] * len(ids)} for ids in adapter._encode(texts)]
     else:
-        triples = [PairExample(e.query, e.positive, (n,), e.id) for e in pairs for n in e.negatives]
+        rows = pairs if method == "inbatch_kl" else [PairExample(e.query, e.positive, (n,), e.id)
+                                                     for e in pairs for n in e.negatives]
         own = [{k: v for k, v in it.items() if k in ("input_ids", "token_type_ids")}
-               for it in adapter.load_examples(triples)]
+               for it in adapter.load_examples(rows)]
     for it, mine in zip(items, own):
         it["student"] = mine
     return adapter
