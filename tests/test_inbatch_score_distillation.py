@@ -75,8 +75,10 @@ def test_inbatch_kl_moves_the_students_score_distributions_to_the_teachers(tmp_p
         rc = main(["distill", "--teacher", str(teacher), "--student", str(student), "--method", "inbatch_kl",
                    "--task", "retrieval", "--train", str(train), "--out", str(tmp_path / run), "--epochs", "2",
                    "--batch-size", "16", "--max-seq-len", "32", "--no-progress", "--cache-dir",
-                   str(tmp_path / "cache")])
+                   str(tmp_path / "cache"), "--alpha", "0.5", "--temperature", "2"])
         assert rc == 0, capsys.readouterr().err
+    recipe = (tmp_path / "kl3" / "recipe.yaml").read_text()
+    assert "alpha: 0.5" in recipe and "temperature: 2.0" in recipe, recipe
     meta = json.loads((tmp_path / "cache" / "meta.json").read_text())
     assert list(meta["shapes"].values()) == [[3, 32]]
     a, b = (_embed(tmp_path / run, [r["query"] for r in rows]) for run in ("kl3", "kl3b"))

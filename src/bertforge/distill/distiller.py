@@ -122,6 +122,9 @@ METHODS: dict = {
 #: methods whose losses read sentence embeddings (the student is an embedding model; docs/search.md)
 EMBEDDING_METHODS = ("embedding_mse", "margin_mse", "inbatch_kl")
 
+#: losses whose ``alpha`` weighs the soft (teacher) part against the hard-label part (``--alpha``)
+HARD_LABEL_LOSSES = ("kd", "inbatch_kl")
+
 #: the file beside a distilled student holding its learned projections W (see :meth:`Distiller.save_projections`)
 PROJECTIONS_FILE = "distill_projections.safetensors"
 
@@ -197,7 +200,8 @@ def build_terms(entries: list, m: int, n: int, temperature: Optional[float] = No
                                       f"{zero[0]} from its layer map")
         t = Term(loss=e["loss"], weight=float(e.get("weight", 1.0)), pairs=pairs,
                  temperature=float(temperature if temperature is not None else e.get("temperature", 1.0)),
-                 alpha=float(alpha if alpha is not None and e["loss"] == "kd" else e.get("alpha", 1.0)),
+                 alpha=float(alpha if alpha is not None and e["loss"] in HARD_LABEL_LOSSES
+                             else e.get("alpha", 1.0)),
                  relation_heads=e.get("relation_heads"), name=e.get("name") or e["loss"])
         out.append(t)
     return out

@@ -252,7 +252,7 @@ FEATURES: dict[str, Feature] = {f.name: f for f in [
             float32=True),
     Feature("margin", _margin, teacher=_teacher_margin, own_pass=True, shape=lambda c, i, t, n, k: (1,),
             float32=True, given=_given_margin),
-    Feature("columns", _columns, teacher=_teacher_columns, own_pass=True,
+    Feature("columns", _columns, teacher=_teacher_columns, own_pass=True, soft_targets=True,
             shape=lambda c, i, t, n, k: (k, c.hidden_size), float32=True),
 ]}
 

@@ -382,15 +382,15 @@ def _check_options_used(opts, entries: list, method: str, stage: str) -> None:
     """ConfigError for an option the chosen losses would ignore: ``temperature`` without a soft-logit term,
     ``alpha`` without a ``kd`` term (it weighs that term's hard-label CE), ``layer_map`` without a layer-wise
     term that follows a map, ``mlm_prob`` in the task stage."""
-    from ..distill.distiller import follows_layer_map, reads_logits
+    from ..distill.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
     names = [e["loss"] for e in entries]
     listed = f"--method {method} ({stage} stage) trains {', '.join(names)}"
     if opts.temperature is not None and not any(map(reads_logits, names)):
         raise ConfigError(f"--temperature softens teacher logits, but {listed}, none of which reads "
                           f"logits; drop --temperature")
-    if opts.alpha is not None and "kd" not in names:
-        raise ConfigError(f"--alpha weighs the kd term against the hard-label loss, but {listed}; drop "
-                          f"--alpha")
+    if opts.alpha is not None and not set(HARD_LABEL_LOSSES) & set(names):
+        raise ConfigError(f"--alpha weighs the kd (or inbatch_kl) term against the hard-label loss, but {listed}; "
+                          f"drop --alpha")
     if opts.layer_map is not None and not any(map(follows_layer_map, entries)):
         raise ConfigError(f"--layer-map pairs student and teacher layers, but {listed}, none of them "
                           f"layer-wise with a named map; drop --layer-map or choose --method pkd, tinybert or minilm")
@@ -427,11 +427,11 @@ def distill_collator(data: Data, losses: Losses):
 def _applied(entry: dict, term, layer_map) -> dict:
     """A loss entry as the run applied it, for ``recipe.yaml``: the temperature/alpha that the
     ``temperature``/``alpha`` options set on the term, the ``layer_map`` that replaced a named map."""
-    from ..distill.distiller import follows_layer_map, reads_logits
+    from ..distill.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
     e = dict(entry)
     if reads_logits(e["loss"]):
         e["temperature"] = term.temperature
-    if e["loss"] == "kd":
+    if e["loss"] in HARD_LABEL_LOSSES:
         e["alpha"] = term.alpha
     if layer_map is not None and follows_layer_map(e):
         e["layers"] = layer_map

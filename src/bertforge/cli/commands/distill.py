@@ -49,7 +49,7 @@ def add_arguments(p) -> None:
                         "windows); --stage general: N sequences of --max-seq-len tokens spread evenly over the "
                         "corpus; the run prints how many items and optimizer steps that makes")
     p.add_argument("--temperature", type=float, help="soft-target temperature T (all logits losses)")
-    p.add_argument("--alpha", type=float, help="kd: weight of the soft loss; 1−α goes to the hard labels")
+    p.add_argument("--alpha", type=float, help="kd, inbatch_kl: weight of the soft loss; 1−α goes to the hard labels")
     p.add_argument("--layer-map", help=f"{' | '.join(LAYER_MAPS)} | pairs like 1:2,2:4,3:6")
     p.add_argument("--augment", type=int, default=None, metavar="N",
                    help="TinyBERT augmentation: N augmented copies per training example (task stage)")
