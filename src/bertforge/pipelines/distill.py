@@ -279,12 +279,14 @@ def _check_method(method: str, stage: str) -> None:
     from ..distill.distiller import METHODS
     if method not in METHODS:
         raise ConfigError(f"unknown distillation method {method!r}; choose one of {', '.join(METHODS)} or static")
-    if method == "margin_mse" and stage == "general":
-        raise ConfigError("--method margin_mse distils score margins of (query, positive, negative) triples: pass "
-                          "--task retrieval --train FILE, not --corpus")
-    if method == "inbatch_kl" and stage == "general":
-        raise ConfigError("--method inbatch_kl distils each query's scores over a batch of passages: pass --task "
-                          "retrieval --train FILE of (query, positive[, negative]) rows, not --corpus")
+    if method in _READS_ROWS and stage == "general":
+        raise ConfigError(f"--method {method} distils {_READS_ROWS[method]}: pass --task retrieval --train FILE"
+                          f"{' of (query, positive[, negative]) rows' if method == 'inbatch_kl' else ''}, not --corpus")
+
+
+#: methods that read (query, positive[, negative]) rows, never raw text: what each distils
+_READS_ROWS = {"margin_mse": "score margins of (query, positive, negative) triples",
+               "inbatch_kl": "each query's scores over a batch of passages"}
 
 
 def _augment_settings(opts, ds: dict, stage: str) -> tuple:
