@@ -6,6 +6,7 @@ post-processing written out in numpy here (softmax, sigmoid ≥ threshold, argma
 1e-5 (float32 re-ordered sums of values ≤ ~10), the INT8 dir 1e-4 (bundle_manifest.TOLERANCE).
 """
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,9 @@ def test_graphs_use_the_default_onnx_domain_only(bundled):
     for name, e in m["models"].items():
         assert foreign_ops(onnx.load(str(bundled / e["graph"]))) == [], name
     assert m["models"]["cls-int8"]["precision"] == "int8"
+    # a bundle leaves this host: its manifest names each source dir, never this host's absolute path
+    assert {e["source"] for e in m["models"].values()} >= {"cls-int8"}
+    assert not any(os.sep in e["source"] for e in m["models"].values())
 
 
 def test_embedding_is_pooled_truncated_normalised_in_the_graph(bundled, dirs, lite):

@@ -16,7 +16,7 @@ def _threads(v: str) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="bertforge_lite", description=__doc__,
+    p = argparse.ArgumentParser(prog="bertforge_lite", description=__doc__, allow_abbrev=False,
                                 usage="python -m bertforge_lite BUNDLE TEXT [TEXT ...] [--model NAME] [--threads N]\n"
                                       "       python -m bertforge_lite verify BUNDLE [--threads N]")
     if argv[:1] == ["verify"]:

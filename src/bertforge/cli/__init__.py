@@ -36,6 +36,13 @@ def _verbs() -> dict:
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every verb's parser: no abbreviated options (``--thread`` is an error, not ``--threads``: a typo must not
+    quietly pick an option), and usage errors in one line, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # argparse usage errors: one line, exit 2
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)

@@ -193,7 +193,7 @@ def _bundle_one(md, dst: Path, scratch: Path, fused: bool) -> dict:
         raise CheckpointError(f"cannot bundle {md.path}: its graph takes {unknown[0]!r}; a bundle feeds "
                               f"{', '.join(INPUT_NAMES)}")
     max_length = min(md.max_seq_len or 256, md.positions) if md.positions else (md.max_seq_len or 256)
-    entry = {"kind": kind, "source": str(md.path), "graph": "model.onnx",
+    entry = {"kind": kind, "source": md.path.name, "graph": "model.onnx",
              "fused_graph": "model.fused.onnx" if fused_src is not None else None, "tokenizer": "tokenizer.json",
              "inputs": inputs, "outputs": list(OUTPUTS[kind]), "max_length": int(max_length),
              "truncation": "longest_first, right; max_length counts the special tokens",
