@@ -25,6 +25,9 @@ Rows (``--rows``; each row's result is kept in ``--work`` so rows can be run apa
                on the teacher's last block: the layer-choice benchmarks kept more that way), distilled as ``search``
   tinybert     4 layers × 312 (``4L-312H-12A-1200I``): general distillation (``--method tinybert --stage general``
                on the distillation text) then task distillation (as ``search``)
+  tinybert-minilm  4 layers × 384 from all-MiniLM-L6-v2's blocks 0, 2, 4, 5 (``--tinybert-minilm-layers``; its
+               embeddings, pooling and normalisation kept), task-distilled as ``search``: the TinyBERT depth with the
+               general knowledge taken from a pretrained small model instead of a general stage on this corpus
   sts          STS-B dev Spearman (cosine) of the teacher and of every student trained so far
 
 Measured: NDCG@10 (bertforge's Embedder → exact search, benchmarks/bench_retrieval.py's path), texts/s encoding
@@ -53,7 +56,8 @@ DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_retrieval import cli, evaluate, throughputs  # noqa: E402
 
-ROWS = ("teacher", "minilm", "search", "search-mm", "search-ft", "search-ft-int8", "distilbert", "tinybert", "sts")
+ROWS = ("teacher", "minilm", "search", "search-mm", "search-ft", "search-ft-int8", "distilbert", "tinybert",
+        "tinybert-minilm", "sts")
 HUB = "sentence-transformers/all-mpnet-base-v2"
 
 
@@ -143,6 +147,7 @@ def parse_args(argv):
                     help="inbatch_kl: train-article (question, paragraph) rows (0: all)")
     ap.add_argument("--tinybert-lr", type=float, default=1e-4,
                     help="tinybert task stage lr (a student distilled from scratch moves further than a pretrained one)")
+    ap.add_argument("--tinybert-minilm-layers", default="0,2,4,5", help="tinybert-minilm: all-MiniLM-L6-v2's blocks")
     ap.add_argument("--general-epochs", type=float, default=1, help="TinyBERT general distillation epochs")
     ap.add_argument("--margin-pairs", type=int, default=1000, help="search-mm: train pairs (their paragraphs are mined)")
     ap.add_argument("--mine-negatives", type=int, default=2)
@@ -188,6 +193,17 @@ def prepare_data(args, work: Path, res: dict) -> tuple:
     res["distillation_text"] = {**made, "max_seq_len": args.distill_max_seq_len}
     print(f"distillation text: {json.dumps(made)}", flush=True)
     return beir, beir_dir, dtrain, dcorpus
+
+
+def minilm_layers(src: str, layers: list, out: Path) -> None:
+    """``layers`` of the sentence-transformers dir ``src`` (embeddings, pooler, pooling and normalisation kept) saved
+    as a model dir at ``out`` (DistilBERT's initialisation, taken from the pretrained small model)."""
+    from bertforge.checkpoint.layout import carry_declarations
+    from bertforge.checkpoint.read import load_pretrained
+    from bertforge.distill.student import copy_layers
+    model = load_pretrained(src, notes=False)
+    copy_layers(model, layers).save_pretrained(out, tokenizer_dir=src)
+    carry_declarations(src, out, hidden_size=model.config.hidden_size)
 
 
 def main(argv=None) -> int:
@@ -248,7 +264,7 @@ def main(argv=None) -> int:
         params = res["rows"][name[:-len("-int8")]]["params"] if name.endswith("-int8") else n_params(path)
         res.setdefault("rows", {})[name] = {"path": str(path), **m, "params": params,
                                            "wall_s": round(time.time() - started, 1)}
-        if name in ("search", "distilbert", "tinybert"):
+        if name in ("search", "distilbert", "tinybert", "tinybert-minilm"):
             res["rows"][name]["method"] = args.distill_method
         print(f"{name}: NDCG@10 {m['ndcg@10']:.4f} ({res['rows'][name]['wall_s']} s)", flush=True)
         save()
@@ -291,6 +307,12 @@ def main(argv=None) -> int:
                  "--epochs", args.general_epochs, "--batch-size", 32, "--lr", 5e-4, "--overwrite", *common])
             out, _ = distil("tinybert", str(gen), lr=args.tinybert_lr)
             measure("tinybert", out, t0)
+        elif row == "tinybert-minilm":
+            init = work / "minilm-l{}".format(len(args.tinybert_minilm_layers.split(",")))
+            if not (init / "model.safetensors").is_file():
+                minilm_layers(minilm, [int(x) for x in args.tinybert_minilm_layers.split(",")], init)
+            out, _ = distil("tinybert-minilm", str(init))
+            measure("tinybert-minilm", out, t0)
         elif row == "sts":
             for name, r in res.get("rows", {}).items():
                 if "sts_spearman" not in r and not name.endswith("int8"):
@@ -350,7 +372,9 @@ def report(res: dict, args) -> None:
                  ("distilbert", lambda r: r["params"] <= 0.6 * t["params"],
                   "≤ 60% of its parameters (DistilBERT itself is 60.6% of BERT-base: the embeddings stay whole)"),
                  ("tinybert", lambda r: keep(r, 0.9), "≥ 90% of the teacher"),
-                 ("tinybert", lambda r: fast(r, 9), "≥ 9× its texts/s")]
+                 ("tinybert", lambda r: fast(r, 9), "≥ 9× its texts/s"),
+                 ("tinybert-minilm", lambda r: keep(r, 0.9), "≥ 90% of the teacher (4 × 384, not the recipe's 312)"),
+                 ("tinybert-minilm", lambda r: fast(r, 9), "≥ 9× its texts/s")]
         lines.append("")
         for n, ok, what in goals:
             if n in rows:
