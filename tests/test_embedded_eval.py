@@ -265,6 +265,13 @@ def test_results_table_and_claims():
     assert "student-a-int8" in txt
     claims = {c["claim"]: c["ok"] for c in rp.checks(_rows())}
     assert list(claims.values()) == [True, True, False, True]  # int8 keeps 94% < 95%
+    # the second student (4-bit weights): 0.48 / 0.50 = 96% kept; 11.6 / 69.6 MB = 1/6 ≤ 1/4; at 20 MB (> 1/4) no
+    low_bit = {"name": "student-b", "backend": "onnxruntime", "lee_spearman": 0.48, "latency_ms": 3.0,
+               "size_mb": 11.6}
+    claims = rp.checks([*_rows(), low_bit])
+    assert [c["ok"] for c in claims[-2:]] == [True, True] and claims[-1]["value"].startswith("1/6.0")
+    assert [c["ok"] for c in rp.checks([*_rows(), {**low_bit, "size_mb": 20.0, "lee_spearman": 0.47}])[-2:]] \
+        == [False, False]
 
 
 def test_plots_and_loss_curve_reader(tmp_path):

@@ -173,10 +173,13 @@ def results_table(rows: list, teacher: str = "teacher") -> tuple:
 
 def checks(rows: list, student: str = "student-a", int8: str = "student-a-int8",
            teacher: str = "teacher", min_keep: float = 0.95, min_speedup: float = 1.8,
-           onnx_fp32: str = "student-a-onnx", key: str = "lee_spearman", label: str = "Lee ρ") -> list:
+           onnx_fp32: str = "student-a-onnx", key: str = "lee_spearman", label: str = "Lee ρ",
+           low_bit: str = "student-b", max_low_bit_size: float = 0.25) -> list:
     """The demo's claims, each ``{"claim", "value", "ok"}``: the student keeps ≥ 95% of the teacher's Lee ρ
     at ≥ 1.8× lower latency; its INT8 version keeps ≥ 95% and is faster still (than the student in
-    PyTorch FP32, and than the same student in ONNX Runtime FP32 when that row exists)."""
+    PyTorch FP32, and than the same student in ONNX Runtime FP32 when that row exists); the second student
+    (``low_bit``: the first one's weights at 4 bits, Q-BERT's group-wise grids) keeps ≥ 95% too in a file of
+    ≤ 1/4 of the first one's FP32 size (4 of 32 bits, plus the scales, zero points and FP32 norms)."""
     by = {r["name"]: r for r in rows}
     out = []
     t, s, q, o = by.get(teacher), by.get(student), by.get(int8), by.get(onnx_fp32)
@@ -199,6 +202,17 @@ def checks(rows: list, student: str = "student-a", int8: str = "student-a-int8",
                 out.append({"claim": f"{int8} is faster than {onnx_fp32} (same graph, ONNX Runtime FP32)",
                             "value": f"{o['latency_ms'] / q['latency_ms']:.2f}× ({o['latency_ms']:.2f} → "
                                      f"{q['latency_ms']:.2f} ms)", "ok": q["latency_ms"] < o["latency_ms"]})
+        lb = by.get(low_bit)
+        if lb and lb.get(key) is not None:
+            kb = lb[key] / t[key]
+            out.append({"claim": f"{low_bit} (low-bit weights) keeps ≥ {min_keep:.0%} of the teacher's {label}",
+                        "value": f"{kb:.1%}", "ok": kb >= min_keep})
+            if s.get("size_mb") and lb.get("size_mb"):
+                r = lb["size_mb"] / s["size_mb"]
+                out.append({"claim": f"{low_bit}'s file is ≤ 1/{round(1 / max_low_bit_size)} of {student}'s FP32 "
+                                     "file",
+                            "value": f"1/{1 / r:.1f} ({s['size_mb']:.1f} → {lb['size_mb']:.1f} MB)",
+                            "ok": r <= max_low_bit_size})
     return out
 
 
