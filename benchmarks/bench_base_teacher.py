@@ -380,7 +380,7 @@ def report(res: dict, args) -> None:
             if n in rows:
                 r = rows[n]
                 got = (f"{100 * r['ndcg@10'] / t['ndcg@10']:.1f}%, {r.get('x_teacher', float('nan')):.2f}×, "
-                       f"{100 * r['params'] / t['params']:.1f}% of the parameters")
+                       f"{100 * r['params'] / t['params']:.1f}% of the parameters = {t['params'] / r['params']:.1f}× smaller")
                 lines.append(f"{n}: {what}: {'MET' if ok(r) else 'NOT MET'} ({got})")
         if "search-ft" in rows and "search-ft-int8" in rows:
             d = 100 * (rows["search-ft"]["ndcg@10"] - rows["search-ft-int8"]["ndcg@10"])
