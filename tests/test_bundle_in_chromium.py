@@ -1,7 +1,8 @@
 """The page in web/ runs a bundle in headless Chromium (single-threaded WASM, served on 127.0.0.1) and gives the
 same token ids as the Python tokenizer and the same outputs as bertforge_lite — FP32 within 1e-5, INT8 within
 1e-4 (relative above 1; bundle_manifest.TOLERANCE) — on the golden inputs and 1,000 fuzz texts (CJK, emoji,
-combining marks, zero-width characters, very long texts). bertforge_lite itself equals bertforge's runners
+combining marks, zero-width characters, very long texts); a QA model on (question, context) pairs, with the
+answer span lite picks. bertforge_lite itself equals bertforge's runners
 (test_bundle_answers_match_runners.py).
 
 Skipped, with the reason, only where Chromium or node/npm are not installed; .ci/run installs both."""
@@ -61,8 +62,9 @@ def browser_bundle(tmp_path_factory, minilm_dir):
                 add_pooling_layer=False)
     cls = _tiny(root, "cls", "sequence_classification", tok, 2, num_labels=3,
                 id2label={0: "neg", 1: "neu", 2: "pos"})
+    qa = _tiny(root, "qa", "question_answering", tok, 3, num_labels=2, add_pooling_layer=False)
     deploy(load_pretrained(cls), root / "cls-int8", source_dir=cls, quantize=True)
-    return bertforge.bundle({"emb": emb, "ner": ner, "cls-int8": root / "cls-int8"}, root / "B").out
+    return bertforge.bundle({"emb": emb, "ner": ner, "cls-int8": root / "cls-int8", "qa": qa}, root / "B").out
 
 
 def test_browser_equals_lite_on_golden_and_1000_fuzz_texts(browser_bundle):
@@ -75,8 +77,11 @@ def test_browser_equals_lite_on_golden_and_1000_fuzz_texts(browser_bundle):
         res = compare(report, browser_bundle, texts, bertforge_lite.Bundle)
     finally:
         sys.path.remove(str(LITE))
-    assert set(res) == {"emb", "ner", "cls-int8"}
-    assert all(r["texts"] >= 1000 for r in res.values())
+    assert set(res) == {"emb", "ner", "cls-int8", "qa"}
+    assert all(r["texts"] >= 1000 for k, r in res.items() if k != "qa")
+    # QA: the golden pairs (one with an empty question) and 300 fuzz pairs (text i as the question, text i + 1
+    # as the context); token ids (longest_first truncation of the pair), logits and the answer span as lite's
+    assert res["qa"]["texts"] == 3 + 300
     print({k: (v["max_abs_diff"], round(v["ms_per_text"], 2)) for k, v in res.items()})
 
 

@@ -1,4 +1,4 @@
-// The page: open a bundle, then embed (semantic search over SENTENCES), classify or tag what is typed.
+// The page: open a bundle, then embed (semantic search over SENTENCES), classify, tag or answer what is typed.
 // ?bundle=URL opens one at load; ?selftest=URL runs the golden + fuzz check of selftest.js instead.
 import { Bundle, configure } from "./bundle.js";
 import { SENTENCES } from "./sentences.js";
@@ -12,6 +12,7 @@ function show(which) {
   $("embedBox").hidden = !bundle || bundle.kind !== "embedding";
   $("classifyBox").hidden = !bundle || !["classification", "multi_label", "regression"].includes(bundle.kind);
   $("tagBox").hidden = !bundle || bundle.kind !== "token_classification";
+  $("qaBox").hidden = !bundle || bundle.kind !== "question_answering";
 }
 
 async function open(url) {
@@ -58,11 +59,21 @@ async function tag() {
     `${t.token}<small> ${t.tag}</small></span>`).join("");
 }
 
+async function answer() {
+  const t0 = performance.now();
+  const a = await bundle.qa($("qaQuestion").value, $("qaContext").value);
+  const esc = (x) => x.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+  $("qaOut").innerHTML = a.start < 0 ? "<small>no context token is left to answer from</small>"
+    : `<b>${esc(a.answer)}</b> <small>tokens ${a.start}–${a.end}, score ${a.score.toFixed(3)}, ` +
+      `${(performance.now() - t0).toFixed(1)} ms</small>`;
+}
+
 const guard = (f) => async () => { try { await f(); } catch (err) { $("status").textContent = String(err.message || err); $("status").className = "err"; } };
 $("open").onclick = guard(() => open($("bundleUrl").value));
 $("search").onclick = guard(search);
 $("classify").onclick = guard(classify);
 $("tag").onclick = guard(tag);
+$("qa").onclick = guard(answer);
 show();
 
 if (params.get("selftest")) {

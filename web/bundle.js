@@ -46,9 +46,7 @@ export class Bundle {
   // Token ids of one text, truncated as the manifest says: the content tokens are cut on the right so that
   // the special tokens the post-processor adds still fit in max_length (what tokenizers' truncation does).
   encode(text) {
-    // The Rust normalizer lowercases one code point at a time; String.toLowerCase applies context rules
-    // (a word-final Σ becomes ς, not σ). Lowercasing per code point first makes both give the same ids.
-    if (this.lowercase) text = Array.from(text, (c) => c.toLowerCase()).join("");
+    text = this.lower(text);
     const full = this.tok.encode(text).ids;
     if (full.length <= this.maxLength) return full;
     const content = this.tok.encode(text, { add_special_tokens: false }).ids;
@@ -58,25 +56,65 @@ export class Bundle {
     return prefix.concat(content.slice(0, this.maxLength - prefix.length - suffix.length), suffix);
   }
 
-  feeds(idsList) {
+  // The Rust normalizer lowercases one code point at a time; String.toLowerCase applies context rules
+  // (a word-final Σ becomes ς, not σ). Lowercasing per code point first makes both give the same ids.
+  lower(text) { return this.lowercase ? Array.from(text, (c) => c.toLowerCase()).join("") : text; }
+
+  // A (question, context) pair as tokenizers' "longest_first" truncation to max_length leaves it:
+  // {ids, typeIds, context: [first, last + 1) token positions of the context}. The special tokens the
+  // post-processor puts around and between the two texts are kept; of the content, the shorter text keeps
+  // min(its length, half the room) and the longer one the rest (what the Rust tokenizer does).
+  encodePair(question, context) {
+    const q = this.lower(question), c = this.lower(context);
+    const full = this.tok.encode(q, { text_pair: c, return_token_type_ids: true });
+    const qa = this.tok.encode(q, { add_special_tokens: false }).ids;
+    const ca = this.tok.encode(c, { add_special_tokens: false }).ids;
+    const ids = full.ids, types = full.token_type_ids ?? ids.map(() => 0);
+    let p = 0;  // where the question starts (after the leading special tokens; an empty one: anywhere before m)
+    while (qa.length && p + qa.length <= ids.length && ids[p] !== qa[0]) p++;
+    let m = p + qa.length;  // where the context starts (after the special tokens between the texts)
+    while (ca.length && m + ca.length <= ids.length && ids[m] !== ca[0]) m++;
+    const room = this.maxLength - (ids.length - qa.length - ca.length);
+    let n1 = qa.length, n2 = ca.length;
+    if (n1 + n2 > room) {
+      const swap = n1 > n2;
+      let short = Math.min(n1, n2), long = Math.max(n1, n2);
+      long = short > room ? short : Math.max(short, room - short);
+      if (short + long > room) { short = Math.floor(room / 2); long = short + (room % 2); }
+      [n1, n2] = swap ? [long, short] : [short, long];
+    }
+    const pick = (a, from, n) => a.slice(from, from + n);
+    const cut = (a) => a.slice(0, p).concat(pick(a, p, n1), a.slice(p + qa.length, m), pick(a, m, n2),
+                                            a.slice(m + ca.length));
+    const start = p + n1 + (m - p - qa.length);
+    return { ids: cut(ids), typeIds: cut(types), context: [start, start + n2] };
+  }
+
+  // rows: token ids per item, or {ids, typeIds} (pairs)
+  feeds(rows) {
+    const idsList = rows.map((r) => r.ids ?? r);
     const b = idsList.length, t = Math.max(...idsList.map((x) => x.length));
     const ids = new BigInt64Array(b * t), am = new BigInt64Array(b * t), tt = new BigInt64Array(b * t);
     idsList.forEach((row, i) => row.forEach((id, j) => { ids[i * t + j] = BigInt(id); am[i * t + j] = 1n; }));
+    rows.forEach((r, i) => (r.typeIds ?? []).forEach((y, j) => { tt[i * t + j] = BigInt(y); }));
     const all = { input_ids: ids, attention_mask: am, token_type_ids: tt };
     const out = {};
     for (const n of this.entry.inputs) out[n] = new ort.Tensor("int64", all[n], [b, t]);
     return out;
   }
 
-  // Every output for each text, as plain arrays per text (token-level outputs cut to the text's length).
+  // Every output for each text (or [question, context] pair), as plain arrays per item (token-level outputs
+  // cut to the item's length).
   async run(texts) {
-    const idsList = texts.map((s) => {
+    const rows = texts.map((s) => {
+      if (Array.isArray(s)) return this.encodePair(s[0], s[1]);
       const ids = this.encode(s);
       if (!ids.length) throw new Error("a text gives no token; give a non-empty text");
       return ids;
     });
-    const res = await this.session.run(this.feeds(idsList));
-    const out = { ids: idsList };
+    const idsList = rows.map((r) => r.ids ?? r);
+    const res = await this.session.run(this.feeds(rows));
+    const out = { ids: idsList, context: rows.map((r) => r.context ?? null) };
     for (const name of this.entry.outputs) {
       const r = res[name], dims = r.dims, data = Array.from(r.data, (x) => typeof x === "bigint" ? Number(x) : x);
       const per = dims.slice(1).reduce((a, c) => a * c, 1);
@@ -110,6 +148,24 @@ export class Bundle {
       if (this.kind === "multi_label") return { labels: names.filter((_, j) => o.predicted[i][j]), scores };
       return { label: names[o.label[i]], score: s[o.label[i]], scores };
     });
+  }
+
+  // The best answer span of `context` (what bertforge_lite's Bundle.qa picks): the context tokens [start, end]
+  // with end ≥ start, at most maxAnswerTokens long, of the highest start + end logit. The answer is those
+  // tokens decoded (this tokenizer build gives no character offsets: an uncased model's answer is lowercase).
+  async qa(question, context, maxAnswerTokens = 30) {
+    this.need("question_answering");
+    const o = await this.run([[question, context]]);
+    const s = o.start_logits[0], e = o.end_logits[0], [c0, c1] = o.context[0];
+    let best = { score: -Infinity, start: -1, end: -1 };
+    for (let a = c0; a < c1; a++) {
+      for (let j = a; j < Math.min(c1, a + maxAnswerTokens); j++) {
+        if (s[a] + e[j] > best.score) best = { score: s[a] + e[j], start: a, end: j };
+      }
+    }
+    const answer = best.start < 0 ? "" : this.tok.decode(o.ids[0].slice(best.start, best.end + 1),
+                                                          { skip_special_tokens: true });
+    return { answer, ...best, ids: o.ids[0] };
   }
 
   // Per text: [{token, tag, score}] for every token that is not special.

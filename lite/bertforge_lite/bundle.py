@@ -263,22 +263,28 @@ class Bundle:
         """The best answer span in ``context``: ``{"answer", "start", "end", "score"}`` (character offsets,
         score = start + end logit), the span with the highest score among spans of context tokens whose end
         is not before their start and that are at most ``max_answer_tokens`` long."""
+        enc, (score, a, j) = self.answer_span(question, context, max_answer_tokens)
+        if a < 0:
+            return {"answer": "", "start": -1, "end": -1, "score": score}
+        start, end = enc.offsets[a][0], enc.offsets[j][1]
+        return {"answer": context[start:end], "start": int(start), "end": int(end), "score": score}
+
+    def answer_span(self, question: str, context: str, max_answer_tokens: int = 30) -> tuple:
+        """:meth:`qa`'s pick in token positions: ``(encoding, (score, start, end))``, ``start`` = ``end`` = -1 and
+        score -inf when no context token is left."""
         self._need("question_answering")
         _texts([(question, context)], pairs=True)
         enc = self.encode([(question, context)])[0]
         out = self.run([(question, context)])
         s, e = out["start_logits"][0], out["end_logits"][0]
         ctx = np.asarray([i for i, sid in enumerate(enc.sequence_ids) if sid == 1])
-        if not len(ctx):
-            return {"answer": "", "start": -1, "end": -1, "score": float("-inf")}
-        best = (-np.inf, 0, 0)
+        best = (float("-inf"), -1, -1)
         for a in ctx:
             ends = ctx[(ctx >= a) & (ctx < a + max_answer_tokens)]
             j = ends[np.argmax(e[ends])]
             if s[a] + e[j] > best[0]:
                 best = (float(s[a] + e[j]), int(a), int(j))
-        start, end = enc.offsets[best[1]][0], enc.offsets[best[2]][1]
-        return {"answer": context[start:end], "start": int(start), "end": int(end), "score": best[0]}
+        return enc, best
 
     # ------------------------------------------------------------------------------------- check
     def verify(self) -> float:

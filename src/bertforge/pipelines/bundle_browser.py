@@ -205,8 +205,11 @@ def compare(report: dict, bundle, texts: list, lite_bundle) -> dict:
         got = report["models"][name]
         b = lite_bundle(bundle, name)
         worst = 0.0
-        single = [g for g in entry["golden"] if not isinstance(g["input"], list)]
-        rows = list(zip([g["input"] for g in single], got["golden"])) + list(zip(texts, got["fuzz"]))
+        qa = entry["kind"] == "question_answering"
+        # a QA model reads (question, context) pairs: its golden pairs and the page's fuzz pairs (text i, i + 1)
+        fuzz = [(texts[i], texts[(i + 1) % len(texts)]) for i in range(len(got["fuzz"]))] if qa else texts
+        golden = [tuple(g["input"]) if qa else g["input"] for g in entry["golden"]]
+        rows = list(zip(golden, got["golden"])) + list(zip(fuzz, got["fuzz"]))
         for text, row in rows:
             if "error" in row:
                 raise BertforgeError(f"{name}: the page failed on {text!r:.60}: {row['error']}")
@@ -227,6 +230,19 @@ def compare(report: dict, bundle, texts: list, lite_bundle) -> dict:
                 if d > bound:
                     raise BertforgeError(f"{name}: output {k} differs by {d:.2e} for {text!r:.60} "
                                          f"(> {bound:.1e}, {entry['precision']})")
+            if qa:  # the page's answer span: lite's, or (logits equal within the bound) one that scores as well
+                _, (best, _, _) = b.answer_span(*text)
+                sp = row["span"]
+                if sp["start"] < 0:
+                    mine = float("-inf")
+                else:
+                    mine = float(ref["start_logits"][0][sp["start"]] + ref["end_logits"][0][sp["end"]])
+                # each logit within ε of lite's, so a span's score within 2ε: the page's pick scores ≥ best − 4ε
+                logits = np.concatenate([ref["start_logits"][0], ref["end_logits"][0]])
+                bound = 4 * tolerance(entry["precision"], logits, entry.get("int8_rounding"))
+                if not (mine >= best - bound) and not (sp["start"] < 0 and best == float("-inf")):
+                    raise BertforgeError(f"{name}: the page's answer span {sp} for {text!r:.60} scores {mine:.4f} "
+                                         f"where lite's best scores {best:.4f}")
         out[name] = {"texts": len(rows), "max_abs_diff": worst, "ms_per_text": got["ms_per_text"],
                      "load_ms": got.get("load_ms")}
     return out
