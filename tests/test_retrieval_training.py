@@ -107,6 +107,16 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     assert pooled.shape == (2, 16)
     cos = (ref * pooled).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(pooled, axis=1)
     assert cos.min() > 0.9999
+    # export and INT8 give graphs that embed (the fine-tuned dir loads with the weightless pooling head; the
+    # graph must give hidden states, as the dir declares pooling): FP32 equal to the checkpoint's vectors
+    # (export parity 1e-4), INT8 the same 16 dims
+    assert main(["export", "--model", str(out), "--out", str(d / "ft-onnx")]) == 0
+    assert main(["quantize", "--model", str(out), "--out", str(d / "ft-int8")]) == 0
+    capsys.readouterr()
+    fp32 = load_embedder(d / "ft-onnx").embed(texts, 32)
+    cos = (ref * fp32).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(fp32, axis=1)
+    assert fp32.shape == (2, 16) and cos.min() > 0.9999
+    assert load_embedder(d / "ft-int8").embed(texts, 32).shape == (2, 16)
 
 
 def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws, capsys):

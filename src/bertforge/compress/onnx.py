@@ -403,6 +403,13 @@ def deploy(model, out_dir, source_dir=None, optimize: bool = True, quantize: boo
     """
     from . import int8 as Q
     out_dir = Path(out_dir)
+    if model.head_name == "embedding":
+        # the weightless pooling head of a bi-encoder fine-tuned for retrieval (tasks/retrieval.py): its dir is the
+        # plain encoder plus pooling files, which the embedder reads, so the graph gives the hidden states
+        from ..task_model import TaskModel
+        base = TaskModel(model.config, head="base", encoder=model.encoder).eval()
+        base.pooling = model.pooling
+        model = base
     chosen = None
     if quantize:
         target = target or Q.host_target()
