@@ -20,7 +20,7 @@ Rows (``--rows``; each row's result is kept in ``--work`` so rows can be run apa
   search-mm    ``search`` + ``margin_mse`` on ``--margin-pairs`` train-article (question, paragraph) pairs whose
                hard negatives the teacher mines (``distill.mine_negatives``) and whose margins it scores
   search-ft    ``search`` (``search-mm`` when run) + in-domain contrastive fine-tuning on the train articles (``finetune --task retrieval``)
-               (+ its INT8 dir, ``quantize --backend torch``)
+               (+ its INT8 dir: ``quantize``, ONNX Runtime dynamic INT8 for this CPU, per-channel weights)
   distilbert   6 of the teacher's 12 layers (every other one, ``--distilbert-layers``; default 1,3,5,7,9,11, which ends
                on the teacher's last block: the layer-choice benchmarks kept more that way), distilled as ``search``
   tinybert     4 layers × 312 (``4L-312H-12A-1200I``): general distillation (``--method tinybert --stage general``
@@ -294,8 +294,7 @@ def main(argv=None) -> int:
                  f"train.save_every={args.ft_steps}", *common])
             measure("search-ft", out, t0)
         if row in ("search-ft", "search-ft-int8"):  # the fine-tuned search student at INT8
-            cli(["quantize", "--model", work / "search-ft", "--backend", "torch", "--out", work / "search-ft-int8",
-                 "--overwrite"])
+            cli(["quantize", "--model", work / "search-ft", "--out", work / "search-ft-int8", "--overwrite"])
             measure("search-ft-int8", work / "search-ft-int8", time.time())
         elif row == "distilbert":
             out, _ = distil("distilbert", f"layers:{args.distilbert_layers}")
