@@ -41,7 +41,8 @@ def _embed(model_dir, texts):
     from bertforge.checkpoint import load_pretrained
     from bertforge.tasks.retrieval import embed_texts
     from bertforge.tokenizer import load_tokenizer
-    return embed_texts(load_pretrained(model_dir, head="base"), load_tokenizer(model_dir), texts, 32)
+    # eval mode: no dropout, so the figures compared are the model's, not a draw of its dropout masks
+    return embed_texts(load_pretrained(model_dir, head="base").eval(), load_tokenizer(model_dir), texts, 32)
 
 
 def test_embedding_and_margin_distillation_across_vocabularies(tmp_path, capsys):

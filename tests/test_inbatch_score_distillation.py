@@ -64,7 +64,7 @@ def test_inbatch_kl_moves_the_students_score_distributions_to_the_teachers(tmp_p
     before = _group_kl(student, teacher, rows)
     out = tmp_path / "kl"
     rc = main(["distill", "--teacher", str(teacher), "--student", str(student), "--method", "inbatch_kl",
-               "--task", "retrieval", "--train", str(pairs), "--out", str(out), "--epochs", "12", "--batch-size",
+               "--task", "retrieval", "--train", str(pairs), "--out", str(out), "--epochs", "24", "--batch-size",
                "16", "--lr", "3e-3", "--max-seq-len", "32", "--no-progress"])
     assert rc == 0, capsys.readouterr().err
     assert (out / "modules.json").is_file()
