@@ -216,9 +216,10 @@ def main(argv=None) -> int:
     from bertforge.hardware import cpu_flags
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    lines = ["command: nice -n 10 python benchmarks/bench_lowbit.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+    lines = ["command: python benchmarks/bench_lowbit.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
              f"cpu flags: {' '.join(f for f in cpu_flags() if f.startswith(('avx', 'amx', 'fma', 'f16c')))}",
-             f"nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; torch / ORT threads {args.threads}"]
+             f"nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}, niceness {os.nice(0)}; torch / ORT "
+             f"threads {args.threads}"]
     print("\n".join(lines), flush=True)
 
     def say(s):
