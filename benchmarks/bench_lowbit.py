@@ -127,6 +127,11 @@ def report_model(name: str, rec: dict, fp32: float, metric: str, scores: dict, s
     f, r, q = scores["fp32"], scores["rtn"], scores["lowbit"]
     say(f"{metric}: FP32 {f:.4f} | round-to-nearest {r:.4f} ({100 * r / f:.1f}%) | low-bit + QAT {q:.4f} "
         f"({100 * q / f:.1f}%)")
+    qat = rec.get("qat") or {}
+    if "kept" in qat:
+        say(f"QAT ({qat['steps']} steps, {qat['loss']} from the FP32 model): held-out loss {qat['heldout_loss_rtn']:.4g} "
+            f"(round-to-nearest) → {qat['heldout_loss_qat']:.4g}: "
+            + ("kept" if qat["kept"] else "not kept, the round-to-nearest weights ship"))
     claims = {"avg_bits<=4.5": rec["average_bits"] <= 4.5, "file<=1/6": ratio <= 1 / 6,
               ">=98%": q >= 0.98 * f}
     if f - r > 0.05 * (100 if f > 1.5 else 1):
