@@ -307,9 +307,10 @@ def main(argv=None) -> int:
             out, _ = distil("tinybert", str(gen), lr=args.tinybert_lr)
             measure("tinybert", out, t0)
         elif row == "tinybert-minilm":
-            init = work / "minilm-l{}".format(len(args.tinybert_minilm_layers.split(",")))
+            layers = [int(x) for x in args.tinybert_minilm_layers.split(",")]
+            init = work / f"minilm-l{len(layers)}"
             if not (init / "model.safetensors").is_file():
-                minilm_layers(minilm, [int(x) for x in args.tinybert_minilm_layers.split(",")], init)
+                minilm_layers(minilm, layers, init)
             out, _ = distil("tinybert-minilm", str(init))
             measure("tinybert-minilm", out, t0)
         elif row == "sts":
