@@ -66,8 +66,8 @@ def done(d: Path) -> bool:
     return (d / "config.json").is_file() or (d / "model.onnx").is_file()
 
 
-def train_common(args, task: str) -> list:
-    rows = ["--max-train-samples", str(args.rows)] if args.rows else []
+def train_common(args, task: str, rows: int | None = None) -> list:
+    rows = ["--max-train-samples", str(rows)] if rows else []
     return ["--task", task, "--train", str(GLUE[task] / "train.tsv"), "--eval", str(GLUE[task] / "dev.tsv"),
             "--batch-size", "32", "--max-seq-len", str(args.max_seq_len), "--no-progress",
             f"impl.threads={args.threads}", f"impl.dtype={args.train_dtype}", *rows]
@@ -77,7 +77,7 @@ def teacher(args, task: str) -> Path:
     out = args.cache / f"teacher-{task}"
     if not done(out):
         run(["finetune", "--model", "minilm", "--out", str(out), "--epochs", str(args.epochs), "--lr", "5e-5",
-             *train_common(args, task)])
+             *train_common(args, task, args.rows)])
     return out
 
 
@@ -100,7 +100,7 @@ def student(args, task: str, teacher_dir: Path, name: str, spec: str, method: st
     if not done(out):
         extra = ["--temperature", "2", "--alpha", "0.5"] if method == "kd" else []
         run(["distill", "--teacher", str(teacher_dir), "--student", spec, "--method", method, "--out", str(out),
-             "--epochs", str(args.student_epochs), "--lr", args.student_lr, *extra, *train_common(args, task)])
+             "--epochs", str(args.student_epochs), "--lr", args.student_lr, *extra, *train_common(args, task, args.student_rows or args.rows)])
     return out
 
 
@@ -169,6 +169,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="sst2,stsb")
     ap.add_argument("--rows", type=int, default=None, help="training rows per task (default: all)")
+    ap.add_argument("--student-rows", type=int, default=None,
+                    help="training rows per task for the students (default: --rows); the first N rows of the "
+                         "teacher's training set, so the students see a subset of what the teacher saw")
     ap.add_argument("--epochs", type=float, default=1.0, help="teacher fine-tuning epochs")
     ap.add_argument("--student-epochs", type=float, default=1.0)
     ap.add_argument("--student-lr", default="2e-4")
@@ -189,7 +192,7 @@ def main() -> None:
     args.cache.mkdir(parents=True, exist_ok=True)
     lines = [f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: python benchmarks/bench_mobilebert.py "
              + " ".join(sys.argv[1:]),
-             f"# rows per task: {args.rows or 'all'}; teacher epochs {args.epochs}; student epochs "
+             f"# rows per task: {args.rows or 'all'} (students: {args.student_rows or args.rows or 'all'}); teacher epochs {args.epochs}; student epochs "
              f"{args.student_epochs}; max_seq_len {args.max_seq_len}; student shape {args.shape}; general steps "
              f"{args.general_steps}; train dtype {args.train_dtype}"]
     if args.speed_only:

@@ -123,6 +123,25 @@ def test_bad_shapes_and_a_teacher_of_another_width_are_refused():
         ProgressiveDistiller(student, [teacher], build_terms(method_terms("mobilebert", "general"), 2, L))
 
 
+def test_a_student_too_big_for_memory_is_refused_before_any_tensor_is_allocated():
+    """A typo like 99999999999L used to build layers until the host swapped: the size estimate (16 bytes per
+    weight: weights, gradients, AdamW's two moments) refuses it at once, and the estimate tracks the real count."""
+    import time
+    from bertforge.distill.student import cross_family_config, estimate_parameters, parse_shape, student_config
+    teacher = _teacher()
+    for spec in ("mobilebert:99999999999L-32H-8B-2A", "99999999999L-32H", "2L-4000000H-1A-1I"):
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigError, match="GiB .*more than this machine's"):
+            build_student(spec, teacher, head="mlm")
+        assert time.perf_counter() - t0 < 5  # refused, not built (building 1e11 layers never returns)
+    base = ModelConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                       intermediate_size=3072)  # BERT-base's sizes
+    for cfg in (student_config(base, parse_shape("4L-312H-12A-1200I")),  # TinyBERT-4: 14.4M
+                cross_family_config(base, "mobilebert", parse_mobilebert_shape("6L-384H-96B-12A-384I-4F-384E"))):
+        with torch.device("meta"):  # counted, not allocated
+            real = sum(p.numel() for p in TaskModel(cfg, head="base").parameters())
+        assert 0.7 < estimate_parameters(cfg) / real < 1.1, (cfg.model_type, estimate_parameters(cfg), real)
+
 
 def test_the_cli_refuses_bad_shapes_and_widths_in_one_line(workspace, cli_error):
     base = ["distill", "--teacher", str(workspace.run), "--method", "mobilebert", "--task", "sst2", "--train",
@@ -133,6 +152,9 @@ def test_the_cli_refuses_bad_shapes_and_widths_in_one_line(workspace, cli_error)
     line = cli_error(base + ["--student", "mobilebert:2L-48H-16B-4A", "--out", str(workspace.d / "mb-b")],
                      workspace.run)
     assert "inter-block width 48 is not the teacher's hidden size 32" in line
+    line = cli_error(base + ["--student", "mobilebert:99999999999L-32H-8B-2A", "--out", str(workspace.d / "mb-c")],
+                     workspace.run)
+    assert "more than this machine's" in line and not (workspace.d / "mb-c").exists()
 
 
 def test_the_cli_runs_progressive_transfer_into_a_loadable_mobilebert_dir(workspace):

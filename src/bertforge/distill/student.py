@@ -22,6 +22,7 @@ How the student was made is recorded in ``config.bertforge["student"]`` (saved i
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -203,6 +204,40 @@ def copy_layers(teacher: TaskModel, layers: list, head: Optional[str] = None, **
     return student
 
 
+def estimate_parameters(cfg: ModelConfig) -> int:
+    """The parameter count of ``cfg``'s encoder from its sizes alone, without building it: the weight matrices
+    of the embeddings, attention and FFNs (MobileBERT: its bottlenecks and stacked FFNs); biases and norms left
+    out. Cheap for any size (a guard, not an exact count)."""
+    L, h, i = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size
+    if cfg.model_type == "mobilebert" and getattr(cfg, "use_bottleneck", True):
+        b, f = cfg.intra_bottleneck_size, cfg.num_feedforward_networks or 1
+        per_layer = 2 * h * b + 4 * b * b + f * 2 * b * i
+        emb = 3 * (cfg.embedding_size or h) * h if getattr(cfg, "trigram_input", False) else 0  # the 3-token conv
+    else:
+        per_layer, emb = 4 * h * h + 2 * h * i, 0
+    return L * per_layer + emb + cfg.vocab_size * (cfg.embedding_size or h) + cfg.max_position_embeddings * h
+
+
+def check_fits_in_memory(spec: str, cfg: ModelConfig) -> None:
+    """Refuse a student shape whose training state cannot fit this machine's memory, before a single tensor is
+    allocated (a typo like ``99999999999L`` would otherwise build layers until the host swaps): 16 bytes per
+    parameter of :func:`estimate_parameters` (FP32 weights, gradients and AdamW's two moments) against the
+    physical memory.
+
+    Raises:
+        ConfigError: the estimate exceeds the machine's physical memory."""
+    params = estimate_parameters(cfg)
+    need = 16 * params
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX host: no check
+        return
+    if need > have:
+        raise ConfigError(f"student shape {spec!r} has about {params / 1e9:.3g}B parameters: training it needs about "
+                          f"{need / 2**30:,.0f} GiB (FP32 weights, gradients and AdamW's two moments), more than "
+                          f"this machine's {have / 2**30:.0f} GiB; pick smaller sizes")
+
+
 def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config: Optional[dict] = None,
                   teacher_dir: Optional[str] = None, notes: bool = True) -> TaskModel:
     """Make the student named by ``spec`` (shape, ``layers:…`` or a checkpoint dir); see module doc.
@@ -226,6 +261,7 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
         shape = parse_mobilebert_shape(shape_spec, tc.hidden_size, tc.num_attention_heads, tc.num_hidden_layers) \
             if family == "mobilebert" else parse_shape(shape_spec)
         cfg = cross_family_config(teacher.config, family, shape, **head_config)
+        check_fits_in_memory(spec, cfg)
         student = TaskModel(cfg, head=head)
         record.update(shape=shape, family=cfg.model_type)
         te, se = teacher.encoder.embeddings, student.encoder.embeddings
@@ -248,6 +284,7 @@ def build_student(spec: str, teacher: TaskModel, head: str = "base", head_config
     else:
         shape = parse_shape(spec)
         cfg = student_config(teacher.config, shape, **head_config)
+        check_fits_in_memory(spec, cfg)
         student = TaskModel(cfg, head=head)
         record["shape"] = shape
     # the teacher's task record and tuned thresholds (multi-label) are not the student's
