@@ -72,8 +72,15 @@ def test_bad_low_bit_input_is_one_line(workspace, tmp_path, cli_error):
     line = cli_error(["quantize", "--model", run, "--out", tmp_path / "b", "--bits", "mixed", "--size-budget",
                       "0.001"], run)
     assert "below what 2 bits allow" in line
+    least = line.rsplit("pass at least ", 1)[1].strip()
+    floor = float(line.split("(", 1)[1].split(" MB")[0])
+    assert float(least) >= floor and float(least) - floor < 1.001e-3  # the least it names passes the 2-bit floor
     line = cli_error(["quantize", "--model", run, "--out", tmp_path / "c", "--bits", "mixed"], run)
     assert "--size-budget" in line
+    for bad in ("inf", "nan", "0", "-3"):
+        line = cli_error(["quantize", "--model", run, "--out", tmp_path / "d", "--bits", "mixed", "--size-budget",
+                          bad], run)
+        assert "a finite size in MB above 0" in line, (bad, line)
 
 
 def test_low_bit_of_a_static_model_is_refused(tmp_path, cli_error):

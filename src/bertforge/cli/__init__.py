@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, modname in sorted(_verbs().items()):
         mod = importlib.import_module(modname)
         doc = (mod.__doc__ or verb).strip().splitlines()[0]
-        p = sub.add_parser(verb, help=doc, description=(mod.__doc__ or "").strip())
+        # the module doc is wrapped by hand (its example commands one per line): shown as written
+        p = sub.add_parser(verb, help=doc, description=(mod.__doc__ or "").strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

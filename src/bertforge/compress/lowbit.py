@@ -182,6 +182,12 @@ class LayerCost:
         return sum(int(s[0]) * int(s[1]) for s in self.shapes)
 
 
+def ceil_mb(n_bytes: float, decimals: int = 3) -> str:
+    """``n_bytes`` in MB rounded *up* at ``decimals`` places: a budget printed as the least to pass must pass."""
+    q = 10 ** decimals
+    return f"{math.ceil(n_bytes / 2**20 * q) / q:.{decimals}f}"
+
+
 def allocate_bits(layers: list, budget_bytes: float, group_size: int, fixed_bytes: float = 0.0,
                   choices: tuple = BITS) -> dict:
     """Bits per layer (name → bits, from ``choices``) with ``fixed_bytes`` + Σ layer bytes ≤ ``budget_bytes``,
@@ -193,8 +199,8 @@ def allocate_bits(layers: list, budget_bytes: float, group_size: int, fixed_byte
     plan = {l.name: choices[0] for l in layers}
     used = fixed_bytes + sum(l.bytes(choices[0], group_size) for l in layers)
     if used > budget_bytes:
-        raise ConfigError(f"--size-budget {budget_bytes / 2**20:.3f} MB is below what {choices[0]} bits allow "
-                          f"({used / 2**20:.3f} MB for this model); pass at least that")
+        raise ConfigError(f"--size-budget {budget_bytes / 2**20:.4f} MB is below what {choices[0]} bits allow "
+                          f"({used / 2**20:.4f} MB for this model); pass at least {ceil_mb(used)}")
     while True:
         best = None
         for l in layers:

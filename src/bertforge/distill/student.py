@@ -42,7 +42,7 @@ def parse_shape(spec: str) -> dict:
     intermediate_size: 1200}`` (missing A → max(1, H/64), missing I → 4H; L and H are required).
 
     Raises:
-        ConfigError: malformed part, missing L or H, or H not divisible by A.
+        ConfigError: malformed or repeated part, missing L or H, or H not divisible by A.
     """
     keys = {"L": "num_hidden_layers", "H": "hidden_size", "A": "num_attention_heads", "I": "intermediate_size"}
     out: dict = {}
@@ -51,7 +51,10 @@ def parse_shape(spec: str) -> dict:
         if not m:
             raise ConfigError(f"student shape {spec!r}: part {part!r} is not like 4L, 312H, 12A or 1200I; "
                               f"write e.g. --student 4L-312H-12A-1200I or --student layers:0,2,4")
-        out[keys[m.group(2).upper()]] = int(m.group(1))
+        key = keys[m.group(2).upper()]
+        if key in out:
+            raise ConfigError(f"student shape {spec!r} gives {m.group(2).upper()} twice; name each size once")
+        out[key] = int(m.group(1))
     if "num_hidden_layers" not in out or "hidden_size" not in out:
         raise ConfigError(f"student shape {spec!r} needs at least <n>L and <n>H (e.g. 6L-768H)")
     h = out["hidden_size"]
@@ -80,7 +83,7 @@ def parse_mobilebert_shape(spec: str, teacher_hidden: Optional[int] = None, teac
     E = B.
 
     Raises:
-        ConfigError: a malformed part, a width of 0, heads that do not divide B, or an L or H missing
+        ConfigError: a malformed or repeated part, a width of 0, heads that do not divide B, or an L or H missing
         without a teacher to take them from."""
     out: dict = {}
     for part in spec.strip().split("-") if spec.strip() else []:
@@ -88,7 +91,11 @@ def parse_mobilebert_shape(spec: str, teacher_hidden: Optional[int] = None, teac
         if not m:
             raise ConfigError(f"mobilebert student shape {spec!r}: part {part!r} is not like 24L, 512H, 128B, 4A, "
                               f"512I, 4F or 128E; write e.g. --student mobilebert:24L-512H-128B-4A-512I-4F")
-        out[_MOBILE_KEYS[m.group(2).upper()]] = int(m.group(1))
+        key = _MOBILE_KEYS[m.group(2).upper()]
+        if key in out:
+            raise ConfigError(f"mobilebert student shape {spec!r} gives {m.group(2).upper()} twice; name each size "
+                              f"once")
+        out[key] = int(m.group(1))
     for key, default in (("num_hidden_layers", teacher_layers), ("hidden_size", teacher_hidden)):
         if key not in out:
             if default is None:

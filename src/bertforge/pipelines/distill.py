@@ -610,6 +610,12 @@ def train(distiller, dataset, collate, recipe, work: Path, data: Data, teacher_d
                       sources=sources)
     if hasattr(distiller, "set_schedule"):  # progressive transfer: its stages split the run's steps
         distiller.set_schedule(trainer.total_steps, recipe.train.grad_accum_steps)
+        stages = distiller.num_layers + 1
+        if trainer.total_steps < stages:
+            sys.stderr.write(f"bertforge distill: warning: progressive transfer has {stages} stages (one per student "
+                             f"layer, then all layers) but this run has {trainer.total_steps} optimizer steps, so "
+                             f"stages {trainer.total_steps + 1}…{stages} never run; give at least {stages} steps "
+                             f"(--max-steps or more --epochs)\n")
     if data.counts:
         print_training_plan("distill", data.counts, trainer)
     return trainer.fit(resume=resume)

@@ -44,8 +44,10 @@ def embed(model, texts, *, max_seq_len: Optional[int] = None, batch_size: int = 
                           f"[SEP]; pass 3 or more (None: what the dir declares)")
     if batch_size < 1:
         raise ConfigError(f"embed(): batch_size={batch_size} must be ≥ 1")
-    emb = load_embedder(str(model), threads=threads, dim=dim)
-    return emb.embed(texts, max_seq_len, batch_size, normalize=normalize, prompt_name=prompt_name)
+    from .options import python_names
+    with python_names(embed):  # the embedder words its errors for the command line (--dim)
+        emb = load_embedder(str(model), threads=threads, dim=dim)
+        return emb.embed(texts, max_seq_len, batch_size, normalize=normalize, prompt_name=prompt_name)
 
 
 __all__ = ["embed"]

@@ -39,6 +39,16 @@ def evaluate(model, data, *, task: Optional[str] = None, max_seq_len: Optional[i
     Raises:
         ConfigError: an unknown task, a head that does not fit it, a bad length or batch size.
         DataError / CheckpointError: unreadable data or model dir."""
+    from .options import python_names
+    with python_names(evaluate):  # the checks below word their errors for the command line (--max-seq-len)
+        return evaluate_with(model, data, task=task, max_seq_len=max_seq_len, batch_size=batch_size,
+                             max_samples=max_samples, threshold=threshold, labels_file=labels_file)
+
+
+def evaluate_with(model, data, *, task: Optional[str] = None, max_seq_len: Optional[int] = None,
+                  batch_size: int = 64, max_samples: Optional[int] = None, threshold=None,
+                  labels_file=None) -> EvalResult:
+    """:func:`evaluate` with its errors worded for the command line (``bertforge evaluate`` calls this)."""
     from .options import check_option
     batch_size = check_option("evaluate", "batch_size", batch_size, int)
     max_samples = check_option("evaluate", "max_samples", max_samples, Optional[int])
@@ -110,4 +120,4 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
     return model_dir, task, adapter, runner
 
 
-__all__ = ["EvalResult", "evaluate", "load_for_task"]
+__all__ = ["EvalResult", "evaluate", "evaluate_with", "load_for_task"]

@@ -24,6 +24,7 @@ Steps, each in :mod:`bertforge.compress`:
 from __future__ import annotations
 
 import copy
+import math
 import json
 from pathlib import Path
 
@@ -60,8 +61,8 @@ def check_options(args, md) -> None:
     if args.bits != "mixed" and args.size_budget is not None:
         raise ConfigError(f"--size-budget applies to --bits mixed; with --bits {args.bits} every layer has "
                           f"{args.bits} bits")
-    if args.size_budget is not None and not args.size_budget > 0:
-        raise ConfigError(f"--size-budget {args.size_budget}: a size in MB above 0")
+    if args.size_budget is not None and not 0 < args.size_budget < math.inf:
+        raise ConfigError(f"--size-budget {args.size_budget:g}: a finite size in MB above 0")
     int8_only = [f for f, on in (("--backend torch", args.backend != "onnxruntime"), ("--target", args.target),
                                  ("--scheme", args.scheme), ("--per-tensor", args.per_tensor),
                                  ("--reduce-range", args.reduce_range), ("--calibration", args.calibration),
@@ -158,7 +159,7 @@ def sensitivities(model, batches: list, layers: list, loss_fn, iters: int, sampl
 def choose_bits(model, layers: list, args, fixed_bytes: int, other_bytes: int, batches: list, loss_fn) -> tuple:
     """``(units → bits, sensitivity record)``: every unit at ``args.bits``, or, for ``mixed``, the allocation
     under ``args.size_budget`` MB (fixed and FP32 bytes counted in)."""
-    from ..compress.lowbit import BITS, allocate_bits, matrix_bytes, quant_error
+    from ..compress.lowbit import BITS, allocate_bits, ceil_mb, matrix_bytes, quant_error
     from torch import nn
     g = args.group_size
     if args.bits != "mixed":
@@ -167,7 +168,7 @@ def choose_bits(model, layers: list, args, fixed_bytes: int, other_bytes: int, b
     budget = args.size_budget * 2 ** 20
     if floor > budget:  # before the Hessian is computed
         raise ConfigError(f"--size-budget {args.size_budget:g} MB is below what {BITS[0]} bits allow "
-                          f"({floor / 2**20:.3f} MB for this model); pass at least that")
+                          f"({floor / 2**20:.4f} MB for this model); pass at least {ceil_mb(floor)}")
     sens = sensitivities(model, batches, layers, loss_fn, args.hessian_iters, args.trace_samples)
     for l in layers:
         l.sensitivity = sens[l.name]["omega"]

@@ -1,4 +1,7 @@
-"""Distil a teacher into a smaller student (KD, DistilBERT, BERT-PKD, TinyBERT, MiniLM).
+"""Distil a teacher into a smaller student (KD, DistilBERT, BERT-PKD, TinyBERT, MiniLM, MobileBERT, embeddings).
+
+Methods: kd, distilbert, pkd, tinybert, minilm, mobilebert (progressive transfer); embedding_mse, margin_mse and
+inbatch_kl for embedding models; static (a static embedding table, no training).
 
 Examples:
   bertforge distill --teacher runs/sst2 --student layers:0,2,4 --method kd --task sst2 \
@@ -8,6 +11,8 @@ Examples:
   bertforge distill --teacher runs/sst2 --student runs/tiny-general --method tinybert --task sst2 \
       --train train.tsv --eval dev.tsv --augment 4 --out runs/tiny-sst2
   bertforge distill --method static --teacher minilm --dim 256 --out runs/minilm-static
+  bertforge distill --teacher runs/sst2 --student mobilebert:6L-384H-96B-12A-384I-4F-384E --method mobilebert \
+      --task sst2 --train train.tsv --eval dev.tsv --out runs/sst2-mobilebert
 
 The verb parses flags and prints the result; the work is :func:`bertforge.pipelines.distill.distill_with`
 (``bertforge.distill`` from Python, docs/python.md).

@@ -34,10 +34,11 @@ def add_multilabel_args(p) -> None:
 def run(args) -> int:
     require_at_least("--batch-size", args.batch_size, 1)
     require_at_least("--max-samples", args.max_samples, 1)
-    from ...pipelines.evaluate import evaluate
-    result = evaluate(args.model, args.data, task=args.task, max_seq_len=args.max_seq_len,
-                      batch_size=args.batch_size, max_samples=args.max_samples,
-                      threshold=getattr(args, "threshold", None), labels_file=getattr(args, "labels_file", None))
+    from ...pipelines.evaluate import evaluate_with
+    result = evaluate_with(args.model, args.data, task=args.task, max_seq_len=args.max_seq_len,
+                           batch_size=args.batch_size, max_samples=args.max_samples,
+                           threshold=getattr(args, "threshold", None),
+                           labels_file=getattr(args, "labels_file", None))
     metrics, task = result.metrics, result.task
     from ...pipelines.report import collapse_message
     warning = collapse_message(metrics, task)

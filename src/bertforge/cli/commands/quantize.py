@@ -5,7 +5,10 @@ OUT/model.onnx. The scheme follows the CPU the graph is for (--target; default t
 8-bit weights where int32 dot products are exact — VNNI, AMX, ARM64 —, 7-bit weights on AVX2, whose u8×s8
 kernel saturates), and an accuracy gate measures the INT8 graph against FP32 on calibration texts (--calib
 FILE, the texts of --eval, else the embedded corpus): beyond --max-drop points of agreement it keeps the most
-sensitive MatMuls in FP32 (listed in OUT/onnx.json), and where no scheme can meet it nothing is written. --backend torch: torch.ao dynamic INT8 of the Linear layers, OUT/model.int8.safetensors.
+sensitive MatMuls in FP32 (listed in OUT/onnx.json), and where no scheme can meet it nothing is written.
+
+--backend torch: torch.ao dynamic INT8 of the Linear layers, OUT/model.int8.safetensors.
+
 With --eval (and a task) the task metric of the FP32 model and of the INT8 model are printed side by side
 (both run by :mod:`bertforge.runtime`; the INT8 one as written to OUT).
 
