@@ -14,8 +14,10 @@ interrupted run resumes where it stopped). Per task:
 2. (optional, ``--general-steps N``) general stage: ``distill --method mobilebert --stage general`` from the
    plain MiniLM on ``--corpus`` (progressive feature-map + attention transfer; MiniLM has no MLM head, so its
    last stage is every layer pair at once), whose student then starts the task stage;
-3. students — ``distill --method mobilebert`` (progressive: one layer per stage, the rest frozen, then KD),
-   ``distill --method kd`` (same shape, logit KD only), ``distill --method kd --student layers:0,2,5``;
+3. students — the progressive one: the general-stage student, then the task by ``distill --method kd``
+   (``--task-method kd``, the paper's order) or by ``--method mobilebert`` again (one layer per stage on the task
+   data, the rest frozen, KD in the last stage only); ``distill --method kd`` of the same shape from scratch
+   (plain KD); ``distill --method kd --student layers:0,2,5``;
 4. dev scores (``evaluate``, PyTorch FP32) and latency (``export`` → ``bench --backend onnxruntime
    --batch-size 1 --seq-len 128 --threads T``), interleaved rounds, the median of each model.
 
@@ -178,6 +180,10 @@ def main() -> None:
     ap.add_argument("--max-seq-len", type=int, default=64)
     ap.add_argument("--shape", default=SHAPE)
     ap.add_argument("--general-steps", type=int, default=0)
+    ap.add_argument("--task-method", choices=("kd", "mobilebert"), default="kd",
+                    help="the progressive student's task stage, from the general-stage student: kd (the paper: "
+                         "progressive transfer in pre-training distillation, then the task) or mobilebert (the "
+                         "layer-by-layer stages again on the task data, KD in the last stage only)")
     ap.add_argument("--corpus", type=Path, default=DATA / "wikitext-2-raw" / "wiki.valid.raw")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--train-dtype", choices=("float32", "bfloat16", "auto"), default="float32",
@@ -194,7 +200,8 @@ def main() -> None:
              + " ".join(sys.argv[1:]),
              f"# rows per task: {args.rows or 'all'} (students: {args.student_rows or args.rows or 'all'}); teacher epochs {args.epochs}; student epochs "
              f"{args.student_epochs}; max_seq_len {args.max_seq_len}; student shape {args.shape}; general steps "
-             f"{args.general_steps}; train dtype {args.train_dtype}"]
+             f"{args.general_steps}; progressive student's task stage --method {args.task_method}; "
+             f"train dtype {args.train_dtype}"]
     if args.speed_only:
         speed_only(args, lines)
         lines += ["# commands:"] + [f"#   {c}" for c in LOG]
@@ -204,8 +211,12 @@ def main() -> None:
     start = general_student(args)
     for task in args.tasks.split(","):
         t = teacher(args, task)
+        # the paper's order (§3.5, §4): progressive transfer + pre-training distillation in the general stage,
+        # then the task; --task-method mobilebert repeats the layer-by-layer stages on the task data too
+        prog = student(args, task, t, "mobilebert-progressive" if args.task_method == "mobilebert"
+                       else "mobilebert-general-kd", start, args.task_method)
         models = {"teacher": t,
-                  "mobilebert (progressive)": student(args, task, t, "mobilebert-progressive", start, "mobilebert"),
+                  "mobilebert (progressive)": prog,
                   "mobilebert (plain KD)": student(args, task, t, "mobilebert-kd", args.shape, "kd"),
                   "layers:0,2,5 (KD)": student(args, task, t, "layers3", "layers:0,2,5", "kd")}
         scores = {k: score(args, d, task) for k, d in models.items()}
