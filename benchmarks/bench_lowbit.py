@@ -49,7 +49,8 @@ def teacher(task: str, train: Path, out: Path, args, say) -> Path:
     t0 = time.time()
     bertforge.finetune("minilm", task, str(train), str(out), epochs=args.ft_epochs, batch_size=32,
                        max_seq_len=args.seq, lr=args.ft_lr, overwrite=True, no_progress=True)
-    say(f"teacher {task}: fine-tuned on {train.name} ({args.ft_rows} rows, {args.ft_epochs} epochs, seq "
+    rows = sum(1 for _ in train.open(encoding="utf-8")) - 1  # --ft-rows, or fewer where the task has fewer
+    say(f"teacher {task}: fine-tuned on {train.name} ({rows} rows, {args.ft_epochs} epochs, seq "
         f"{args.seq}) in {time.time() - t0:.0f} s")
     return out
 
