@@ -67,6 +67,7 @@ def test_known_answer_task_is_learnt(learnt, capsys):
     assert main(["evaluate", "--model", str(learnt / "run"), "--data", str(learnt / "dev.tsv")]) == 0
     m = json.loads(capsys.readouterr().out)
     assert m["exact_match"] >= 0.95, m
+    assert m["macro_f1_rule"].startswith("mean F1 over all 3 labels, zero_division=0"), m["macro_f1_rule"]
     assert m["macro_f1"] > m["constant_macro_f1"]
     # predict: the label names above their thresholds, and every score
     out = learnt / "pred.jsonl"
@@ -321,3 +322,21 @@ def test_unlabelled_goemotions_file_reads_for_predict(tmp_path):
     assert [(e.text_a, e.label) for e in ex] == [("so happy for you", None), ("what a mess", None)]
     with pytest.raises(DataError, match=r"texts.tsv:1 has 1 columns"):
         read_examples(p, task)
+
+
+def test_macro_f1_counts_every_label_as_sklearn_with_zero_division_0():
+    """A label with no positive (and none predicted) counts as F1 0 in the mean: sklearn's rule, stated in the
+    output (issue 49)."""
+    from sklearn.metrics import f1_score
+    from bertforge.tasks.multilabel import macro_f1_rule
+    rng = np.random.default_rng(0)
+    y = (rng.random((40, 5)) < 0.3).astype(int)
+    y[:, 4] = 0  # a label absent from this set
+    probs = np.clip(y * 0.7 + rng.random((40, 5)) * 0.5, 0, 1)
+    probs[:, 4] = 0.0  # never predicted either
+    m = multilabel_metrics(probs, y, 0.5)
+    want = f1_score(y, probs >= 0.5, average="macro", zero_division=0)
+    assert abs(m["macro_f1"] - want) < 1e-12
+    present = f1_score(y[:, :4], probs[:, :4] >= 0.5, average="macro", zero_division=0)
+    assert abs(m["macro_f1"] - present * 4 / 5) < 1e-12  # the absent label pulls the mean down by 1/5
+    assert macro_f1_rule(y) == "mean F1 over all 5 labels, zero_division=0 (1 label without a positive here: F1 0)"
