@@ -19,10 +19,10 @@ Three steps, each a function here, :func:`distill_static` runs them in order:
    n ranked tokens (rank = vocabulary order, which for BERT's WordPiece vocabulary roughly follows
    frequency among whole words), a = 1e-4 by default. Frequent tokens (p ≫ a) count little in the mean.
 
-Special tokens ([CLS], [SEP], [PAD], [MASK], [UNK]) and ``[unusedN]`` placeholders get zero rows, so the
-mean over a text is the mean over its word pieces up to a scale, which the L2 normalisation removes
-(model2vec drops them from the text instead). The result is written by
-:func:`bertforge.models.static.save_static`; a text is then encoded by a table lookup and a mean.
+Special tokens ([CLS], [SEP], [PAD], [MASK], [UNK]) and ``[unusedN]`` placeholders get zero rows. The result
+is written by :func:`bertforge.models.static.save_static`, whose ``tokenizer.json`` adds no special tokens to a
+text (as model2vec and sentence-transformers tokenize it) and cuts it at the dir's one maximum length; a text
+is then encoded by a table lookup and a mean over its own word pieces.
 """
 from __future__ import annotations
 

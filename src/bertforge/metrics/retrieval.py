@@ -213,12 +213,28 @@ class VectorIndex:
         return search_index(self, query_vecs, top_k)
 
 
+#: faiss's k-means warns below this many training points per IVF cell (``min_points_per_centroid``)
+IVF_MIN_POINTS_PER_CELL = 39
+
+
+def ivf_nlist(n: int) -> int:
+    """The IVF cells for an index of ``n`` vectors: min(4·√n, n/39), at least 1 — the usual 4·√n (faiss's
+    guidelines: 4·√n … 16·√n), capped so that every cell gets :data:`IVF_MIN_POINTS_PER_CELL` training points
+    when all ``n`` train it."""
+    return max(1, min(int(4 * math.sqrt(n)), n // IVF_MIN_POINTS_PER_CELL))
+
+
 def build_index(vectors: np.ndarray, kind: str = "flat", score: str = "cos", hnsw_m: int = 32,
-                ef_search: int = 128, nlist: Optional[int] = None, nprobe: Optional[int] = None):
+                ef_search: int = 128, nlist: Optional[int] = None, nprobe: Optional[int] = None,
+                train: Optional[np.ndarray] = None, faiss_warns: bool = True):
     """A :class:`VectorIndex` (faiss) over (N, d) ``vectors`` (Johnson, Douze & Jégou 2019, "Billion-scale similarity search
     with GPUs"). ``kind``: ``flat`` (exact inner product), ``hnsw`` (Malkov & Yashunin 2018; ``hnsw_m`` links
     per node, ``ef_search`` candidates at query time), ``ivf`` (inverted lists over ``nlist`` k-means cells,
-    ``nprobe`` visited; defaults: nlist = min(4·√N, N/39), nprobe = min(nlist, 16)). ``score="cos"``
+    ``nprobe`` visited; defaults: nlist = :func:`ivf_nlist` (N), nprobe = min(nlist, 16); ``train``: the
+    vectors k-means places the cells on, default ``vectors`` — an index that will hold more than ``vectors``
+    (filled shard by shard) passes a sample of all it will hold, and its ``nlist``; ``faiss_warns=False``
+    silences faiss's own stderr line about fewer than 39 training points per cell, for a caller that says it
+    itself). ``score="cos"``
     normalises the vectors (queries are normalised by :func:`search_index`); all kinds rank by inner product.
     Raises:
         ValueError: unknown ``kind`` / ``score``, or no vectors.
@@ -242,10 +258,17 @@ def build_index(vectors: np.ndarray, kind: str = "flat", score: str = "cos", hns
         index = faiss.IndexHNSWFlat(d, hnsw_m, ip)
         index.hnsw.efSearch = ef_search
     else:
-        nl = nlist or max(1, min(int(4 * math.sqrt(len(x))), len(x) // 39))
+        t = x if train is None else np.ascontiguousarray(train, dtype=np.float32)
+        if t.ndim != 2 or len(t) == 0 or t.shape[1] != d:
+            raise ValueError(f"training vectors {t.shape} must be (N ≥ 1, {d})")
+        if train is not None and score == "cos":
+            t = normalize_rows(t)
+        nl = nlist or ivf_nlist(len(t))
         quant = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFFlat(quant, d, nl, ip)
-        index.train(x)
+        if not faiss_warns:
+            index.cp.min_points_per_centroid = 1
+        index.train(t)
         index.nprobe = nprobe or min(nl, 16)
     index.add(x)
     return VectorIndex(index, kind, score, keep=(quant,) if kind == "ivf" else ())
@@ -265,5 +288,5 @@ def search_index(index, query_vecs: np.ndarray, top_k: int = 100, score: Optiona
     return s.astype(np.float32), i.astype(np.int64)
 
 
-__all__ = ["HEADLINE", "INDEX_KINDS", "VectorIndex", "agreement", "spearman", "build_index", "exact_search", "normalize_rows", "query_metrics",
+__all__ = ["HEADLINE", "INDEX_KINDS", "IVF_MIN_POINTS_PER_CELL", "VectorIndex", "agreement", "spearman", "ivf_nlist", "build_index", "exact_search", "normalize_rows", "query_metrics",
            "retrieval_metrics", "run_from_topk", "search_index"]

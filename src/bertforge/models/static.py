@@ -12,6 +12,18 @@ and the teacher's tokenizer files — and every consumer reads it through :func:
 sentence-transformers dir (``modules.json``: ``StaticEmbedding`` → ``Normalize``), so
 ``SentenceTransformer(DIR)`` loads it and gives the same vectors, and
 :func:`bertforge.models.pooling.read_pooling` reads its pooling (mean, normalised) like any other dir's.
+
+One maximum length, :data:`STATIC_MAX_POSITIONS` tokens of text, holds for every consumer. A lookup has no
+positions, so the bound only keeps requests finite; it is declared once and every file agrees with it:
+``sentence_bert_config.json`` ``max_seq_length`` (what ``bertforge embed``, ``retrieval-eval``, the server's
+``/embed`` and ``bertforge bundle`` cut at: :meth:`~bertforge.checkpoint.modeldir.ModelDir.embed_max_length`),
+``max_position_embeddings``, ``tokenizer_config.json`` ``model_max_length``, and ``tokenizer.json``'s own
+truncation — the one limit sentence-transformers' ``StaticEmbedding`` honours (its ``max_seq_length`` is
+infinite; it tokenizes without special tokens and cuts only where ``tokenizer.json`` says). The teacher's
+tokenizer is copied without its post-processor (no ``[CLS]`` / ``[SEP]``: their rows are zero anyway, and
+model2vec and sentence-transformers embed a text's word pieces alone), so a length counts the same tokens in
+every consumer. Without this, a MiniLM teacher's ``tokenizer.json`` (cut at 128) made
+``SentenceTransformer(dir)`` embed the first 128 tokens of a long text and bertforge all of them.
 """
 from __future__ import annotations
 
@@ -33,7 +45,9 @@ STATIC_WEIGHT = "embedding.weight"
 ST_STATIC = "sentence_transformers.models.StaticEmbedding"
 ST_NORMALIZE = "sentence_transformers.models.Normalize"
 
-#: token positions a static model embeds (a lookup has no position limit; a bound keeps requests finite)
+#: tokens of text a static model embeds, in every consumer (a lookup has no position limit; a bound keeps
+#: requests finite, within the server's default batch of 16,384 tokens): ``max_seq_length``,
+#: ``max_position_embeddings``, ``model_max_length`` and the truncation of ``tokenizer.json``
 STATIC_MAX_POSITIONS = 8192
 
 
@@ -77,9 +91,28 @@ class StaticEmbedding(nn.Module):
         return pool(self(input_ids), attention_mask, bf.get("pooling", "mean"), bool(bf.get("normalize", True)))
 
 
+def static_tokenizer_json(tokenizer_dir, max_length: int = STATIC_MAX_POSITIONS) -> str:
+    """The ``tokenizer.json`` of a static dir made from the tokenizer of ``tokenizer_dir`` (``tokenizer.json``, or
+    ``vocab.txt`` / ``vocab.json`` + ``merges.txt`` converted): no post-processor (a static model embeds a
+    text's own tokens, no ``[CLS]`` / ``[SEP]``, as sentence-transformers' ``StaticEmbedding`` and model2vec
+    tokenize), no padding, and truncation at ``max_length`` tokens (right, longest first) — the dir's one
+    maximum length, which sentence-transformers reads only from here."""
+    from tokenizers import Tokenizer
+
+    from ..tokenizer import load_tokenizer
+    tok = load_tokenizer(tokenizer_dir)  # no truncation, no padding
+    tok.enable_truncation(max_length=int(max_length), strategy="longest_first", direction="right")
+    spec = json.loads(tok.to_str())
+    spec["post_processor"] = None
+    return Tokenizer.from_str(json.dumps(spec)).to_str(pretty=True)  # parsed back: a file tokenizers reads
+
+
 def save_static(out_dir, weight, tokenizer_dir, config: dict) -> None:
     """Write a static dir into ``out_dir`` (an existing, empty staging dir): ``model.safetensors``
-    (``embeddings.weight`` float32), ``config.json`` and the tokenizer files of ``tokenizer_dir``."""
+    (``embedding.weight`` float32), ``config.json``, the tokenizer files of ``tokenizer_dir`` with
+    ``tokenizer.json`` rewritten by :func:`static_tokenizer_json`, and the sentence-transformers files
+    (``modules.json``, ``sentence_bert_config.json``), every length set to the config's
+    ``max_position_embeddings`` (the module docstring)."""
     import numpy as np
     from safetensors.torch import save_file
 
@@ -91,6 +124,19 @@ def save_static(out_dir, weight, tokenizer_dir, config: dict) -> None:
     save_file({STATIC_WEIGHT: w}, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2))
     copy_tokenizer_files(Path(tokenizer_dir), out_dir)
+    max_len = int(config.get("max_position_embeddings") or STATIC_MAX_POSITIONS)
+    atomic_write_text(out_dir / "tokenizer.json", static_tokenizer_json(tokenizer_dir, max_len))
+    tc = out_dir / "tokenizer_config.json"
+    if tc.is_file():  # transformers' AutoTokenizer reads its limit here: the same one
+        try:
+            tcfg = json.loads(tc.read_text(encoding="utf-8"))
+        except ValueError:
+            tcfg = None
+        if isinstance(tcfg, dict):
+            tcfg["model_max_length"] = max_len
+            atomic_write_text(tc, json.dumps(tcfg, indent=2))
+    atomic_write_text(out_dir / "sentence_bert_config.json",
+                      json.dumps({"max_seq_length": max_len, "do_lower_case": False}, indent=2))
     bf = meta_section(config)
     modules = [{"idx": 0, "name": "0", "path": "", "type": ST_STATIC}]
     if bf.get("normalize", True):
@@ -122,4 +168,4 @@ def load_static(path) -> StaticEmbedding:
 
 
 __all__ = ["STATIC_MODEL_TYPE", "STATIC_WEIGHT", "STATIC_MAX_POSITIONS", "StaticEmbedding", "is_static_config",
-           "is_static_dir", "static_config", "save_static", "load_static"]
+           "is_static_dir", "static_config", "static_tokenizer_json", "save_static", "load_static"]

@@ -332,21 +332,67 @@ def read_shards(out) -> tuple:
     return np.concatenate(vecs), ids
 
 
+#: IVF training points drawn per cell at most (faiss's k-means subsamples beyond 256 per centroid anyway)
+IVF_TRAIN_POINTS_PER_CELL = 256
+
+#: the seed of the IVF training sample (the same rows, so the same index, on every run)
+IVF_TRAIN_SEED = 0
+
+
+def ivf_training_sample(out: Path, plan: dict, nlist: int):
+    """The vectors an IVF index of all shards of ``out`` trains on: min(N, :data:`IVF_TRAIN_POINTS_PER_CELL` ·
+    ``nlist``) rows drawn uniformly over all N records (seed :data:`IVF_TRAIN_SEED`; every row when that is
+    all of them), read shard by shard (memory: the sample). Returns (n_train, d) float32."""
+    import numpy as np
+    n = plan["records"]
+    k = min(n, IVF_TRAIN_POINTS_PER_CELL * nlist)
+    rows = np.arange(n) if k == n else np.sort(np.random.default_rng(IVF_TRAIN_SEED).choice(n, k, replace=False))
+    parts = []
+    for s in plan["shards"]:
+        lo, hi = np.searchsorted(rows, [s["start"], s["start"] + s["count"]])
+        if hi > lo:
+            x = np.load(out / f"{shard_name(s['index'])}.npy", mmap_mode="r")
+            parts.append(np.asarray(x[rows[lo:hi] - s["start"]], dtype=np.float32))
+            del x
+    return np.concatenate(parts)
+
+
 def build_shard_index(out: Path, plan: dict, kind: str) -> dict:
     """A faiss index (:func:`bertforge.metrics.retrieval.build_index`, cosine) over every shard of ``out``,
     built from the first shard and extended shard by shard (memory: the index plus one shard), written to
     ``out/index.faiss`` (atomically) with ``index.json`` (kind, vectors, shard order; row i of the index is
-    record i of the manifest's order)."""
+    record i of the manifest's order).
+
+    ``ivf``: the cells are sized from all N records (:func:`~bertforge.metrics.retrieval.ivf_nlist`, not from
+    the first shard) and placed by k-means on a sample drawn across all shards (:func:`ivf_training_sample`);
+    ``index.json`` records ``nlist``, ``nprobe`` and ``train_points``. Fewer than 39 training points per cell
+    (faiss's own minimum; a corpus under 39 records) prints one warning line on stderr."""
+    import sys
+
     import faiss
     import numpy as np
 
-    from ..metrics.retrieval import build_index, normalize_rows
+    from ..metrics.retrieval import IVF_MIN_POINTS_PER_CELL, build_index, ivf_nlist, normalize_rows
     from ..io import atomic_write_text, owner_tag
+    ivf, options = {}, {}
+    if kind == "ivf":
+        nlist = ivf_nlist(plan["records"])
+        train = ivf_training_sample(out, plan, nlist)
+        ivf = {"nlist": nlist, "nprobe": min(nlist, 16), "train_points": int(len(train)),
+               "train_seed": IVF_TRAIN_SEED}
+        options = {"nlist": nlist, "nprobe": ivf["nprobe"], "train": train, "faiss_warns": False}
+        del train  # held by options until the index is trained
+        if ivf["train_points"] < IVF_MIN_POINTS_PER_CELL * nlist:
+            print(f"bertforge embed: warning: the IVF index trains {ivf['train_points']} points for {nlist} cell"
+                  f"{'s' if nlist > 1 else ''} (< {IVF_MIN_POINTS_PER_CELL} per cell, faiss's minimum): its cells "
+                  f"are poorly placed; --index-kind flat searches a corpus this small exactly",
+                  file=sys.stderr, flush=True)
     index = None
     for s in plan["shards"]:
         x = np.load(out / f"{shard_name(s['index'])}.npy")
         if index is None:
-            index = build_index(x, kind=kind, score="cos")
+            index = build_index(x, kind=kind, score="cos", **options)
+            options.clear()  # the training sample is freed
         else:
             index.index.add(np.ascontiguousarray(normalize_rows(x), dtype=np.float32))
         del x
@@ -358,11 +404,11 @@ def build_shard_index(out: Path, plan: dict, kind: str) -> dict:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    rec = {"file": "index.faiss", "kind": kind, "score": "cos", "ntotal": index.ntotal,
+    rec = {"file": "index.faiss", "kind": kind, "score": "cos", "ntotal": index.ntotal, **ivf,
            "shards": [s["index"] for s in plan["shards"]]}
     atomic_write_text(out / "index.json", json.dumps(rec, indent=1))
     return rec
 
 
 __all__ = ["EmbedCorpusOptions", "EmbedCorpusResult", "embed_corpus", "embed_corpus_with", "embed_shards",
-           "read_shards", "build_shard_index", "shard_done", "write_shard", "check_out"]
+           "read_shards", "ivf_training_sample", "build_shard_index", "shard_done", "write_shard", "check_out"]
