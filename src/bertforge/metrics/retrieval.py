@@ -11,6 +11,12 @@ definitions), for one query with judged grades ``rel(d)`` (> 0: relevant) and a 
 Each is averaged over the queries of the qrels (a query absent from the run scores 0). Ties in score are
 broken by the order the documents were given in (a stable sort) — trec_eval breaks them by document id, so a
 run with tied scores may differ from it in the tied places only.
+
+A retrieved document whose id is the query's own id is left out of that query's ranking before scoring, as BEIR's
+``EvaluateRetrieval.evaluate`` does by default (``ignore_identical_ids=True``: in ArguAna and Quora the queries
+are documents of the corpus too, and finding a query itself is no hit); ``ignore_identical_ids=False`` keeps it
+(it then counts as a retrieved document that is not relevant, unless the qrels judge it). Either way the result
+says how many judged queries retrieved their own id (``identical_ids``).
 """
 from __future__ import annotations
 
@@ -47,7 +53,8 @@ def query_metrics(ranked: list, rels: dict, k_values=(1, 10, 100)) -> dict:
     return out
 
 
-def retrieval_metrics(run, qrels: dict, k_values=(1, 10, 100), per_query: bool = False) -> dict:
+def retrieval_metrics(run, qrels: dict, k_values=(1, 10, 100), per_query: bool = False,
+                      ignore_identical_ids: bool = True) -> dict:
     """Mean NDCG@k, MRR@k and Recall@k over the queries of ``qrels``.
 
     Args:
@@ -56,8 +63,12 @@ def retrieval_metrics(run, qrels: dict, k_values=(1, 10, 100), per_query: bool =
         qrels: ``{qid: {did: grade}}`` (grade > 0: relevant; 0 or less: judged not relevant).
         k_values: cut-offs; ``(1, 10, 100)`` gives ndcg@10, mrr@10, recall@1, recall@10, recall@100 among others.
         per_query: also return ``"per_query": {qid: {...}}``.
+        ignore_identical_ids: leave a document whose id equals the query's id out of its ranking (BEIR's default;
+            the documents below it move up one place); False: keep it.
     Returns:
-        ``{"ndcg@k": float, "mrr@k": float, "recall@k": float for each k, "queries": int}`` (fractions in [0, 1]).
+        ``{"ndcg@k": float, "mrr@k": float, "recall@k": float for each k, "queries": int, "identical_ids": int,
+        "ignore_identical_ids": bool}`` (fractions in [0, 1]); ``identical_ids``: judged queries whose run held a
+        document with their own id (left out when ``ignore_identical_ids``).
     Raises:
         ValueError: empty ``qrels`` or a cut-off < 1.
     """
@@ -68,9 +79,14 @@ def retrieval_metrics(run, qrels: dict, k_values=(1, 10, 100), per_query: bool =
         raise ValueError(f"cut-offs must be ≥ 1, got {k_values}")
     sums: dict = {}
     each = {}
+    identical = 0
     for qid, rels in qrels.items():
         r = run.get(qid, {})
         ranked = _ranked(r) if isinstance(r, dict) else list(r)
+        if qid in ranked:
+            identical += 1
+            if ignore_identical_ids:
+                ranked = [d for d in ranked if d != qid]
         m = query_metrics(ranked, rels, ks)
         each[qid] = m
         for key, v in m.items():
@@ -78,6 +94,7 @@ def retrieval_metrics(run, qrels: dict, k_values=(1, 10, 100), per_query: bool =
     n = len(qrels)
     out = {key: v / n for key, v in sums.items()}
     out["queries"] = n
+    out["identical_ids"], out["ignore_identical_ids"] = identical, bool(ignore_identical_ids)
     if per_query:
         out["per_query"] = each
     return out

@@ -22,13 +22,18 @@ INDEXES = ("exact",) + INDEX_KINDS
 
 def retrieval_eval(model, data, *, split: str = "test", index: str = "exact", dim: Optional[int] = None,
                    batch_size: int = 32, max_seq_len: Optional[int] = None, top_k: int = 100,
-                   threads: Optional[int] = None, tokenizer=None, out=None, overwrite: bool = False) -> dict:
+                   threads: Optional[int] = None, tokenizer=None, out=None, overwrite: bool = False,
+                   ignore_identical_ids: bool = True) -> dict:
     """Embed every document (title + " " + text) and every judged query of ``split`` of the BEIR dir ``data``
     (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) with ``model`` (pooled as its dir declares, cut to ``dim``
     coordinates, texts cut at ``max_seq_len`` tokens — None: where the dir declares), rank by cosine
-    (``index``: ``exact`` numpy search or a faiss ``flat`` / ``hnsw`` / ``ivf`` index) and score. Returns the
-    metrics of :func:`bertforge.runtime.embedder.evaluate_retrieval` with ``model``, ``data``, ``split`` and
-    ``threads``; ``out``: also write them there as JSON.
+    (``index``: ``exact`` numpy search or a faiss ``flat`` / ``hnsw`` / ``ivf`` index) and score. A retrieved
+    document whose id is the query's own id is left out of that query's ranking, as BEIR's evaluation does by
+    default (ArguAna, Quora: the queries are corpus documents too); ``ignore_identical_ids=False``
+    (``--keep-identical-ids``) counts it as retrieved. Returns the metrics of
+    :func:`bertforge.runtime.embedder.evaluate_retrieval` — ``identical_ids``: the judged queries that retrieved
+    their own id, ``ignore_identical_ids`` — with ``model``, ``data``, ``split`` and ``threads``; ``out``: also
+    write them there as JSON.
 
     Raises:
         ConfigError: bad sizes or index, an ``out`` that exists (without ``overwrite``) or lies in a model or
@@ -38,6 +43,7 @@ def retrieval_eval(model, data, *, split: str = "test", index: str = "exact", di
     dim, threads = check_option(fn, "dim", dim, Optional[int]), check_option(fn, "threads", threads, Optional[int])
     max_seq_len = check_option(fn, "max_seq_len", max_seq_len, Optional[int])
     overwrite = check_option(fn, "overwrite", overwrite, bool)
+    ignore_identical_ids = check_option(fn, "ignore_identical_ids", ignore_identical_ids, bool)
     for flag, value in (("--batch-size", batch_size), ("--top-k", top_k), ("--dim", dim),
                         ("--max-seq-len", max_seq_len)):
         require_at_least(flag, value, 1)
@@ -64,7 +70,7 @@ def retrieval_eval(model, data, *, split: str = "test", index: str = "exact", di
         torch.set_num_threads(threads)
     emb = load_embedder(model, None, tokenizer, threads=threads, dim=dim)
     result = evaluate_retrieval(emb, beir, index=index, batch_size=batch_size, max_seq_len=max_seq_len,
-                                top_k=top_k)
+                                top_k=top_k, ignore_identical_ids=ignore_identical_ids)
     result.update(model=str(model), data=str(data), split=split, threads=torch.get_num_threads())
     if out is not None:
         atomic_write_text(Path(out), json.dumps(result, indent=2))

@@ -197,12 +197,14 @@ def load_embedder(path, name: Optional[str] = None, tokenizer_dir=None,
 
 # ------------------------------------------------------------------------------------------ metrics
 def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 32, max_seq_len: Optional[int] = None,
-                       top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False) -> dict:
+                       top_k: int = 100, k_values=(1, 10, 100), return_vectors: bool = False,
+                       ignore_identical_ids: bool = True) -> dict:
     """Embed ``data`` (:class:`bertforge.data.beir.BeirData`) with ``embedder``
     (:class:`bertforge.runtime.embedder.Embedder`), rank by cosine (``index``: ``exact`` or a faiss kind) and
-    score. Returns the metrics of :func:`bertforge.metrics.retrieval.retrieval_metrics` plus ``documents``,
-    ``dim``, ``index``, ``docs_per_s`` / ``queries_per_s`` (encoding throughput, texts/s) and ``search_s``;
-    with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
+    score (with ``ignore_identical_ids``, BEIR's default, a document whose id is the query's own id is left out
+    of that query's ranking). Returns the metrics of :func:`bertforge.metrics.retrieval.retrieval_metrics` plus
+    ``documents``, ``dim``, ``index``, ``docs_per_s`` / ``queries_per_s`` (encoding throughput, texts/s) and
+    ``search_s``; with ``return_vectors`` also ``(doc_vectors (N, d), query_vectors (Q, d))`` as a second value."""
     from ..metrics.retrieval import build_index, exact_search, retrieval_metrics, run_from_topk
     doc_ids, q_ids = list(data.corpus), list(data.queries)
     max_seq_len = max_seq_len or embedder.max_seq_len
@@ -217,7 +219,8 @@ def evaluate_retrieval(embedder, data, index: str = "exact", batch_size: int = 3
     else:
         s, i = build_index(dv, index, "cos").search(qv, k)
     t3 = time.perf_counter()
-    m = retrieval_metrics(run_from_topk(q_ids, doc_ids, s, i), data.qrels, k_values)
+    m = retrieval_metrics(run_from_topk(q_ids, doc_ids, s, i), data.qrels, k_values,
+                          ignore_identical_ids=ignore_identical_ids)
     m.update(documents=len(doc_ids), dim=int(dv.shape[1]), index=index, max_seq_len=max_seq_len,
              docs_per_s=len(doc_ids) / max(t1 - t0, 1e-9), queries_per_s=len(q_ids) / max(t2 - t1, 1e-9),
              search_s=t3 - t2)
