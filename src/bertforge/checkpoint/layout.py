@@ -27,6 +27,11 @@ LOWBIT_RECORD = "lowbit.json"
 STATIC_MODEL_TYPE = "static"
 #: the index files ``transformers`` writes beside the shards of a checkpoint saved in pieces
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: how the ``model_type`` of a dir only bertforge computes right begins (``bertforge-mean-pooled-bert``: a sequence
+#: head on a pooling ``transformers``' class for it does not read; the family is in the ``bertforge`` section's
+#: ``family``): ``transformers`` knows no such type, so its Auto classes refuse the dir instead of loading it
+#: into another function (:func:`bertforge.checkpoint.write.config_to_hf`)
+BERTFORGE_MODEL_TYPE = "bertforge-"
 
 
 def read_json_object(path: Path) -> dict:
@@ -154,14 +159,25 @@ def find_graph(path: Path) -> Optional[Path]:
     return graphs[0] if graphs else None
 
 
+def model_family(cfg: dict):
+    """The model family of a ``config.json`` dict: its ``model_type`` (``bert``, ``modernbert``, ``static`` …),
+    or, for a dir written for bertforge alone (``model_type`` ``bertforge-…``, :data:`BERTFORGE_MODEL_TYPE`),
+    the family its ``bertforge`` section records (``family``). None when the dict says neither."""
+    t = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if isinstance(t, str) and t.startswith(BERTFORGE_MODEL_TYPE):
+        fam = meta_section(cfg).get("family")
+        return fam if isinstance(fam, str) and fam else t
+    return t if isinstance(t, str) else None
+
+
 def token_positions(cfg: dict) -> int:
     """Token positions a checkpoint's ``config.json`` dict can embed: ``max_position_embeddings`` (512 when
     absent), minus, for RoBERTa, the pad_token_id + 1 positions below its first (2 with the usual pad id 1),
     for MPNet the 2 below its first (its padding id is always 1)."""
     n = cfg.get("max_position_embeddings", 512)
-    if cfg.get("model_type") == "mpnet":
+    if model_family(cfg) == "mpnet":
         n -= 2
-    if cfg.get("model_type") == "roberta":
+    if model_family(cfg) == "roberta":
         pad = cfg.get("pad_token_id")
         n -= (pad if isinstance(pad, int) and pad >= 0 else 1) + 1
     return n
@@ -422,7 +438,8 @@ def read_prompts(model_dir) -> Prompts:
     return Prompts(dict(prompts), default)
 
 
-__all__ = ["CONFIG_FILE", "META_KEY", "INT8_FILE", "STATIC_MODEL_TYPE", "SHARD_INDEXES", "read_json_object",
+__all__ = ["CONFIG_FILE", "META_KEY", "BERTFORGE_MODEL_TYPE", "model_family", "INT8_FILE", "STATIC_MODEL_TYPE",
+           "SHARD_INDEXES", "read_json_object",
            "read_config", "meta_section", "with_meta", "shard_index", "weight_files", "deployed_format",
            "find_graph", "is_static_config", "is_static_dir", "is_quantized_dir", "is_lowbit_dir", "LOWBIT_RECORD", "POOLING_MODES", "Pooling",
            "check_pooling_mode", "read_pooling", "write_pooling", "carry_pooling", "write_truncate_dim",

@@ -118,8 +118,10 @@ class ModelDir:
     # ------------------------------------------------------------------ what it is
     @property
     def model_type(self) -> Optional[str]:
-        """``config.json``'s ``model_type`` (``bert``, ``modernbert``, ``static`` …)."""
-        return self.config.get("model_type")
+        """The model family: ``config.json``'s ``model_type`` (``bert``, ``modernbert``, ``static`` …), or for a
+        dir only bertforge computes right (``model_type`` ``bertforge-mean-pooled-bert`` …) the family it records
+        (:func:`~bertforge.checkpoint.layout.model_family`)."""
+        return layout.model_family(self.config)
 
     @property
     def is_static(self) -> bool:
@@ -279,7 +281,7 @@ def saved_head_name(cfg: dict) -> Optional[str]:
 def _head_from_arch(d: dict) -> Optional[str]:
     from ..heads import HEADS
     archs = d.get("architectures")
-    model_type = d.get("model_type") if isinstance(d.get("model_type"), str) else None
+    model_type = layout.model_family(d)
     for arch in archs if isinstance(archs, list) else []:
         if not isinstance(arch, str):
             continue

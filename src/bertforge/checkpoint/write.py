@@ -5,6 +5,11 @@ A bertforge checkpoint *is* a ``transformers`` checkpoint dir: ``config.json`` (
 holds, per family, the map between our parameter names and Hugging Face's (fused Q/K/V, ALBERT's shared
 groups, DistilBERT's names), the config translation, and :func:`save_pretrained`. Weights are never pickled.
 Reading a dir back is :func:`bertforge.checkpoint.read.load_pretrained`.
+
+A dir is written so that every tool that loads it computes bertforge's outputs, or refuses it: where
+``transformers``' class for a head computes another function (a sequence head on mean / max pooling,
+:func:`pooling_transformers_lacks`), ``config.json`` gets a ``model_type`` transformers does not know
+(``bertforge-mean-pooled-bert``, :func:`config_to_hf`) instead of one it would silently load into [CLS] logits.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from ..config import FAMILIES, ModelConfig
 from ..errors import CheckpointError, ConfigError
 from ..heads import HEADS
 from ..io import atomic_dir, move_files_into
-from .layout import META_KEY, meta_section, with_meta
+from .layout import BERTFORGE_MODEL_TYPE, META_KEY, meta_section, model_family, with_meta
 from ..tokenizer import TOKENIZER_FILES, copy_tokenizer_files, save_tokenizer
 
 FAMILY_CLASS = {"bert": "Bert", "roberta": "Roberta", "albert": "Albert", "electra": "Electra",
@@ -282,10 +287,11 @@ def albert_num_groups(config: ModelConfig) -> int:
 # ------------------------------------------------------------------------------------ config mapping
 def config_from_hf(d: dict) -> ModelConfig:
     """HF ``config.json`` dict → :class:`ModelConfig`. Raises CheckpointError for unknown families."""
-    fam = d.get("model_type")
+    fam = model_family(d)  # a bertforge-only dir (model_type bertforge-…) records its family in its own section
     if fam not in FAMILIES:
         raise CheckpointError(
-            f"config.json has model_type={fam!r}; bertforge loads {', '.join(FAMILIES)} checkpoints")
+            f"config.json has model_type={d.get('model_type')!r}; bertforge loads {', '.join(FAMILIES)} "
+            f"checkpoints")
     kw: dict = {}
     if fam == "modernbert":
         kw.update(modernbert_config_from_hf(d))
@@ -335,8 +341,45 @@ def config_from_hf(d: dict) -> ModelConfig:
     return ModelConfig(model_type=fam, **kw)
 
 
+#: the sequence head (classification, regression, multi-label): the one head whose function depends on a pooling
+SEQUENCE_HEAD = "sequence_classification"
+
+
+def pooling_transformers_lacks(family: str, head: str, pooling, classifier_pooling=None):
+    """The pooling (``mean`` / ``max`` / ``cls``) that bertforge's ``head`` on ``family`` reads and
+    ``transformers``' class for that head does not, else None (the two compute one function).
+
+    ``transformers``' ``…ForSequenceClassification`` reads, per family: the tanh pooler over h_[CLS] (bert, albert,
+    mobilebert), h_[CLS] (roberta, electra, distilbert, mpnet), the ``classifier_pooling`` of its config
+    (modernbert: ``cls`` or ``mean``; ``classifier_pooling`` None: the one :func:`config_to_hf` writes). Every
+    other head (token classification, QA, the pretraining heads, the encoder) reads no pooling. ``pooling`` is
+    :attr:`ModelConfig.pooling` (None: the family's own reading, which is transformers')."""
+    if head != SEQUENCE_HEAD or pooling is None:
+        return None
+    if family == "modernbert":
+        return None if pooling in ((classifier_pooling,) if classifier_pooling else ("cls", "mean")) else pooling
+    if family in getattr(HEADS[SEQUENCE_HEAD], "POOLER_FAMILIES", ("bert", "albert", "mobilebert")):
+        return pooling  # even ``cls``: bertforge reads h_[CLS], transformers tanh(W·h_[CLS])
+    return None if pooling == "cls" else pooling
+
+
+def bertforge_model_type(family: str, pooling: str) -> str:
+    """The ``model_type`` of a dir only bertforge computes right: ``bertforge-mean-pooled-bert`` … (a type
+    ``transformers`` does not know, so that ``AutoModelFor…`` / ``AutoConfig`` / ``pipeline`` /
+    ``SentenceTransformer`` refuse it, naming it, instead of loading it into another function)."""
+    return f"{BERTFORGE_MODEL_TYPE}{pooling}-pooled-{family}"
+
+
 def config_to_hf(config: ModelConfig, head: str) -> dict:
-    """:class:`ModelConfig` → HF ``config.json`` dict for ``{Family}{head suffix}``."""
+    """:class:`ModelConfig` → HF ``config.json`` dict for ``{Family}{head suffix}``.
+
+    Where ``transformers``' class for the head computes another function than bertforge's
+    (:func:`pooling_transformers_lacks`: a sequence head on mean / max pooling, or on h_[CLS] without the
+    pooler for bert / albert / mobilebert), the dir is written for bertforge alone: ``model_type``
+    ``bertforge-<pooling>-pooled-<family>`` (:func:`bertforge_model_type`; the family in the ``bertforge``
+    section's ``family``, read back by :func:`config_from_hf`) and ``architectures``
+    ``<Pooling>Pooled<Family>ForSequenceClassification``. Weights and every other key are as for the family.
+    ModernBERT's ``classifier_pooling`` is written as the pooling the head reads (``cls`` / ``mean``)."""
     fam = config.model_type
     arch = FAMILY_CLASS[fam] + HEADS[head].hf_suffix
     d: dict = {"architectures": [arch], "model_type": fam}
@@ -379,8 +422,18 @@ def config_to_hf(config: ModelConfig, head: str) -> dict:
             d["problem_type"] = config.problem_type
     for k in OUR_CONFIG_KEYS:
         d[k] = getattr(config, k)
+    # ``pooling`` and ``family`` are written from the config as it is now, never carried over from the dir it was
+    # read from (a head switched back to the pooler, a head transformers computes, must not keep them)
+    d[META_KEY] = {k: v for k, v in meta_section(d).items() if k not in ("pooling", "family")}
+    if fam == "modernbert" and head == SEQUENCE_HEAD and config.pooling in ("cls", "mean"):
+        d["classifier_pooling"] = config.pooling  # what the head reads (config.pooling wins over classifier_pooling)
     if config.pooling:  # the sequence head's pooling (ModelConfig.pooling), kept in bertforge's own section
         d = with_meta(d, pooling=config.pooling)
+    lacks = pooling_transformers_lacks(fam, head, config.pooling, d.get("classifier_pooling"))
+    if lacks:  # transformers would load it into another function: a model_type it refuses, naming it
+        d["model_type"] = bertforge_model_type(fam, lacks)
+        d["architectures"] = [f"{lacks.capitalize()}Pooled{arch}"]
+        d = with_meta(d, family=fam)
     d["bertforge_head"] = head
     return d
 
@@ -417,7 +470,8 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=
         tokenizer_dir: a dir whose tokenizer files (``tokenizer.json``, ``vocab.txt`` …) are copied.
         tokenizer: a ``tokenizers.Tokenizer`` to save instead.
         pooling: an embedding model's :class:`bertforge.models.pooling.Pooling` (or a mode name: ``mean``,
-            ``cls``, ``max``); default ``model.pooling`` when the head is ``base``. Given, the dir is also
+            ``cls``, ``max``); default ``model.pooling`` when the head is ``base``, the head's own pooling and
+            normalisation when it is ``embedding``. Given, the dir is also
             written in the sentence-transformers layout (``modules.json``, ``1_Pooling/config.json``,
             ``sentence_bert_config.json``; :func:`bertforge.models.pooling.write_pooling`), so that
             ``SentenceTransformer(out_dir)`` loads it and gives the same vectors.
@@ -446,6 +500,10 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=
     shutil.rmtree(out_dir / ".staging", ignore_errors=True)
     if pooling is None and getattr(model, "head_name", None) == "base":
         pooling = getattr(model, "pooling", None)
+    settings = getattr(getattr(model, "head", None), "settings", None)
+    if pooling is None and getattr(model, "head_name", None) == "embedding" and settings is not None:
+        from ..models.pooling import Pooling  # the embedding head's own pooling: SentenceTransformer(out_dir) = it
+        pooling = Pooling(settings.pooling, settings.normalize)
     if pooling is not None:
         from ..models.pooling import Pooling, write_pooling
         if isinstance(pooling, str):
@@ -457,5 +515,6 @@ def save_pretrained(model, out_dir, tokenizer_dir=None, tokenizer=None, pooling=
             (out_dir / stale).unlink()
 
 
-__all__ = ["FAMILY_CLASS", "PREFIX", "encoder_key_map", "mobilebert_key_map", "albert_num_groups", "config_from_hf", "config_to_hf",
+__all__ = ["FAMILY_CLASS", "PREFIX", "SEQUENCE_HEAD", "pooling_transformers_lacks", "bertforge_model_type",
+           "encoder_key_map", "mobilebert_key_map", "albert_num_groups", "config_from_hf", "config_to_hf",
            "hf_state_dict", "save_pretrained"]

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ..checkpoint.layout import model_family
 from ..checkpoint.read import check_seq_len
 from ..errors import ConfigError, require_at_least
 from ..hardware import cpu_flags as all_flags
@@ -61,7 +62,7 @@ def activation_bytes(cfg: dict, batch_size: int, seq_len: int, factor: float = 4
     """Rough peak activation memory of one forward at ``batch_size`` × ``seq_len`` (fp32): the widest
     per-token tensor of a layer — FFN (I), fused QKV (3H) or the attention scores (heads·T) — times
     ``factor`` for the tensors alive at the same time (input, output, softmax copy …)."""
-    if cfg.get("model_type") == "distilbert":
+    if model_family(cfg) == "distilbert":
         h, heads, inter = cfg.get("dim", 768), cfg.get("n_heads", 12), cfg.get("hidden_dim", 3072)
     else:
         h, heads, inter = cfg.get("hidden_size", 768), cfg.get("num_attention_heads", 12), \
@@ -131,9 +132,9 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     ``cfg`` is a HF ``config.json`` dict; ``layer_num_heads`` / ``layer_intermediate_sizes`` (pruned
     models) are honoured. Embedding lookups, LayerNorm, softmax and activations are not counted.
     """
-    if cfg.get("model_type") == "mobilebert":
+    if model_family(cfg) == "mobilebert":
         return mobilebert_flops(cfg, seq_len)
-    if cfg.get("model_type") == "distilbert":
+    if model_family(cfg) == "distilbert":
         h, n, heads, inter = cfg.get("dim", 768), cfg.get("n_layers", 6), cfg.get("n_heads", 12), \
             cfg.get("hidden_dim", 3072)
     else:
@@ -144,7 +145,7 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     li = cfg.get("layer_intermediate_sizes") or [inter] * n
     t = seq_len
     total = 0.0
-    modern = cfg.get("model_type") == "modernbert"  # GeGLU: H → 2I, I → H; local layers see ≤ window + 1 keys
+    modern = model_family(cfg) == "modernbert"  # GeGLU: H → 2I, I → H; local layers see ≤ window + 1 keys
     kinds = cfg.get("layer_types") or ["full_attention"] * n
     window = int(cfg.get("local_attention", 128)) // 2 * 2 + 1
     for a_heads, i_w, kind in zip(lh, li, kinds):
@@ -154,7 +155,7 @@ def encoder_flops(cfg: dict, seq_len: int) -> float:
     e = cfg.get("embedding_size") or h
     if e != h:
         total += 2 * t * e * h
-    if cfg.get("add_pooling_layer", cfg.get("model_type") in ("bert", "albert")):
+    if cfg.get("add_pooling_layer", model_family(cfg) in ("bert", "albert")):
         total += 2 * h * h
     return total
 
@@ -270,7 +271,7 @@ def bench(model_dir, backend: str = "auto", seq_len: int = 128, batch_size: int 
     check_int8_option(md, backend, int8)
     runner = load_runner(md, backend, threads, int8=int8, mkl_pack=True)
     cfg = runner.config
-    tt = cfg.get("type_vocab_size", 2) > 0 and cfg.get("model_type") not in ("distilbert", "mpnet")
+    tt = cfg.get("type_vocab_size", 2) > 0 and model_family(cfg) not in ("distilbert", "mpnet")
     x = random_inputs(cfg.get("vocab_size", 30522), batch_size, seq_len, seed, token_types=tt)
     lat = time_calls(lambda: runner(**x), warmup, iters, min_seconds)
     rec = {"model": str(model_dir), **runner.describe(), "seq_len": seq_len, "batch_size": batch_size,

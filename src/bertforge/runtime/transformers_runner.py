@@ -48,8 +48,11 @@ def check_loadable(model_dir: Path, cfg: dict) -> None:
         raise CheckpointError(f"{model_dir} has per-layer pruned shapes ({what}), which transformers "
                               f"cannot build (one width for every layer; no pruned_heads since v5); use "
                               f"--backend torch or onnxruntime")
-    pooling = Meta.from_config(cfg).pooling
-    if pooling and cfg.get("bertforge_head") == "sequence_classification":
+    from ..checkpoint.layout import model_family
+    from ..checkpoint.write import pooling_transformers_lacks
+    pooling = pooling_transformers_lacks(model_family(cfg), cfg.get("bertforge_head"), Meta.from_config(cfg).pooling,
+                                         cfg.get("classifier_pooling"))
+    if pooling:  # a dir only bertforge computes right (model_type bertforge-…), or one an older bertforge wrote
         raise CheckpointError(f"{model_dir} has a sequence head on {pooling} pooling (model.pooling), which "
                               f"transformers' ForSequenceClassification does not have (it reads [CLS]): its "
                               f"logits would not be this model's; use --backend torch or onnxruntime")
