@@ -69,9 +69,9 @@ def token_vectors(model, token_ids, cls_id: Optional[int], sep_id: Optional[int]
     out = np.empty((len(ids), model.config.hidden_size), dtype=np.float32)
     device = next(model.parameters()).device
     model.eval()
-    from tqdm.auto import tqdm
+    from ..progress import track
     with torch.inference_mode():
-        for s in tqdm(range(0, len(x), batch_size), desc="vocabulary", unit="batch", disable=not progress):
+        for s in track(range(0, len(x), batch_size), "vocabulary", unit="batch", show=progress):
             b = x[s:s + batch_size].to(device)
             am = torch.ones_like(b)
             h = model(b, am, torch.zeros_like(b)).last_hidden_state

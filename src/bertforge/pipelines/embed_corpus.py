@@ -171,8 +171,9 @@ def _remove_shard(out: Path, i: int) -> None:
         f.unlink(missing_ok=True)
 
 
-def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch_size: int):
-    """The (count, dim) float32 vectors and the ids of one shard, embedded ``CHUNK`` texts at a time."""
+def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch_size: int, progress=None):
+    """The (count, dim) float32 vectors and the ids of one shard, embedded ``CHUNK`` texts at a time
+    (``progress``: a :class:`bertforge.progress.Progress` counting texts, updated after each chunk)."""
     import numpy as np
 
     from ..data.stream import read_shard
@@ -186,6 +187,8 @@ def embed_shard(embedder, inputs, shard: dict, dim: int, max_seq_len: int, batch
         if texts:
             vecs[row:row + len(texts)] = embedder.embed(texts, max_seq_len, batch_size)
             row += len(texts)
+            if progress is not None:
+                progress.update(len(texts))
             texts = []
 
     for rid, text in read_shard(inputs, shard):
@@ -286,20 +289,24 @@ def embed_shards(model_dir: Path, inputs: list, out: Path, plan: dict, args, ran
     out.mkdir(parents=True, exist_ok=True)
     mine = plan["shards"][rank::world_size]
     computed, kept = [], []
+    from ..progress import Progress  # texts of this rank's shards: lines with rate and ETA in a log
+    bar = Progress(sum(s["count"] for s in mine), "embed" if world_size == 1 else f"embed rank {rank}", unit="text")
     t0 = time.perf_counter()
     for shard in mine:
         if shard_done(out, shard, dim):
             kept.append(shard["index"])
+            bar.set_total(bar.total - shard["count"])  # kept, not computed: not in the rate nor the time left
             continue
         _remove_shard(out, shard["index"])  # a half-written or stale shard is redone
         ts = time.perf_counter()
-        vecs, ids = embed_shard(embedder, inputs, shard, dim, args.max_seq_len, args.batch_size)
+        vecs, ids = embed_shard(embedder, inputs, shard, dim, args.max_seq_len, args.batch_size, bar)
         write_shard(out, shard, vecs, ids)
         del vecs, ids
         computed.append(shard["index"])
         append_jsonl(out / "events.jsonl", {"shard": shard["index"], "rank": rank, "records": shard["count"],
                                              "seconds": round(time.perf_counter() - ts, 3)})
     seconds = time.perf_counter() - t0
+    bar.close()
     barrier()
     rec = {"out": str(out), "rank": rank, "world_size": world_size, "records": plan["records"],
            "shards": len(plan["shards"]), "dim": dim, "computed": computed, "kept": kept,

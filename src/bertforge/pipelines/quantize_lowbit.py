@@ -207,7 +207,7 @@ def qat(student, teacher, items: list, collate, args, work: Path, pooling) -> di
     recipe = Recipe(train=TrainConfig(max_steps=args.qat_steps, batch_size=min(args.qat_batch_size, len(items)),
                                       lr=args.qat_lr, warmup_ratio=0.1, save_every=10 ** 9, log_every=50,
                                       load_best_at_end=False, keep_checkpoints=1, seed=args.seed),
-                    impl=ImplConfig(kernels="none", progress=False))
+                    impl=ImplConfig(kernels="none"))  # its progress: a bar, or lines with rate and ETA in a log
     trainer = Trainer(distiller, items, collate, recipe, work, save_fn=lambda m, d: None)
     res = trainer.fit()
     import shutil

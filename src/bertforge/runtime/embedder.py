@@ -317,14 +317,13 @@ def measure_latencies(embedders: list, seq_len: int = 128, batch_size: int = 1, 
     timed right after a PyTorch model paid for it (the demo's 3 × 384 INT8 student measured 1.14× its FP32
     graph instead of the 3.3× `bench` gives it). Returns ``{name: {"p50_ms", "p90_ms", "min_ms", "n"}}``."""
     from .bench import time_calls
-    from tqdm.auto import tqdm
+    from ..progress import Progress
     inputs = {e.name: latency_inputs(e, seq_len, batch_size) for e in embedders}
     times: dict = {e.name: [] for e in embedders}
     for e in embedders:
         for _ in range(warmup):
             e.forward(*inputs[e.name])
-    bar = tqdm(total=rounds * len(embedders), desc="latency", unit="model", disable=not progress,
-               dynamic_ncols=True)
+    bar = Progress(rounds * len(embedders), "latency", unit="model", show=progress)
     for _ in range(rounds):
         for e in embedders:
             x = inputs[e.name]
@@ -382,11 +381,11 @@ def evaluate_embedders(embedders: list, seq_len: int = 128, batch_size: int = 1,
     (p50), ``latency_p90_ms``, ``params``, ``size_mb``, ``backend``; with ``heldout`` (a text file of
     documents, or lists of sentences) the :func:`heldout_agreement` fields against ``reference`` (default the
     first embedder). Returns a list of dicts in order."""
-    from tqdm.auto import tqdm
+    from ..progress import track
     if not embedders:
         raise ConfigError("no models to evaluate; pass --model at least once")
     rows = []
-    for e in tqdm(embedders, desc="quality", unit="model", disable=not progress, dynamic_ncols=True):
+    for e in track(embedders, "quality", unit="model", show=progress):
         row = {"name": e.name, "backend": e.backend, "path": str(e.path), "lee_spearman": None,
                "polarity_acc": None, "polarity_acc_std": None}
         if e.can_embed:

@@ -6,9 +6,10 @@ logged), a dataset and a collator, and hands them to :class:`Trainer`. The Train
 warmup/decay (:mod:`.optim`), gradient accumulation and clipping, bf16 autocast (``impl.dtype``,
 :mod:`.precision`), DDP or FSDP under ``torchrun`` (:mod:`.distributed`), ``torch.compile``
 (``impl.compile``), collation in DataLoader workers (``impl.num_workers``), periodic evaluation with
-best-checkpoint keeping, a NaN/inf guard, tqdm progress and ``metrics.jsonl``. Beside it: the data order
-(:mod:`.sampler`), checkpoint files and the run directory's layout (:mod:`.checkpoint`), RNG state
-(:mod:`.rng`) and the running loss means (:mod:`.running`).
+best-checkpoint keeping, a NaN/inf guard, progress (:mod:`bertforge.progress`: a tqdm bar on a terminal, else
+a plain stderr line with step, rate and ETA every ``$BERTFORGE_PROGRESS_EVERY`` seconds, 30 by default) and
+``metrics.jsonl``. Beside it: the data order (:mod:`.sampler`), checkpoint files and the run directory's layout
+(:mod:`.checkpoint`), RNG state (:mod:`.rng`) and the running loss means (:mod:`.running`).
 
 An optimizer step takes ``train.grad_accum_steps`` micro-batches (``no_sync`` on all but the last); an epoch
 has ``len(dataset) // (B · grad_accum_steps)`` steps (the remainder is dropped, as ``drop_last``), so the
@@ -309,9 +310,9 @@ class Trainer:
         dist_utils.barrier(self.ctx)
         if self.is_main:
             print(self.start_line(), file=sys.stderr, flush=True)
-        from tqdm.auto import tqdm
-        bar = tqdm(total=self.total_steps, initial=self.step, desc="train", unit="step",
-                   disable=not (self.impl.progress and self.is_main), dynamic_ncols=True)
+        from ...progress import Progress  # a bar on a terminal, plain lines with rate and ETA in a log
+        bar = Progress(self.total_steps, "train", unit="step", initial=self.step, show=self.impl.progress,
+                       quiet=not self.is_main)
         self.model.train()
         accum, running = self.cfg.grad_accum_steps, self._running
         eval_every = self.cfg.eval_every or self.steps_per_epoch
