@@ -6,6 +6,7 @@ answer span lite picks. bertforge_lite itself equals bertforge's runners
 (test_bundle_answers_match_runners.py).
 
 Skipped, with the reason, only where Chromium or node/npm are not installed; .ci/run installs both."""
+import re
 import shutil
 import subprocess
 import sys
@@ -83,6 +84,50 @@ def test_browser_equals_lite_on_golden_and_1000_fuzz_texts(browser_bundle):
     # as the context); token ids (longest_first truncation of the pair), logits and the answer span as lite's
     assert res["qa"]["texts"] == 3 + 300
     print({k: (v["max_abs_diff"], round(v["ms_per_text"], 2)) for k, v in res.items()})
+
+
+QUERY_TIME = re.compile(r"^query embedded in (<\s*)?(\d+(?:\.\d+)?) ms \(tokenizer, model and pooling; wall clock\)$")
+
+
+def test_the_page_shows_the_query_time_it_took(browser_bundle):
+    """The line under the search hits is the wall-clock time from the query's text to its vector (issue #49,
+    item 9: a MiniLM INT8 bundle read "query embedded in 0.0 ms"): a number that parses, above 0, and no more
+    than the whole run of the page (load, 300 sentences embedded, the query) took as Python timed it."""
+    import time
+    from bertforge.pipelines.bundle_browser import search_page
+    t0 = time.perf_counter()
+    text = search_page(browser_bundle)
+    wall_ms = 1000 * (time.perf_counter() - t0)
+    lines = text.strip().splitlines()
+    assert len(lines) == 6, text  # the 5 best hits, then the time
+    m = QUERY_TIME.match(lines[-1].strip())
+    assert m, lines[-1]
+    # "< step" only where the clock truly read 0 (a query faster than performance.now()'s 0.1 ms step)
+    assert 0 < float(m.group(2)) < wall_ms, lines[-1]
+    print(lines[-1])
+
+
+def test_a_frozen_clock_shows_no_zero(browser_bundle, tmp_path):
+    """Under virtual time (`chromium --virtual-time-budget`, how docs/bundle_page.png was once taken) the page's
+    clock stands still while code runs: the page says the time is unknown instead of "0.0 ms"."""
+    import html
+    import subprocess
+    from bertforge.pipelines.bundle_browser import _chrome_args, _serve, chromium
+    server, _ = _serve(browser_bundle, [])
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html?bundle=/bundle/&demo=1"
+    try:
+        dom = subprocess.run(_chrome_args(chromium(), str(tmp_path / "profile")) +
+                             ["--dump-dom", "--virtual-time-budget=20000", url],
+                             capture_output=True, text=True, timeout=180).stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+    m = re.search(r'<small id="queryTime">(.*?)</small>', dom)
+    assert m, dom[-2000:]
+    line = html.unescape(m.group(1))
+    assert not re.search(r"\b0(\.0+)? ms", line), line
+    assert "query embedded in an unknown time (the page's clock is frozen: virtual time)" in line or \
+        (QUERY_TIME.match(line) and float(QUERY_TIME.match(line).group(2)) > 0), line
 
 
 def test_every_file_the_page_loads_is_under_25_mib():

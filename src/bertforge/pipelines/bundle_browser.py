@@ -6,7 +6,8 @@
 input and each text (``web/selftest.js``). :func:`compare` checks that report against ``bertforge_lite``'s
 answers. :func:`fuzz_texts` makes the texts: CJK, emoji (ZWJ sequences, skin tones, flags), accents and
 combining marks, zero-width characters, right-to-left scripts, odd whitespace and texts far longer than any
-max length. :func:`screenshot` takes the picture of the page in docs/bundle.md.
+max length. :func:`search_page` runs the page's semantic search in real time (through Chromium's DevTools
+protocol) and returns what it shows; :func:`screenshot` takes the picture of the page in docs/bundle.md with it.
 
 ``web/`` is read from the source tree (``<repo>/web``): this module serves a checkout, not an installed wheel.
 """
@@ -17,6 +18,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from functools import partial
@@ -170,22 +172,123 @@ def run_in_chromium(bundle, texts: list, timeout: float = 600) -> dict:
     return sink["report"]
 
 
-def screenshot(bundle, png, size: str = "1000,1100", budget_ms: int = 20000) -> Path:
-    """A PNG of the page with ``bundle`` open and a search run (``--virtual-time-budget`` lets it finish)."""
+class _DevTools:
+    """Chromium driven through its DevTools protocol on ``--remote-debugging-pipe``: the browser reads commands
+    on its fd 3 and writes replies and events on its fd 4, JSON messages each ended by a NUL byte."""
+
+    def __init__(self, exe: str, profile: str):
+        import fcntl
+        cmd_r, self._w = os.pipe()   # we write commands, Chromium reads them as fd 3
+        self._r, out_w = os.pipe()   # Chromium writes replies as fd 4, we read them
+        # the child's ends copied to fds ≥ 10 (so neither is 3 or 4), which a small Python trampoline moves to 3 and
+        # 4 before it execs Chromium: no preexec_fn (unsafe beside the server's thread), no shell (dash stops at fd 9)
+        a, b = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (cmd_r, out_w))
+        argv = _chrome_args(exe, profile) + ["--remote-debugging-pipe", "about:blank"]
+        hop = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+               "os.close(int(sys.argv[1])); os.close(int(sys.argv[2])); os.execv(sys.argv[3], sys.argv[3:])")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", hop, str(a), str(b), *argv],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(a, b))
+        finally:
+            for fd in (cmd_r, out_w, a, b):
+                os.close(fd)
+        self._buf, self._id = b"", 0
+
+    def call(self, method: str, params: Optional[dict] = None, session: Optional[str] = None,
+             timeout: float = 60) -> dict:
+        """Send one command and return its ``result`` (events in between are skipped)."""
+        import select
+        import time
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        end = time.monotonic() + timeout
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._id:
+                    if "error" in reply:
+                        raise BertforgeError(f"chromium: {method}: {reply['error'].get('message')}")
+                    return reply.get("result", {})
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                raise BertforgeError(f"chromium gave no answer to {method} within {timeout:.0f} s")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise BertforgeError(f"chromium exited during {method}")
+            self._buf += chunk
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=10)
+        except (BertforgeError, OSError):
+            pass
+        for fd in (self._w, self._r):
+            os.close(fd)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+#: what the page shows once its search ran (``?demo=1``): the hits table's text, or the status line's error
+_SEARCH_DONE = """new Promise((done) => { const t = setInterval(() => {
+  const hits = document.getElementById("hits"), status = document.getElementById("status");
+  if (status && status.className === "err") { clearInterval(t); done("error: " + status.textContent); }
+  else if (hits && hits.textContent.includes("query embedded")) { clearInterval(t); done(hits.innerText); }
+}, 50); })"""
+
+
+def search_page(bundle, png=None, size: str = "1000,1100", timeout: float = 180) -> str:
+    """Open the page with ``bundle`` (an embedding model first) and its search run (``?demo=1``) in headless
+    Chromium, in real time (no virtual time: the times the page shows are wall clock), and return the text of
+    the hits table, its last line the time the query took; with ``png``, a screenshot of the page is written
+    there too (the picture in docs/bundle.md).
+
+    Raises:
+        BertforgeError: no Chromium, ``web/`` not ready, no result within ``timeout`` seconds or the page's
+            error.
+    """
     exe = chromium()
     if exe is None or web_ready():
-        raise BertforgeError("chromium and web/node_modules are needed for a screenshot")
+        raise BertforgeError("chromium and web/node_modules are needed to run the page")
     server, _ = _serve(bundle, [])
     url = f"http://127.0.0.1:{server.server_address[1]}/index.html?bundle=/bundle/&demo=1"
-    png = Path(png).resolve()
+    width, height = (int(x) for x in size.split(","))
     with tempfile.TemporaryDirectory(prefix="bertforge-chromium-") as profile:
+        devtools = _DevTools(exe, profile)
         try:
-            subprocess.run(_chrome_args(exe, profile) + [f"--screenshot={png}", f"--window-size={size}",
-                                                         f"--virtual-time-budget={budget_ms}", url],
-                           capture_output=True, timeout=180, env={**os.environ})
+            target = devtools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            session = devtools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            devtools.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                                 "deviceScaleFactor": 1, "mobile": False}, session)
+            devtools.call("Page.navigate", {"url": url}, session)
+            got = devtools.call("Runtime.evaluate", {"expression": _SEARCH_DONE, "awaitPromise": True,
+                                                     "returnByValue": True}, session, timeout=timeout)
+            text = got.get("result", {}).get("value")
+            if not isinstance(text, str):
+                raise BertforgeError(f"the page gave no search result: {got}")
+            if text.startswith("error: "):
+                raise BertforgeError(f"the page failed: {text[7:]}")
+            if png is not None:
+                import base64
+                shot = devtools.call("Page.captureScreenshot", {"format": "png"}, session)
+                Path(png).write_bytes(base64.b64decode(shot["data"]))
         finally:
+            devtools.close()
             server.shutdown()
             server.server_close()
+    return text
+
+
+def screenshot(bundle, png, size: str = "1000,1100", timeout: float = 180) -> Path:
+    """A PNG of the page with ``bundle`` open and a search run, in real time (:func:`search_page`)."""
+    png = Path(png).resolve()
+    search_page(bundle, png, size, timeout)
     return png
 
 
@@ -246,4 +349,4 @@ def compare(report: dict, bundle, texts: list, lite_bundle) -> dict:
     return out
 
 
-__all__ = ["WEB", "chromium", "web_ready", "fuzz_texts", "run_in_chromium", "screenshot", "compare"]
+__all__ = ["WEB", "chromium", "web_ready", "fuzz_texts", "run_in_chromium", "search_page", "screenshot", "compare"]
