@@ -28,6 +28,9 @@ def main(argv=None) -> int:
         p.add_argument("texts", nargs="+", help="texts (QA: the question, then the context)")
         p.add_argument("--model", default=None, help="the bundle's model to run (when it holds several)")
         p.add_argument("--threads", type=_threads, default=None)
+        p.add_argument("--aggregation", choices=("first", "average", "max"), default=None,
+                       help="NER: a word's tag from its first sub-token, their average, or the max one "
+                            "(default: the manifest's)")
     args = p.parse_args(argv)
     from .bundle import Bundle, BundleError, verify
     try:
@@ -39,7 +42,8 @@ def main(argv=None) -> int:
             rows = [{"text": t, "embedding": [round(float(x), 6) for x in v]}
                     for t, v in zip(args.texts, b.embed(args.texts))]
         elif b.kind == "token_classification":
-            rows = [{"text": t, "entities": e} for t, e in zip(args.texts, b.ner(args.texts))]
+            rows = [{"text": t, "entities": e} for t, e in zip(args.texts, b.ner(args.texts,
+                                                                                 aggregation=args.aggregation))]
         elif b.kind == "question_answering":
             if len(args.texts) != 2:
                 raise BundleError("a QA bundle takes two texts: the question, then the context")

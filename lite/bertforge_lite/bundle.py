@@ -3,12 +3,14 @@
 The graph already holds everything after the encoder (pooling, truncation, normalisation, softmax /
 sigmoid, thresholds, tag argmax), so this module only tokenizes, pads, runs and turns arrays into Python
 answers. Texts longer than the manifest's ``max_length`` tokens (special tokens included) are truncated,
-pairs longest-first. A text that gives no token at all raises ValueError.
+pairs longest-first. A text that gives no token at all raises ValueError (NER: a text without a word has no
+entity). A NER text is cut into words at whitespace, as the manifest's ``words`` says, and tagged per word.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +21,11 @@ VERSION = 1
 #: allowed |difference| of a re-run, relative above 1 (the bound bertforge writes the manifest with); an INT8
 #: model's at least its manifest ``int8_rounding`` (how far its activations' dynamic rounding moves its outputs)
 TOLERANCE = {"fp32": 1e-5, "int8": 1e-4}
+#: how a NER model cuts a text into words (the manifest's ``words``; bertforge.tasks.ner.WORD_RULES):
+#: ``whitespace`` — the CoNLL words a model is fine-tuned on —, or ``punctuation``
+WORD_RULES = {"whitespace": re.compile(r"\S+"), "punctuation": re.compile(r"\w+|[^\w\s]")}
+#: how a word's tag comes from its sub-tokens (the manifest's ``aggregation``; bertforge.data.conll.aggregate_pieces)
+AGGREGATIONS = ("first", "average", "max")
 
 
 class BundleError(Exception):
@@ -67,8 +74,9 @@ _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
 def check_manifest(path, manifest: dict) -> None:
     """Raise BundleError naming the first entry of ``manifest`` that a bundle cannot hold: an unknown kind or
     precision, a graph or tokenizer outside the folder or not hashed in ``files``, a max_length that is no
-    positive integer, unknown inputs, no outputs or golden inputs, golden vectors of another width than the
-    declared ``dim`` / ``truncate_dim``. (bertforge's twin: bertforge.compress.bundle_manifest.check_manifest.)"""
+    positive integer, unknown inputs, no outputs or golden inputs, a NER word rule or aggregation it does not know,
+    golden vectors of another width than the declared ``dim`` / ``truncate_dim``. (bertforge's twin:
+    bertforge.compress.bundle_manifest.check_manifest.)"""
     models, files = manifest.get("models"), manifest.get("files")
     if not isinstance(models, dict) or not models or not isinstance(files, dict):
         raise BundleError(f"bundle {path}: the manifest has no models or no files table")
@@ -89,6 +97,10 @@ def check_manifest(path, manifest: dict) -> None:
             raise bad(f"inputs {e.get('inputs')!r} / outputs {e.get('outputs')!r} are not a graph's")
         if e.get("precision") not in TOLERANCE or not isinstance(e.get("golden"), list) or not e["golden"]:
             raise bad("no precision or no golden inputs")
+        if e.get("words") not in (None, "whitespace", "punctuation") or \
+                e.get("aggregation") not in (None, "first", "average", "max"):
+            raise bad(f"words {e.get('words')!r} / aggregation {e.get('aggregation')!r} are none a runtime knows "
+                      f"(whitespace, punctuation / first, average, max)")
         if e["kind"] == "embedding":
             want = [v for v in ((e.get("pooling") or {}).get("truncate_dim"), e.get("dim")) if v is not None]
             for g in e["golden"]:
@@ -245,18 +257,33 @@ class Bundle:
                 res.append({"label": names[k], "score": float(s[k]), "scores": scores})
         return res[0] if one else res
 
-    def ner(self, texts: list, batch_size: int = 32) -> list:
-        """Per text, its entities ``{"label", "text", "start", "end", "score"}``: one IOB2 tag per word (its
-        first sub-token's), chunked; ``start`` / ``end`` are character offsets in the text, ``score`` the
-        mean probability of the entity's word tags. One text (a str) gives its one list of entities."""
+    def ner(self, texts: list, batch_size: int = 32, aggregation: Optional[str] = None) -> list:
+        """Per text, its entities ``{"label", "text", "start", "end", "score"}``: the text is cut into words as the
+        manifest says (``words``: at whitespace, the CoNLL words the model was fine-tuned on), each word gets one
+        IOB2 tag from its sub-tokens (``aggregation``, default the manifest's: ``first`` — its first sub-token's —,
+        ``average`` of their probabilities, or the sub-token of ``max`` probability) and the tags are chunked;
+        ``start`` / ``end`` are character offsets in the text (on word boundaries), ``score`` the mean probability
+        of the entity's word tags. One text (a str) gives its one list of entities. A word past ``max_length``
+        tokens is tagged O."""
         self._need("token_classification")
+        how = aggregation if aggregation is not None else self.entry.get("aggregation") or "first"
+        if how not in AGGREGATIONS:
+            raise BundleError(f"aggregation={how!r}: choose one of {', '.join(AGGREGATIONS)}")
         texts, one = _texts(texts)
         if not texts:
             return []
-        encs = self.encode(texts)
-        out = self.run(texts, batch_size)
-        res = [_entities(t, e, ids, sc, self.labels) for t, e, ids, sc in
-               zip(texts, encs, out["tag_ids"], out["tag_scores"])]
+        rule = WORD_RULES[self.entry.get("words") or "whitespace"]
+        res = []
+        for s in range(0, len(texts), batch_size):
+            chunk = texts[s:s + batch_size]
+            spans = [[(m.start(), m.end()) for m in rule.finditer(t)] for t in chunk]
+            encs = self.tokenizer.encode_batch([[t[a:b] for a, b in sp] for t, sp in zip(chunk, spans)],
+                                               is_pretokenized=True)
+            run = [i for i, e in enumerate(encs) if spans[i] and e.ids]
+            logits = self.session.run(["logits"], self.feeds([encs[i] for i in run]))[0] if run else []
+            z_of = {i: z[:len(encs[i].ids)] for i, z in zip(run, logits)}
+            res += [_entities(t, sp, encs[i].word_ids, z_of[i], self.labels, how) if i in z_of else []
+                    for i, (t, sp) in enumerate(zip(chunk, spans))]
         return res[0] if one else res
 
     def qa(self, question: str, context: str, max_answer_tokens: int = 30) -> dict:
@@ -336,27 +363,37 @@ def verify(path, threads: Optional[int] = 1) -> dict:
             for b in [Bundle(path, name, threads=threads)]}
 
 
-def _entities(text: str, enc, tag_ids, tag_scores, labels) -> list:
-    """IOB2 chunks of one tag per word (the word's first sub-token), with character offsets."""
-    words: list = []  # (first token index, word start, word end)
-    seen: dict = {}
-    for i, w in enumerate(enc.word_ids):
-        if w is None:
-            continue
-        a, b = enc.offsets[i]
-        if w not in seen:
-            seen[w] = len(words)
-            words.append([i, a, b])
-        else:
-            words[seen[w]][2] = b
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _entities(text: str, spans: list, word_ids: list, logits: np.ndarray, labels, how: str) -> list:
+    """IOB2 chunks of one tag per word (``spans``: each word's character span in ``text``; ``word_ids``: per
+    token its word or None; ``logits`` (T, C)); a word's probabilities are its first sub-token's (``first``), the
+    mean of its sub-tokens' (``average``) or those of its sub-token with the highest top probability (``max``)
+    — bertforge's aggregate_pieces; a word without a sub-token is O."""
+    pieces: dict = {}
+    for i, w in enumerate(word_ids):
+        if w is not None:
+            pieces.setdefault(w, []).append(i)
     ents, cur = [], None
-    for i, a, b in words:
-        tag = labels[int(tag_ids[i])] if labels else str(int(tag_ids[i]))
-        p = float(tag_scores[i])
-        kind = tag[2:] if tag[:2] in ("B-", "I-") else None
-        if kind is not None and tag.startswith("I-") and cur is not None and cur["label"] == kind:
-            cur["end"], cur["_s"] = b, cur["_s"] + [p]
-            continue
+    for w, (a, b) in enumerate(spans):
+        kind, p = None, 0.0
+        if w in pieces:
+            probs = _softmax(np.asarray(logits[pieces[w]], np.float64))
+            if how == "average":
+                v = probs.mean(0)
+            elif how == "max":
+                v = probs[int(probs.max(-1).argmax())]
+            else:
+                v = probs[0]
+            k = int(v.argmax())
+            tag, p = labels[k] if labels else str(k), float(v[k])
+            kind = tag[2:] if tag[:2] in ("B-", "I-") else None
+            if kind is not None and tag.startswith("I-") and cur is not None and cur["label"] == kind:
+                cur["end"], cur["_s"] = b, cur["_s"] + [p]
+                continue
         if cur is not None:
             ents.append(cur)
             cur = None

@@ -10,7 +10,9 @@ Layout of a bundle folder ``B`` (written by :func:`bertforge.pipelines.bundle.bu
 
 A model entry: ``kind`` (:data:`bertforge.compress.bundle_graph.KINDS`), ``graph``, ``fused_graph``,
 ``tokenizer``, ``inputs``, ``outputs``, ``max_length`` (texts are truncated to it, special tokens included,
-longest-first for pairs), ``labels``, ``thresholds``, ``pooling``, ``dim``, ``precision`` (fp32 / int8),
+longest-first for pairs), ``labels``, ``thresholds``, ``pooling``, ``dim``, ``words`` and ``aggregation`` (NER:
+how a text is cut into words — ``whitespace``, the CoNLL words — and how a word's tag comes from its subwords —
+``first`` / ``average`` / ``max``; as the dir records them), ``precision`` (fp32 / int8),
 ``tolerance`` (the largest |difference| a re-run may show, see :func:`tolerance`), ``golden`` (inputs,
 their token ids and the outputs this graph gave), ``parity`` (the largest difference from bertforge's own
 runner on the source dir when it was bundled).
@@ -84,8 +86,9 @@ _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
 def check_manifest(path, manifest: dict) -> None:
     """Raise CheckpointError naming the first model entry of ``manifest`` a bundle cannot hold: an unknown kind or
     precision, a graph or tokenizer outside the folder or not hashed in ``files``, a max_length that is no positive
-    integer, unknown inputs, no outputs or golden inputs, golden vectors of another width than the declared
-    ``dim`` / ``truncate_dim``. (The twin of ``bertforge_lite.bundle.check_manifest``: lite imports no bertforge.)"""
+    integer, unknown inputs, no outputs or golden inputs, a NER word rule or aggregation it does not know, golden
+    vectors of another width than the declared ``dim`` / ``truncate_dim``. (The twin of
+    ``bertforge_lite.bundle.check_manifest``: lite imports no bertforge.)"""
     models, files = manifest.get("models"), manifest.get("files")
     if not isinstance(models, dict) or not models or not isinstance(files, dict):
         raise CheckpointError(f"bundle {path}: the manifest has no models or no files table")
@@ -106,6 +109,10 @@ def check_manifest(path, manifest: dict) -> None:
             raise bad(f"inputs {e.get('inputs')!r} / outputs {e.get('outputs')!r} are not a graph's")
         if e.get("precision") not in TOLERANCE or not isinstance(e.get("golden"), list) or not e["golden"]:
             raise bad("no precision or no golden inputs")
+        if e.get("words") not in (None, "whitespace", "punctuation") or \
+                e.get("aggregation") not in (None, "first", "average", "max"):
+            raise bad(f"words {e.get('words')!r} / aggregation {e.get('aggregation')!r} are none a runtime knows "
+                      f"(whitespace, punctuation / first, average, max)")
         if e["kind"] == "embedding":
             want = [v for v in ((e.get("pooling") or {}).get("truncate_dim"), e.get("dim")) if v is not None]
             for g in e["golden"]:

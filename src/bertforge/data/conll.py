@@ -9,7 +9,9 @@ adjacent chunks of the same type); most redistributed copies use IOB2 (every chu
 
 Subword alignment follows Devlin et al. 2018 §5.3: a word's label goes on its first subword; the
 other subwords, the special tokens and padding get −100 (ignored by the loss), and at prediction time a
-word's tag is read from its first subword.
+word's tag is read from its first subword (``aggregation="first"``) — or from all its subwords
+(``"average"`` / ``"max"``, as ``transformers``' ``TokenClassificationPipeline`` ``aggregation_strategy``
+names them; :func:`aggregate_pieces`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from ..errors import DataError
 from .readers import ID_COLUMNS, split_lines
 
 IGNORE_INDEX = -100
+#: how a word's score vector comes from its subwords' logits (:func:`aggregate_pieces`)
+AGGREGATIONS = ("first", "average", "max")
 
 
 @dataclass
@@ -243,8 +247,9 @@ def encode_token_windows(tok, examples: list, max_seq_len: int, label2id: Option
     Each window is ``prefix specials + subwords[s:e] + suffix specials`` (the tokenizer's own [CLS] …
     [SEP] or <s> … </s>); consecutive windows overlap by ``stride`` subwords (default a quarter of
     the window). Returns a list of dicts: ``input_ids``, ``token_type_ids``, ``labels`` (when tags and
-    ``label2id`` are given; −100 except at first subwords), ``example_index``, and ``word_index``
-    (per position, the word whose first subword sits there, else −1).
+    ``label2id`` are given; −100 except at first subwords), ``example_index``, ``word_index``
+    (per position, the word whose first subword sits there, else −1) and ``piece_word`` (per position, the
+    word any of whose subwords sits there, else −1: what :func:`words_from_windows` aggregates over).
     Raises:
         DataError: a tag not in ``label2id``; ``max_seq_len`` too small for the special tokens.
     """
@@ -261,6 +266,7 @@ def encode_token_windows(tok, examples: list, max_seq_len: int, label2id: Option
         pre, suf = ids[:n_pre], ids[len(ids) - n_suf:]
         body_ids, body_w = ids[n_pre:len(ids) - n_suf], wids[n_pre:len(wids) - n_suf]
         first = [-1] * len(body_w)
+        piece = [-1 if w is None else w for w in body_w]
         prev = None
         for i, w in enumerate(body_w):
             if w is not None and w != prev:
@@ -286,6 +292,7 @@ def encode_token_windows(tok, examples: list, max_seq_len: int, label2id: Option
                  "token_type_ids": [0] * (n_pre + t_end - s + n_suf),
                  "example_index": ei,
                  "word_index": [-1] * n_pre + wi + [-1] * n_suf,
+                 "piece_word": [-1] * n_pre + piece[s:t_end] + [-1] * n_suf,
                  "window_start": s}
             if labels is not None:
                 d["labels"] = [IGNORE_INDEX] * n_pre + [labels[w] if w >= 0 else IGNORE_INDEX for w in wi] \
@@ -339,19 +346,54 @@ def unpack_words(per_packed: list, spans: list, n_sentences: int) -> list:
     return out
 
 
-def words_from_windows(windows: list, window_logits: list, n_words: list) -> list:
+def _softmax(z):
+    import numpy as np
+    z = np.asarray(z, dtype=np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def aggregate_pieces(pieces, aggregation: str = "first"):
+    """One word's score vector (C,) from its subwords' logits ``pieces`` (n, C), in order, as
+    ``transformers``' ``TokenClassificationPipeline`` aggregates them (its ``aggregation_strategy``):
+
+    * ``first`` — the first subword's logits (the piece the model was trained to label; the default);
+    * ``average`` — the mean of the subwords' softmax probabilities, returned as their log (so that a
+      softmax of the result gives the mean back and its argmax is the averaged label);
+    * ``max`` — the logits of the subword whose top softmax probability is the highest.
+
+    Raises ValueError for another ``aggregation``."""
+    import numpy as np
+    if aggregation == "first" or len(pieces) == 1:
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
+        return pieces[0]
+    p = _softmax(np.stack([np.asarray(z) for z in pieces]))
+    if aggregation == "average":
+        return np.log(np.maximum(p.mean(0), 1e-30)).astype(np.float32)
+    if aggregation == "max":
+        return pieces[int(p.max(-1).argmax())]
+    raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
+
+
+def words_from_windows(windows: list, window_logits: list, n_words: list, aggregation: str = "first") -> list:
     """Assemble per-word score vectors from window logits.
 
     A word seen in several windows takes the window where its first subword has the most context
     (max of min(left, right) distance to the window edge; BERT's "max context" rule, Devlin et al.
     2018 §4.2 / run_squad.py). Words without any subword (e.g. only control characters) get None.
+    Within that window the word's subwords give its vector by ``aggregation`` (:func:`aggregate_pieces`:
+    ``first`` — its first subword's logits —, ``average`` or ``max``; windows without ``piece_word`` read
+    first subwords only).
 
     Args:
-        windows: the dicts of :func:`encode_token_windows` (``example_index``, ``word_index``).
+        windows: the dicts of :func:`encode_token_windows` (``example_index``, ``word_index``, ``piece_word``).
         window_logits: per window, an array (T_w, C).
         n_words: per example, its number of words.
     Returns: per example, a list (one per word) of arrays (C,) or None.
     """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
     best = [[None] * n for n in n_words]
     score = [[-1.0] * n for n in n_words]
     for w, z in zip(windows, window_logits):
@@ -360,11 +402,18 @@ def words_from_windows(windows: list, window_logits: list, n_words: list) -> lis
         valid = [i for i, x in enumerate(wi) if x >= 0]
         if not valid:
             continue
+        pieces = None
+        if aggregation != "first" and w.get("piece_word") is not None:
+            pieces = {}
+            for i, x in enumerate(w["piece_word"]):
+                if x >= 0:
+                    pieces.setdefault(x, []).append(i)
         lo, hi = valid[0], valid[-1]
         for i in valid:
             c = min(i - lo, hi - i) + 0.01 * (hi - lo)
             word = wi[i]
             if c > score[ex][word]:
                 score[ex][word] = c
-                best[ex][word] = z[i]
+                best[ex][word] = z[i] if pieces is None else \
+                    aggregate_pieces([z[j] for j in pieces[word]], aggregation)
     return best

@@ -199,6 +199,9 @@ def _bundle_one(md, dst: Path, scratch: Path, fused: bool) -> dict:
              "truncation": "longest_first, right; max_length counts the special tokens",
              "labels": labels, "thresholds": thresholds, "pooling": pooling, "precision": precision,
              "model_type": md.model_type or ("static" if md.is_static else None)}
+    if kind == "token_classification":  # how the runtime cuts a text into words and reads a word's tag
+        from ..tasks.ner import ner_settings
+        entry["words"], entry["aggregation"] = ner_settings(md.meta.raw, str(md.path))
     golden_in = [list(p) for p in GOLDEN_QA] if kind == "question_answering" else list(GOLDEN_TEXTS)
     entry["golden"] = golden_outputs(sess, entry, tok, golden_in)
     entry["dim"] = len(entry["golden"][0]["outputs"]["sentence_embedding"]) if kind == "embedding" else None

@@ -31,10 +31,14 @@ class EvalResult:
 
 
 def evaluate(model, data, *, task: Optional[str] = None, max_seq_len: Optional[int] = None, batch_size: int = 64,
-             max_samples: Optional[int] = None, threshold=None, labels_file=None) -> EvalResult:
+             max_samples: Optional[int] = None, threshold=None, labels_file=None,
+             aggregation: Optional[str] = None) -> EvalResult:
     """Score ``model`` (a checkpoint dir, an export / INT8 dir, or ``"minilm"``) on the labelled file ``data``
     with ``task``'s metrics (default: the task the model was fine-tuned on), at ``max_seq_len`` tokens
     (default: the fine-tuning length). ``threshold`` / ``labels_file``: multi-label models only.
+    ``aggregation``: NER models only — a word's tag from its first subword (``first``, the trained scheme),
+    the ``average`` of its subwords' probabilities or the subword of ``max`` probability (default: what the
+    dir records, ``first``).
 
     Raises:
         ConfigError: an unknown task, a head that does not fit it, a bad length or batch size.
@@ -42,12 +46,13 @@ def evaluate(model, data, *, task: Optional[str] = None, max_seq_len: Optional[i
     from .options import python_names
     with python_names(evaluate):  # the checks below word their errors for the command line (--max-seq-len)
         return evaluate_with(model, data, task=task, max_seq_len=max_seq_len, batch_size=batch_size,
-                             max_samples=max_samples, threshold=threshold, labels_file=labels_file)
+                             max_samples=max_samples, threshold=threshold, labels_file=labels_file,
+                             aggregation=aggregation)
 
 
 def evaluate_with(model, data, *, task: Optional[str] = None, max_seq_len: Optional[int] = None,
                   batch_size: int = 64, max_samples: Optional[int] = None, threshold=None,
-                  labels_file=None) -> EvalResult:
+                  labels_file=None, aggregation: Optional[str] = None) -> EvalResult:
     """:func:`evaluate` with its errors worded for the command line (``bertforge evaluate`` calls this)."""
     from .options import check_option
     batch_size = check_option("evaluate", "batch_size", batch_size, int)
@@ -57,7 +62,7 @@ def evaluate_with(model, data, *, task: Optional[str] = None, max_seq_len: Optio
         raise ConfigError(f"evaluate(): data={data!r:.60} is a {type(data).__name__}; pass the labelled file's path")
     require_at_least("batch_size", batch_size, 1)
     require_at_least("max_samples", max_samples, 1)
-    model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file)
+    model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file, aggregation)
     # the task's four steps (bertforge.tasks.base): read → encode here; run → decode → score in evaluate —
     # the encode / decode that `predict` and the server's routes use too
     ds = adapter.encode(adapter.read(data, max_samples), require_labels=True, source=str(data))
@@ -67,11 +72,12 @@ def evaluate_with(model, data, *, task: Optional[str] = None, max_seq_len: Optio
                       round(time.perf_counter() - t0, 3))
 
 
-def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels_file=None):
+def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels_file=None, aggregation=None):
     """(model dir, task, adapter, runner) for a fine-tuned checkpoint, or for what ``export`` / ``quantize``
     made of one: the :class:`~bertforge.runtime.base.Runner` that :func:`bertforge.runtime.load_runner` picks
     for the dir (PyTorch FP32 / INT8, or ONNX Runtime over its ``model.onnx``). ``max_seq_len`` None → the
-    length the model was fine-tuned with. Raises ConfigError for a length outside [2, the model's
+    length the model was fine-tuned with. ``aggregation``: a NER model's subword aggregation instead of the one
+    its dir records. Raises ConfigError for a length outside [2, the model's
     positions], an unknown task or a head that does not fit the task; CheckpointError for an unusable dir."""
     from ..checkpoint.modeldir import ModelDir
     from ..checkpoint.read import check_seq_len, require_saved_head
@@ -104,8 +110,13 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
     if n_out and task.num_labels and n_out != task.num_labels:
         raise ConfigError(f"{model_dir} predicts {n_out} labels but task {task.name} has "
                           f"{task.num_labels}; pass the task it was fine-tuned on")
-    if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner)
+    if hasattr(adapter, "use_model_labels"):  # label set learnt at fine-tuning (e.g. task ner), its word rule
         adapter.use_model_labels(md)
+    if aggregation is not None:
+        if not hasattr(adapter, "set_words"):
+            raise ConfigError(f"--aggregation applies to token-classification (NER) models; {model_dir} is a "
+                              f"{task.kind} model")
+        adapter.set_words(aggregation=aggregation)
     if hasattr(adapter, "use_model_thresholds"):  # multi-label: the thresholds saved in the dir
         adapter.use_model_thresholds(model_dir)
     elif threshold is not None or labels_file is not None:

@@ -26,12 +26,12 @@ def check_glue_format(task) -> None:
 
 def predict(model, data, out=None, *, task: Optional[str] = None, format: str = "jsonl",  # noqa: A002 (the flag)
             max_seq_len: Optional[int] = None, batch_size: int = 64, threshold=None, labels_file=None,
-            overwrite: bool = False) -> list:
+            overwrite: bool = False, aggregation: Optional[str] = None) -> list:
     """Predictions of ``model`` (a fine-tuned checkpoint dir, an export / INT8 dir) for every example of
     ``data`` (labels not needed), one dict per example with the row's ``id`` (its index/id column, else its line
     number) — labels and scores as the task's adapter decodes them. With ``out`` they are also written there:
     JSONL (``format="jsonl"``) or the GLUE submission TSV (``format="glue"``: ``index<TAB>prediction``).
-    ``threshold`` / ``labels_file``: multi-label models only (see ``evaluate``).
+    ``threshold`` / ``labels_file``: multi-label models only; ``aggregation``: NER models only (see ``evaluate``).
 
     Raises:
         ConfigError: a bad size, a GLUE format for a task that has none, an ``out`` that exists (without
@@ -51,7 +51,7 @@ def predict(model, data, out=None, *, task: Optional[str] = None, format: str = 
         named = TASKS.get(ALIASES.get(task.lower(), task.lower()))
         if named is not None:
             check_glue_format(named)
-    model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file)
+    model_dir, t, adapter, runner = load_for_task(model, task, max_seq_len, threshold, labels_file, aggregation)
     if format == "glue":
         check_glue_format(t)
     if out is not None:

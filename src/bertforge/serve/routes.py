@@ -224,7 +224,7 @@ async def ner(st, req: S.NerRequest):
         encoded = adapter.encode(texts)
     check_windows(encoded, len(texts), f"a text needs {{n}} windows of {model.max_length} tokens")
     logits = await st.run(model, [Encoded(w["input_ids"], w["token_type_ids"]) for w in encoded], "token_logits")
-    out = [p["entities"] for p in adapter.decode(logits, encoded)]
+    out = [p["entities"] for p in adapter.decode(logits, encoded, aggregation=req.aggregation)]
     return out[0] if single else out
 
 

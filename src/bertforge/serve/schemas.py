@@ -196,9 +196,13 @@ class SimilarityRequest(Body):
 
 
 class NerRequest(Body):
-    """``POST /ner`` (bertforge)."""
+    """``POST /ner`` (bertforge): ``inputs`` are cut into words at whitespace (the CoNLL words the model was
+    trained on; send tokenised text); ``aggregation`` — how a word's tag comes from its subwords, as
+    ``transformers``' ``aggregation_strategy``: ``first`` (its first subword's, the trained scheme), ``average``,
+    ``max`` — defaults to what the model dir records (``first``)."""
 
     inputs: Union[Text, Annotated[list[Text], Field(min_length=1)]]
+    aggregation: Optional[Literal["first", "average", "max"]] = None
 
 
 class QaItem(BaseModel):

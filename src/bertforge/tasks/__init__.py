@@ -176,12 +176,15 @@ def adapter_for_model(kind: str, config: dict, tokenizer, max_seq_len: int, labe
     (:func:`bertforge.runtime.base.head_kind`: ``classification``, ``regression``, ``token_classification``,
     ``question_answering``), ``config`` its ``config.json`` (``problem_type``; ``bertforge.task`` and
     ``bertforge.thresholds``), ``labels`` its label names in id order. A multi-label classifier decodes at the
-    thresholds saved in ``config`` (0.5 without). Raises DataError for another kind."""
+    thresholds saved in ``config`` (0.5 without); a token classifier cuts texts into words and aggregates their
+    subwords as ``config`` records (:func:`bertforge.tasks.ner.ner_settings`). Raises DataError for another kind."""
     from ..checkpoint.modeldir import Meta
     meta = Meta.from_config(config)
     if kind == "token_classification":
+        from .ner import ner_settings
         adapter = adapter_for(get_task("ner"), tokenizer, max_seq_len)
         adapter.labels = list(labels)
+        adapter.words, adapter.aggregation = ner_settings(meta.raw)  # how it cuts texts, as the dir records
         return adapter
     if kind == "question_answering":
         return adapter_for(get_task("squad_v2" if meta.get("task") == "squad_v2" else "squad"), tokenizer,

@@ -10,10 +10,14 @@
   positions with ``attention_mask == 0`` are set to 0 (a uniform distribution), so a KL over the last dim
   adds nothing there. As in ``transformers`` the model has no pooler (``add_pooling_layer=False``).
 * adapter: :class:`TokenClassificationAdapter` (kind ``token_classification``): ``read`` a file's sentences,
-  or ``encode`` plain texts (cut into words with their character offsets, :func:`split_words`) into windows
-  (one sentence can give several); ``decode`` re-assembles the windows' logits into one tag per word and the
-  entities with character offsets; ``score`` them — the same steps for ``evaluate``, ``predict`` and
-  ``serve``'s ``/ner``.
+  or ``encode`` plain texts (cut into words with their character offsets, :func:`split_words`: at whitespace,
+  as the CoNLL / JSONL words the model was trained on) into windows (one sentence can give several);
+  ``decode`` re-assembles the windows' logits into one tag per word (its first subword's, or the ``average`` /
+  ``max`` over its subwords) and the entities with character offsets; ``score`` them — the same steps for
+  ``evaluate``, ``predict`` and ``serve``'s ``/ner``.
+* words: a model dir records how a text is cut into words (``config.json`` → ``bertforge.words``, written by
+  ``finetune``: ``whitespace``) and may record ``bertforge.aggregation``; :func:`ner_settings` reads them for
+  every consumer (``evaluate`` / ``predict``, ``serve``, ``bundle`` → the lite runtime).
 * metric: :func:`entity_scores`, entity-level P/R/F1 over chunks as ``conlleval``, computed with ``seqeval``;
   ``accuracy`` is per word.
 """
@@ -28,9 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..data.conll import (TokenExample, encode_token_windows, label_list, pack_sentences, read_token_examples,
-                          unpack_words, words_from_windows)
-from ..errors import DataError
+from ..data.conll import (AGGREGATIONS, TokenExample, encode_token_windows, label_list, pack_sentences,
+                          read_token_examples, unpack_words, words_from_windows)
+from ..errors import ConfigError, DataError
 from ..models.head import Head
 from ..models.modernbert import PredictionHead, init_modernbert
 from ..models.output import EncoderOutput
@@ -132,12 +136,26 @@ class TokenClassificationAdapter(TaskAdapter):
     ``pack``: concatenate consecutive sentences of one document (CoNLL ``-DOCSTART-`` segments) up to
     ``max_seq_len`` (document context, Devlin et al. 2018 §5.3; also ~3× less padding). Scores are
     still per sentence; sentences without a document (JSONL) are never packed.
+    ``words``: how a plain text is cut into words (:data:`WORD_RULES`; ``whitespace``, the words a CoNLL /
+    JSONL-trained model saw). ``aggregation``: how a word's tag comes from its subwords (``first`` — the
+    piece the model was trained to label —, ``average``, ``max``; :func:`~bertforge.data.conll.aggregate_pieces`).
+    Both default to what the model dir records (:meth:`use_model_labels`, :func:`ner_settings`).
     """
 
     head = "token_classification"
     read_unit, item_unit = "sentences", "windows"  # max_samples counts sentences; packing makes fewer windows
     stride: Optional[int] = None
     pack = True
+    words = "whitespace"
+    aggregation = "first"
+
+    def set_words(self, words=None, aggregation=None) -> None:
+        """Set :attr:`words` / :attr:`aggregation` (None leaves one as it is). Raises ConfigError for a value
+        that is none of :data:`WORD_RULES` / :data:`~bertforge.data.conll.AGGREGATIONS`."""
+        if words is not None:
+            self.words = check_words(words)
+        if aggregation is not None:
+            self.aggregation = check_aggregation(aggregation)
 
     def __init__(self, task: Task, tokenizer, max_seq_len: int):
         super().__init__(task, tokenizer, max_seq_len)
@@ -160,8 +178,8 @@ class TokenClassificationAdapter(TaskAdapter):
         return read_token_examples(path, max_samples, require_labels, **fields)
 
     def encode(self, items, require_labels=False, source="the input") -> Windows:
-        """Sentences of :meth:`read`, or plain texts (each cut into words by :func:`split_words`, which keep
-        their character offsets) → first-subword-labelled windows of ≤ ``max_seq_len`` tokens (a sentence longer
+        """Sentences of :meth:`read`, or plain texts (each cut into words by :func:`split_words` under
+        :attr:`words`, which keep their character offsets) → first-subword-labelled windows of ≤ ``max_seq_len`` tokens (a sentence longer
         than that gives several, overlapping by ``stride``); sentences of one document are packed together
         (``pack``; texts never are). Without a label set yet, a labelled file gives it (training).
 
@@ -169,7 +187,7 @@ class TokenClassificationAdapter(TaskAdapter):
             DataError: no label set and no tags to learn it from; a sentence without tags when
                 ``require_labels``; a tag outside the label set (naming the model whose tags they are).
         """
-        examples = [x if isinstance(x, TokenExample) else text_example(x) for x in items]
+        examples = [x if isinstance(x, TokenExample) else text_example(x, self.words) for x in items]
         if self.labels is None:
             if not require_labels:
                 raise DataError(f"task {self.task.name} has no label set; use a fine-tuned model's "
@@ -198,18 +216,26 @@ class TokenClassificationAdapter(TaskAdapter):
     def use_model_labels(self, model) -> None:
         """Take the label list from a fine-tuned model's ``config.id2label`` (evaluate / predict), or
         from an opened checkpoint dir (:class:`~bertforge.checkpoint.modeldir.ModelDir`: distill, the teacher's
-        tags)."""
+        tags); and the word rule and aggregation it records (:func:`ner_settings`)."""
         if isinstance(model, (str, Path)):
             raise TypeError("use_model_labels takes a model or ModelDir.open(path), not a path")
         if isinstance(getattr(model, "config", None), dict):  # a ModelDir: its config.json's id2label
             id2 = dict(enumerate(model.labels or []))
             who = str(model.path)
+            self.words, self.aggregation = ner_settings(model.meta.raw, who)
         else:
             id2 = getattr(getattr(model, "config", None), "id2label", None)
             who = getattr(model, "source_dir", None) or "the model"
+            self.words, self.aggregation = ner_settings(
+                getattr(getattr(model, "config", None), "bertforge", None) or {}, who)
         if id2:
             self.labels = [id2[i] for i in sorted(id2)]
             self.labels_from_model = who
+
+    def prepare_model(self, model, train_ds=None) -> None:
+        """Record in the model's ``config.json`` (``bertforge.words``) how a text is cut into the words it is
+        trained on — whitespace: a CoNLL / JSONL sentence's words hold none —, for every consumer."""
+        model.config.bertforge = {**(getattr(model.config, "bertforge", None) or {}), "words": self.words}
 
     def collator(self):
         return TokenCollator(pad_id(self.tok))
@@ -218,15 +244,17 @@ class TokenClassificationAdapter(TaskAdapter):
         """Per window its logits (T_w, C)."""
         return window_logits(model, encoded, self.collator(), batch_size)
 
-    def decode(self, outputs, encoded, id2label=None) -> list:
+    def decode(self, outputs, encoded, id2label=None, aggregation=None) -> list:
         """Per-window logits (T_w, C) → per sentence (or text) ``{"tokens", "tags", "entities"}``: one IOB2 tag
-        per word (its first subword's argmax, from the window where that subword has the most context; a word
+        per word (the argmax of its subwords' logits aggregated by ``aggregation`` — default :attr:`aggregation`,
+        ``first``: its first subword's —, from the window where its first subword has the most context; a word
         without a subword → O) and the entities those tags chunk (:func:`entity_spans`), each
         ``{"label", "text", "start", "end", "score"}`` — character offsets into the text (a file's sentence:
         its words joined by single spaces), ``score`` the mean softmax probability of the entity's tags.
         ``id2label``: label id → name (default: :attr:`labels` in order)."""
         id2 = id2label or dict(enumerate(self.labels))
-        per_word = words_from_windows(encoded, outputs, [len(e.tokens) for e in encoded.packed])
+        how = check_aggregation(aggregation) if aggregation is not None else self.aggregation
+        per_word = words_from_windows(encoded, outputs, [len(e.tokens) for e in encoded.packed], how)
         if encoded.spans is not None:
             per_word = unpack_words(per_word, encoded.spans, len(encoded.examples))
         out = []
@@ -248,7 +276,8 @@ class TokenClassificationAdapter(TaskAdapter):
         return getattr(getattr(model, "config", None), "id2label", None)
 
     def word_tags(self, model, dataset: Windows, batch_size: int = 64) -> list:
-        """Per sentence, one IOB2 tag per word (first-subword prediction; words without a subword → O)."""
+        """Per sentence, one IOB2 tag per word (its subwords' prediction aggregated by :attr:`aggregation`;
+        words without a subword → O)."""
         return [p["tags"] for p in self.decode(self.run(model, dataset, batch_size), dataset,
                                                self._id2label(model))]
 
@@ -265,20 +294,50 @@ class TokenClassificationAdapter(TaskAdapter):
         return [{"id": e.id, "tokens": e.tokens, "tags": p} for e, p in zip(dataset.examples, pred)]
 
 
-#: a word of a plain text: a run of letters / digits / ``_``, or one other non-space character
-WORD = re.compile(r"\w+|[^\w\s]")
+#: how a plain text is cut into words: ``whitespace`` — every run of non-space characters, the words of a
+#: CoNLL / JSONL sentence (which hold no space) and so what a model fine-tuned on them saw: send tokenised
+#: text (``"The U.S. won 1-0 against O'Neill 's team ."``); ``punctuation`` — runs of letters / digits / ``_``
+#: and every other character on its own (for raw text, if the model was trained on words cut that way)
+WORD_RULES = {"whitespace": re.compile(r"\S+"), "punctuation": re.compile(r"\w+|[^\w\s]")}
 
 
-def split_words(text: str) -> list:
-    """A plain text → its words as ``(word, start, end)`` (character offsets), cut by :data:`WORD`: runs of
-    word characters, and every punctuation mark on its own (as CoNLL-2003 tokenises)."""
-    return [(m.group(), m.start(), m.end()) for m in WORD.finditer(text)]
+def check_words(words) -> str:
+    """``words`` if it names a rule of :data:`WORD_RULES`; ConfigError otherwise."""
+    if words not in WORD_RULES:
+        raise ConfigError(f"words={words!r}: choose one of {', '.join(WORD_RULES)}")
+    return words
 
 
-def text_example(text: str) -> TokenExample:
-    """A plain text → an untagged :class:`TokenExample` of its words that remembers the text and their offsets."""
-    words = split_words(text)
-    return TokenExample([w for w, _, _ in words], text=text, offsets=[(s, e) for _, s, e in words])
+def check_aggregation(aggregation) -> str:
+    """``aggregation`` if it is one of :data:`~bertforge.data.conll.AGGREGATIONS`; ConfigError otherwise."""
+    if aggregation not in AGGREGATIONS:
+        raise ConfigError(f"aggregation={aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
+    return aggregation
+
+
+def ner_settings(meta: dict, who: str = "the model") -> tuple:
+    """``(words, aggregation)`` a NER model dir records in ``config.json`` → ``bertforge`` (``meta``):
+    ``words`` (:data:`WORD_RULES`) and ``aggregation`` (:data:`~bertforge.data.conll.AGGREGATIONS`); a dir
+    that records neither gets ``("whitespace", "first")`` — the CoNLL words and first-subword labels it was
+    trained on. Raises ConfigError naming ``who`` for a value that is neither."""
+    words, how = (meta or {}).get("words") or "whitespace", (meta or {}).get("aggregation") or "first"
+    try:
+        return check_words(words), check_aggregation(how)
+    except ConfigError as e:
+        raise ConfigError(f"{who}: config.json's bertforge.{e}") from None
+
+
+def split_words(text: str, words: str = "whitespace") -> list:
+    """A plain text → its words as ``(word, start, end)`` (character offsets), cut by the rule ``words`` of
+    :data:`WORD_RULES`: ``whitespace`` (default; the CoNLL words a model is trained on) or ``punctuation``."""
+    return [(m.group(), m.start(), m.end()) for m in WORD_RULES[check_words(words)].finditer(text)]
+
+
+def text_example(text: str, words: str = "whitespace") -> TokenExample:
+    """A plain text → an untagged :class:`TokenExample` of its words (:func:`split_words` under ``words``) that
+    remembers the text and their offsets."""
+    cut = split_words(text, words)
+    return TokenExample([w for w, _, _ in cut], text=text, offsets=[(s, e) for _, s, e in cut])
 
 
 def entities(example: TokenExample, tags: list, scores: list) -> list:
@@ -303,4 +362,5 @@ def entities(example: TokenExample, tags: list, scores: list) -> list:
 
 
 __all__ = ["TASKS", "CONLL2003_LABELS", "TokenClassificationHead", "TokenClassificationAdapter", "entity_scores",
-           "word_tags_from_scores", "entity_spans", "entities", "split_words", "text_example", "WORD"]
+           "word_tags_from_scores", "entity_spans", "entities", "split_words", "text_example", "WORD_RULES",
+           "check_words", "check_aggregation", "ner_settings"]

@@ -20,6 +20,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-samples", type=int)
     add_multilabel_args(p)
+    add_aggregation_arg(p)
 
 
 def add_multilabel_args(p) -> None:
@@ -31,6 +32,14 @@ def add_multilabel_args(p) -> None:
                    help="multi-label: label names, one per line; checked to be the model's labels in order")
 
 
+def add_aggregation_arg(p) -> None:
+    """``--aggregation`` of a NER model (``evaluate``, ``predict``)."""
+    p.add_argument("--aggregation", choices=("first", "average", "max"),
+                   help="NER: a word's tag from its first subword (first: the trained scheme), the average of its "
+                        "subwords' probabilities, or its subword of max probability (transformers' "
+                        "aggregation_strategy; default: what the model dir records, first)")
+
+
 def run(args) -> int:
     require_at_least("--batch-size", args.batch_size, 1)
     require_at_least("--max-samples", args.max_samples, 1)
@@ -38,7 +47,8 @@ def run(args) -> int:
     result = evaluate_with(args.model, args.data, task=args.task, max_seq_len=args.max_seq_len,
                            batch_size=args.batch_size, max_samples=args.max_samples,
                            threshold=getattr(args, "threshold", None),
-                           labels_file=getattr(args, "labels_file", None))
+                           labels_file=getattr(args, "labels_file", None),
+                           aggregation=getattr(args, "aggregation", None))
     metrics, task = result.metrics, result.task
     from ...pipelines.report import collapse_message
     warning = collapse_message(metrics, task)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .evaluate import add_multilabel_args
+from .evaluate import add_aggregation_arg, add_multilabel_args
 
 
 def add_arguments(p) -> None:
@@ -24,6 +24,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     add_multilabel_args(p)
+    add_aggregation_arg(p)
 
 
 def run(args) -> int:
@@ -31,6 +32,7 @@ def run(args) -> int:
     fmt = getattr(args, "format", "jsonl")
     preds = predict(args.model, args.data, args.out, task=args.task, format=fmt, max_seq_len=args.max_seq_len,
                     batch_size=args.batch_size, threshold=getattr(args, "threshold", None),
-                    labels_file=getattr(args, "labels_file", None), overwrite=args.overwrite)
+                    labels_file=getattr(args, "labels_file", None), overwrite=args.overwrite,
+                    aggregation=getattr(args, "aggregation", None))
     print(json.dumps({"out": args.out, "n": len(preds), "format": fmt}))
     return 0
