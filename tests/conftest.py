@@ -76,7 +76,7 @@ def cli_error(capsys):
 #: what a test that drives the command line calls: the verbs in-process (``main([...])``), the refused-call
 #: check, or ``bertforge`` / ``torchrun`` in a child process
 CLI_CALLS = ("main([", "main(argv", "cli_error(", "cli_error_line(", "bertforge_cmd(", "torchrun_cmd(",
-             '"-m", "bertforge"')
+             '"-m", "bertforge"', "run_readme_line(")
 #: fixtures that run verbs to build what a test reads (a test using them is end to end too)
 CLI_FIXTURES = {"workspace", "exported_workspace", "cli_error"}
 

@@ -52,3 +52,22 @@ def test_a_tiny_served_model_answers_every_request_of_its_burst(tmp_path):
     (row,) = r.models
     assert row["name"] == "tiny" and row["requests"] == 6 and row["ok"] == 6 and row["texts_per_s"] > 0
     assert r.record["texts"] == "3 lines of texts.txt" and json.loads(out.read_text()) == r.record
+
+
+def test_a_classifier_that_cannot_embed_is_timed_on_its_own_route(exported_workspace, tmp_path):
+    """An INT8 ONNX classifier (its graph ends in logits, so it has no /v1/embeddings) is timed on /predict and
+    every request is answered; the record names each model's route (issue 49: the README's serve-bench line
+    answered 0 of 400 with 422 for its INT8 classifier)."""
+    import bertforge
+    from bertforge.pipelines.serve_bench import bench_routes
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a good film\nthe plot was dull\n", encoding="utf-8")
+    info = {"models": [{"name": "a", "kind": "classification", "routes": ["predict", "rerank", "tokenize"]},
+                       {"name": "b", "kind": "embedding", "routes": ["embed", "rerank"]},
+                       {"name": "c", "kind": "token_classification", "routes": ["ner", "embed"]}]}
+    assert bench_routes(json.dumps(info).encode()) == {"a": "/predict", "b": "/v1/embeddings", "c": "/v1/embeddings"}
+    r = bertforge.serve_bench([f"cls={exported_workspace.onnx}"], requests=4, concurrency=2, rounds=1, texts=texts,
+                              threads=1, startup_timeout=120)
+    assert r.failed == [], r.record
+    (row,) = r.models
+    assert row["ok"] == 4 and row["route"] in ("POST /predict", "POST /v1/embeddings")

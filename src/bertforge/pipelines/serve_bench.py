@@ -2,7 +2,9 @@
 serve`` child process holding every model on loopback, a short, bounded burst of real requests per model.
 
 The server binds 127.0.0.1 on a free port; once ``GET /health`` answers 200 each model gets ``requests``
-``POST /v1/embeddings`` requests (OpenAI shape: ``{"model": NAME, "input": [texts]}``) from ``concurrency``
+requests on the route ``GET /info`` says it answers (:data:`BENCH_ROUTES`: ``POST /v1/embeddings``, OpenAI shape
+``{"model": NAME, "input": [texts]}``, where it can embed; else ``POST /predict`` or ``POST /ner`` with
+``{"model": NAME, "inputs": [texts]}``; each row of the result names its route) from ``concurrency``
 closed-loop clients, ``texts_per_request`` real sentences each (the 200 Pang–Lee polarity sentences shipped with
 gensim, or the lines of ``texts``), the models taking turns in ``rounds`` rounds
 (:func:`bertforge.runtime.loadgen.interleaved_bursts`). Per model: texts/s (texts in 200 answers per wall
@@ -116,6 +118,25 @@ def read_texts(path) -> tuple:
     return texts, f"the {len(texts)} Pang–Lee polarity sentences (gensim)"
 
 
+#: the route a model is timed on, by what it answers (GET /info's ``routes``), in this order of preference:
+#: embeddings where the model can embed, else its own task's route (texts in, as ``inputs``)
+BENCH_ROUTES = (("embed", "/v1/embeddings"), ("predict", "/predict"), ("ner", "/ner"))
+
+
+def bench_routes(info: bytes) -> dict:
+    """{model name: POST path it is timed on} from the body of ``GET /info``. Raises ConfigError for a model
+    that answers none of :data:`BENCH_ROUTES` (a QA model needs question + context pairs, which serve-bench's
+    single texts are not)."""
+    out = {}
+    for m in json.loads(info)["models"]:
+        path = next((p for r, p in BENCH_ROUTES if r in m["routes"]), None)
+        if path is None:
+            raise ConfigError(f"--model {m['name']}: a {m['kind']} model answers {', '.join(m['routes'])}; "
+                              "serve-bench times embedding, classification and NER models")
+        out[m["name"]] = path
+    return out
+
+
 def check_options(args: ServeBenchOptions) -> None:
     """ConfigError naming the flag for a count below 1 or a bound that is not positive."""
     for flag, v in (("--requests", args.requests), ("--concurrency", args.concurrency),
@@ -150,11 +171,15 @@ def serve_bench_with(models: list, args: ServeBenchOptions, serve_flags=SERVE_FL
     argv = lg.bertforge_serve_argv({n: str(d) for n, d in dirs.items()}, host, port, extra)
     k = args.texts_per_request
 
+    routes = {}
+
     def make(name):
         def f(i):
             s = (i * k) % len(texts)
             chunk = [texts[(s + j) % len(texts)] for j in range(k)]
-            return lg.json_request("/v1/embeddings", {"model": name, "input": chunk}, texts=k)
+            path = routes[name]
+            body = {"model": name, "input": chunk} if path == "/v1/embeddings" else {"model": name, "inputs": chunk}
+            return lg.json_request(path, body, texts=k)
         return f
 
     print(f"serve-bench: starting bertforge serve with {', '.join(dirs)} on {host}:{port}", file=sys.stderr,
@@ -162,6 +187,7 @@ def serve_bench_with(models: list, args: ServeBenchOptions, serve_flags=SERVE_FL
     with lg.ServerProcess(argv, host, port, env=env, startup_timeout=args.startup_timeout,
                           name="bertforge serve") as srv:
         startup = srv.startup_seconds
+        routes.update(bench_routes(lg.http_get(host, port, "/info")[1]))
         for name in dirs:  # warm-up, untimed: a few requests per model
             lg.run_load(host, port, make(name), min(8, args.requests), min(2, args.concurrency), max_seconds=60)
         rss = srv.rss()
@@ -171,12 +197,13 @@ def serve_bench_with(models: list, args: ServeBenchOptions, serve_flags=SERVE_FL
     rows = []
     for name, d in dirs.items():
         s = lg.summarize(*per[name])
-        rows.append({"name": name, "dir": str(d), "concurrency": args.concurrency, "texts_per_request": k,
+        rows.append({"name": name, "dir": str(d), "route": f"POST {routes[name]}", "concurrency": args.concurrency,
+                     "texts_per_request": k,
                      **{key: (round(v, 3) if isinstance(v, float) else v) for key, v in s.items()}})
     result = {"server": {"command": "bertforge " + " ".join(argv[3:]), "startup_seconds": round(startup, 1),
                          "rss_mib_after_warmup": round(rss / 2**20, 1) if rss else None, "exit_status": code,
                          "cpus": os.cpu_count(), "threads": args.threads},
-              "texts": about, "route": "POST /v1/embeddings", "models": rows,
+              "texts": about, "route": ", ".join(sorted({f"POST {r}" for r in routes.values()})), "models": rows,
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if args.out:
         from ..io import atomic_write_text

@@ -1,8 +1,10 @@
 """Serve models with `bertforge serve` on loopback and time a short, bounded burst of real requests per model.
 
 Starts one `bertforge serve` child process holding every --model (127.0.0.1, a free port), waits until
-`GET /health` answers 200, then sends each model --requests `POST /v1/embeddings` requests (OpenAI shape:
-{"model": NAME, "input": [texts]}) from --concurrency closed-loop clients, --texts-per-request real
+`GET /health` answers 200, then sends each model --requests requests on its route — `POST /v1/embeddings`
+(OpenAI shape: {"model": NAME, "input": [texts]}) where the model can embed, else a classifier's `POST /predict`
+or a tagger's `POST /ner` ({"model": NAME, "inputs": [texts]}); the result names each model's route — from
+--concurrency closed-loop clients, --texts-per-request real
 sentences each (the 200 Pang–Lee polarity sentences shipped with gensim, or the lines of --texts FILE).
 The models take turns in --rounds rounds, so load from other processes hits each alike. Reports per model:
 texts/s (texts in 200 answers per wall second of its bursts), latency p50/p95/p99 (ms), answers by status;
