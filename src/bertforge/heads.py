@@ -10,7 +10,8 @@ name, and :mod:`bertforge.checkpoint.write` / :mod:`bertforge.checkpoint.read`, 
 Every head subclasses :class:`Head` (defined in :mod:`bertforge.models.head`, below the task and objective
 modules that subclass it, and offered here by name): ``hf_suffix`` (the ``transformers`` class-name suffix,
 e.g. ``ForSequenceClassification``), ``cls_only`` (only position 0 of the last layer is read),
-``labelled_rows_only`` (given labels, only positions with a label ≠ -100 are read), ``masked_lm`` (``logits``
+``labelled_rows_only`` (given labels, only positions with a label ≠ -100 are read), ``reads_pooler`` (the head
+reads ``pooler_output``; otherwise the pooler is not run), ``masked_lm`` (``logits``
 are masked-LM scores (…, V)), ``families`` (the families it exists for), ``has_labels``, ``num_labels``,
 ``adds_pooler(config)``, ``tie_weights(encoder)`` and ``hf_keys(config)`` (our weight names → Hugging Face's),
 each documented there with its default.
@@ -36,6 +37,7 @@ class NoHead(Head):
     """The encoder alone (``…Model``): no logits, no loss."""
 
     hf_suffix = "Model"
+    reads_pooler = True  # ``pooler_output`` is an output of the encoder alone, as in transformers' …Model
 
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -57,6 +57,9 @@ class TaskModel(nn.Module):
     own reading (:attr:`~bertforge.models.head.Head.cls_only`, ``labelled_rows_only``) is added to the request.
     ``input_ids`` may be (B, C, T): C texts per example (a retrieval batch: query, positive, negatives), encoded
     as B·C rows of one pass; the head is told ``columns`` = C (outputs are per row, (B·C, …)).
+    ``pooler_output`` is None when the head does not read it (:attr:`~bertforge.models.head.Head.reads_pooler`):
+    the pooler is then not run, so it is in no graph — under DDP it is an unused parameter, not one whose gradient
+    DDP waits for in vain because the returned ``pooler_output`` reaches it.
     :attr:`kernels` says which implementation runs (``repr`` shows it).
 
     Raises:
@@ -97,10 +100,11 @@ class TaskModel(nn.Module):
             raise TypeError(f"TaskModel.forward takes features=Features({_FEATURE_FLAGS[old[0]]}=…) "
                             f"(bertforge.models.output.Features), not {old[0]}=")
         req = features or Features()
+        pooler = req.pooler and (self.head is None or self.head.reads_pooler)  # not run where nothing reads it
         if input_ids.dim() == 3:  # (B, C, T): C texts per example, encoded as B·C rows
             batch["columns"] = input_ids.shape[1]
             if attention_mask is not None and not req.per_layer:
-                return self._forward_columns(input_ids, attention_mask, token_type_ids, batch)
+                return self._forward_columns(input_ids, attention_mask, token_type_ids, batch, pooler)
             input_ids = input_ids.flatten(0, 1)
             attention_mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
             token_type_ids = token_type_ids.flatten(0, 1) if token_type_ids is not None else None
@@ -112,7 +116,7 @@ class TaskModel(nn.Module):
                 and not req.per_layer:
             rows = batch["labels"] != -100
         enc = self.encoder(input_ids, attention_mask, token_type_ids,
-                           features=req.replace(cls_only=cls_only, rows=rows))
+                           features=req.replace(cls_only=cls_only, rows=rows, pooler=pooler))
         batch["attention_mask"] = attention_mask
         batch["input_ids"] = input_ids
         out = head(enc, batch) if head is not None else {}
@@ -122,7 +126,8 @@ class TaskModel(nn.Module):
                            attention_scores=enc.attention_scores, values=enc.values,
                            terms=out.get("terms"))
 
-    def _forward_columns(self, input_ids, attention_mask, token_type_ids, batch: dict) -> ModelOutput:
+    def _forward_columns(self, input_ids, attention_mask, token_type_ids, batch: dict,
+                         pooler: bool = True) -> ModelOutput:
         """(B, C, T) texts, one encoder pass per column, each cut to its own longest text (queries are
         not padded to the passages' length, as sentence-transformers encodes each column apart); the rows
         are then put back as (B·C, T, H) with zeros at the padding. Same outputs as one pass over the B·C rows
@@ -132,7 +137,8 @@ class TaskModel(nn.Module):
         for j in range(input_ids.shape[1]):
             n = max(1, int(attention_mask[:, j].sum(1).max()))
             enc = self.encoder(input_ids[:, j, :n], attention_mask[:, j, :n],
-                               token_type_ids[:, j, :n] if token_type_ids is not None else None)
+                               token_type_ids[:, j, :n] if token_type_ids is not None else None,
+                               features=Features(pooler=pooler))
             hidden.append(nn.functional.pad(enc.last_hidden_state, (0, 0, 0, t - n)))
             pooled.append(enc.pooler_output)
         hidden = torch.stack(hidden, 1)

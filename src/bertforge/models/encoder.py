@@ -229,7 +229,8 @@ class Encoder(EncoderBase):
             x = hidden[-1] = x[:, :1]
         elif self.layers and rows is not None:
             x = hidden[-1] = x[rows]
-        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None) else None
+        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None and req.pooler) \
+            else None
         return req.output(x, pooled, hidden, attns, scores, values)
 
 

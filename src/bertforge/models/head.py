@@ -36,6 +36,11 @@ class Head(nn.Module):
     #: block is asked for those rows alone (``Features.rows``; the sparse masked-LM head)
     labelled_rows_only: bool = False
 
+    #: True when the head reads ``pooler_output`` (the tanh pooler on [CLS]); otherwise TaskModel does not run the
+    #: pooler (:class:`~bertforge.models.output.Features` ``pooler``), which then gets no gradient and, under DDP,
+    #: is an unused parameter rather than one in the outputs' graph whose gradient never comes
+    reads_pooler: bool = False
+
     #: True when ``logits`` are masked-LM scores over the vocabulary (…, V): :data:`bertforge.heads.MLM_HEADS`
     masked_lm: bool = False
 

@@ -53,9 +53,14 @@ class Features:
     * ``rows`` — (B, T) bool: the caller reads the last block at these positions only: ``last_hidden_state``
       is (N, H) in row-major order and there is no ``pooler_output`` (MLM's masked tokens). Ignored with
       ``cls_only`` or any per-layer output.
+    * ``pooler`` — False: the caller does not read ``pooler_output``, so the pooler is not run (None is
+      returned). TaskModel asks so for a head that does not read it (``Head.reads_pooler``: mean or [CLS]
+      pooling, NER, QA, embeddings), which keeps the pooler out of the graph: under DDP a parameter reached
+      from a forward's outputs but not from its loss never gets its gradient, and the next step stops.
 
-    ``cls_only`` and ``rows`` change what is returned, never a value: an implementation may compute only the
-    positions returned (the CPU kernels do). Positions where ``attention_mask`` is 0 hold no defined value.
+    ``cls_only``, ``rows`` and ``pooler`` change what is returned, never a value: an implementation may compute
+    only the positions returned (the CPU kernels do). Positions where ``attention_mask`` is 0 hold no defined
+    value.
     """
 
     hidden_states: bool = False
@@ -65,6 +70,7 @@ class Features:
     head_gates: Optional[Sequence[torch.Tensor]] = None
     cls_only: bool = False
     rows: Optional[torch.Tensor] = None
+    pooler: bool = True
 
     @property
     def explicit(self) -> bool:

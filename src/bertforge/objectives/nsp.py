@@ -31,6 +31,7 @@ class BertPreTrainingHead(Head):
     hf_suffix = "ForPreTraining"
     masked_lm = True
     families = ("bert", "mobilebert")
+    reads_pooler = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -20,6 +20,7 @@ class AlbertPreTrainingHead(Head):
     hf_suffix = "ForPreTraining"
     masked_lm = True
     families = ("albert",)
+    reads_pooler = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()

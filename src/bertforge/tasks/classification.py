@@ -131,6 +131,7 @@ class SequenceClassificationHead(Head):
         # None: the family's own [CLS] reading (below); modernbert always pools (classifier_pooling)
         self.pooling = (config.pooling or config.classifier_pooling) if fam == "modernbert" else config.pooling
         self.use_pooler = fam in self.POOLER_FAMILIES and self.pooling is None
+        self.reads_pooler = self.use_pooler
         if self.pooling is not None:
             self.cls_only = self.pooling == "cls"  # mean / max read every position
         self.dense = None if (fam in self.POOLER_FAMILIES or self.transform is not None) else nn.Linear(h, h)

@@ -424,7 +424,7 @@ class CpuEncoder(Encoder):
         packing = Unpadded.from_mask(attention_mask, right_padded=True) \
             if (self.unpad and bias is not None and not req.per_layer and rows is None) else None
         if packing is not None:
-            return self._forward_packed(x, bias, packing, req.cls_only)
+            return self._forward_packed(x, bias, packing, req.cls_only, req.pooler)
         hidden, attns, scores, values = [x], [], [], []
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
@@ -436,16 +436,18 @@ class CpuEncoder(Encoder):
             attns.append(p)
             scores.append(s)
             values.append(v)
-        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None) else None
+        pooled = torch.tanh(self.pooler(x[:, 0])) if (self.pooler is not None and rows is None and req.pooler) \
+            else None
         return req.output(x, pooled, hidden, attns, scores, values)
 
-    def _forward_packed(self, x: torch.Tensor, bias, pk: Unpadded, cls_only: bool) -> EncoderOutput:
+    def _forward_packed(self, x: torch.Tensor, bias, pk: Unpadded, cls_only: bool,
+                        pooler: bool = True) -> EncoderOutput:
         x = pk.pack(x)
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
             x, *_ = layer(x, bias, packing=pk, cls_only=cls_only and i == n - 1)
         last = x[:, None, :] if cls_only else pk.pad(x)
-        pooled = torch.tanh(self.pooler(last[:, 0])) if self.pooler is not None else None
+        pooled = torch.tanh(self.pooler(last[:, 0])) if (self.pooler is not None and pooler) else None
         return EncoderOutput(last_hidden_state=last, pooler_output=pooled)
 
 

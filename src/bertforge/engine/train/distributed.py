@@ -79,8 +79,9 @@ def wrap_ddp(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = 
 
 
 def wrap_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
-    """Shard ``model`` in place with FSDP2 ``fully_shard``: each encoder layer is its own unit, then the
-    root. Parameters become ``DTensor`` shards; build the optimizer after this call. Returns ``model``."""
+    """Shard ``model`` in place with FSDP2 ``fully_shard``: each encoder layer is its own unit, then a
+    ``TaskModel`` held by a wrapper (a distiller's student), then the root. Parameters become ``DTensor``
+    shards; build the optimizer after this call. Returns ``model``."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     if ctx.world_size <= 1:
@@ -88,6 +89,11 @@ def wrap_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     for m in model.modules():
         if any(c.__name__ == "EncoderLayer" for c in type(m).__mro__):  # also a kernel subclass of it
+            fully_shard(m, mesh=mesh)
+    for m in model.modules():
+        # a TaskModel inside a wrapper (the distiller's student) is a unit too: evaluation calls it alone, and
+        # only a unit's own forward gathers its parameters (as part of the root's they would stay shards)
+        if m is not model and any(c.__name__ == "TaskModel" for c in type(m).__mro__):
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
