@@ -73,7 +73,10 @@ def budget(segment: str) -> str:
     if re.match(r"bertforge (finetune|distill|pretrain|translate train)\b", s):
         return _set(s, "--max-steps", 2)
     if re.match(r"bertforge quantize\b", s) and "--bits" in s:
-        return _set(_set(_set(s, "--qat-steps", 2), "--hessian-batches", 1), "--hessian-iters", 2)
+        for flag, v in (("--qat-steps", 2), ("--hessian-batches", 1), ("--hessian-batch-size", 8),
+                        ("--hessian-iters", 2), ("--trace-samples", 1)):
+            s = _set(s, flag, v)
+        return s
     if re.match(r"bertforge quantize\b", s):
         return _set(s, "--max-drop", 100)  # a 2-step model sits on its decision boundary (see the docstring)
     if re.match(r"bertforge bench\b", s):
