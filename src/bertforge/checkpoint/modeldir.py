@@ -67,6 +67,10 @@ class Meta:
         return self.raw.get(key, default)
 
 
+#: tokens a task head reads per text when its dir does not record the length it was fine-tuned with
+TASK_MAX_LENGTH = 128
+
+
 @dataclass(frozen=True)
 class ModelDir:
     """A model dir opened once. ``path``: the dir (an ``.onnx`` file's folder); ``name``: as the caller gave it;
@@ -164,6 +168,14 @@ class ModelDir:
         """The tokens per text the model was trained with: bertforge's record, else the sentence-transformers
         ``max_seq_length``; None when the dir says neither."""
         return self.meta.max_seq_len or self.pooling.max_seq_length
+
+    def task_max_length(self, positions: Optional[int] = None) -> int:
+        """The tokens (special tokens included) a text is read at by this dir's task head, for every consumer
+        alike (``evaluate``, ``predict``, ``prune``, the server's ``/predict`` and ``/ner`` windows): the
+        length it was fine-tuned with (bertforge's ``max_seq_len`` record), :data:`TASK_MAX_LENGTH` when the dir
+        records none, capped at the model's ``positions`` (default :attr:`positions`, 512 when unknown)."""
+        n = positions or (self.positions if self.config else None) or 512
+        return min(n, int(self.meta.max_seq_len or TASK_MAX_LENGTH))
 
     def embed_max_length(self, positions: Optional[int] = None) -> int:
         """The tokens (special tokens included) a text is cut at when this dir embeds it, for every consumer

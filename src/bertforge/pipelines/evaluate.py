@@ -101,7 +101,7 @@ def load_for_task(model_arg, task_name, max_seq_len=None, threshold=None, labels
                           f"{task_name} (labels {', '.join(map(str, task.labels))}); pass --task {trained_on} "
                           f"or fine-tune on {task_name}")
     tok = md.tokenizer()
-    adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else meta.max_seq_len or 128)
+    adapter = adapter_for(task, tok, max_seq_len if max_seq_len is not None else md.task_max_length())
     any_encoder = getattr(adapter, "reads_any_encoder", False)  # e.g. retrieval: embeddings of any encoder
     if adapter.head != "base" and not any_encoder:
         require_saved_head(cfg, adapter.head, str(model_dir), task.name, "pass the task it was fine-tuned on")

@@ -32,6 +32,10 @@ ROUTES_BY_KIND = {
 }
 
 
+#: the kinds whose routes read texts through the task head (at the dir's fine-tuning length, as ``predict``)
+TASK_KINDS = ("classification", "regression", "token_classification", "question_answering")
+
+
 #: the POST paths of each route family (``GET /info``'s ``paths``; /embed_sparse answers no bertforge model)
 PATHS_BY_ROUTE = {"embed": ("/embed", "/embed_all", "/similarity", "/v1/embeddings"), "predict": ("/predict",),
                   "rerank": ("/rerank",), "tokenize": ("/tokenize", "/decode"), "ner": ("/ner",), "qa": ("/qa",)}
@@ -83,6 +87,9 @@ class ServedModel:
     dim: Optional[int] = None
     #: the prompts the dir declares (``prompt_name``; the default one when a request names none)
     prompts: Prompts = field(default_factory=Prompts)
+    #: tokens the task head reads per text, as ``evaluate`` / ``predict`` read them
+    #: (:meth:`bertforge.checkpoint.modeldir.ModelDir.task_max_length`: the fine-tuning length); None: max_length
+    task_length: Optional[int] = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _adapter: object = field(default=None, repr=False, compare=False)
 
@@ -94,13 +101,11 @@ class ServedModel:
     def adapter(self):
         """The task adapter of a classification, regression, token-classification or QA model
         (:func:`bertforge.tasks.adapter_for_model`: the ``encode`` / ``decode`` that ``evaluate`` and ``predict``
-        use): windows of :attr:`max_length` tokens, a QA model's of its fine-tuning length (384 when unknown)
-        at most. Raises DataError for another kind."""
+        use) with their windows of :attr:`task_length` tokens (the fine-tuning length, as ``evaluate`` reads).
+        Raises DataError for another kind."""
         if self._adapter is None:
             from ..tasks import adapter_for_model
-            length = self.max_length
-            if self.kind == "question_answering":
-                length = min(int(self.runner.meta.max_seq_len or 384), self.max_length)
+            length = self.task_length or self.max_length
             self._adapter = adapter_for_model(self.kind, self.runner.config, self.tokenizer, length, self.labels)
         return self._adapter
 
@@ -121,7 +126,7 @@ class ServedModel:
         routes = [x for x in self.routes if x != "embed" or self.can_embed]
         d = {"name": self.name, "path": str(r.path), "kind": self.kind, "task": self.task, "routes": routes,
              "paths": [p for x in routes for p in PATHS_BY_ROUTE.get(x, ())],
-             "max_input_length": self.max_length, "pooling": self.pooling if self.can_embed else None,
+             "max_input_length": self.max_length, "task_max_length": self.task_length, "pooling": self.pooling if self.can_embed else None,
              "labels": self.labels, "hidden_size": r.config.get("hidden_size"), "dimensions": self.dim,
              "prompts": sorted(self.prompts.prompts), "default_prompt_name": self.prompts.default_prompt_name}
         d.update({k: v for k, v in r.describe().items() if k in ("backend", "precision", "threads",
@@ -143,12 +148,14 @@ class ServedModel:
                              ) from None
 
     def encode(self, texts: list, truncate: bool, pairs: Optional[list] = None, direction: str = "right",
-               prompt: str = "") -> list:
+               prompt: str = "", cut_at: Optional[int] = None) -> list:
         """Encode ``texts`` (with ``pairs``: ``(texts[i], pairs[i])`` pairs, a None entry for a single text)
         into :class:`Encoded` sequences of at most :attr:`max_length` tokens. A text may be token ids (a list
         of ints, TEI's ``InputType::Ids``): taken as they are, no special tokens added. ``prompt`` is put
         before every single text (ids are decoded first, as TEI does). Cut at the ``direction`` end
-        (``left`` / ``right``); a pair longest-first, as ``tokenizers`` does.
+        (``left`` / ``right``); a pair longest-first, as ``tokenizers`` does. ``cut_at``: a sequence within
+        :attr:`max_length` but longer than this is cut here whatever ``truncate`` says (a task head reads its
+        fine-tuning length, :attr:`task_length`, as ``predict`` does).
 
         Raises:
             InputError: a sequence longer than :attr:`max_length` with ``truncate`` False; a token id outside
@@ -178,23 +185,24 @@ class ServedModel:
         a = [None if i in ids_at else next(a_enc) for i in range(len(texts))]
         b = [next(b_enc) if p is not None else None for p in pairs] if pairs is not None else [None] * len(a)
         out = []
+        limit = min(self.max_length, cut_at) if cut_at else self.max_length
         for i, (ea, eb) in enumerate(zip(a, b)):
             if ea is None:  # token ids, as given
                 ids = list(ids_at[i])
-                if len(ids) > self.max_length:
-                    if not truncate:
-                        raise InputError(f"input {i} has {len(ids)} tokens, more than model {self.name!r} "
-                                         f'takes ({self.max_length}); shorten it or pass "truncate": true')
-                    ids = ids[-self.max_length:] if left else ids[:self.max_length]
+                if len(ids) > self.max_length and not truncate:
+                    raise InputError(f"input {i} has {len(ids)} tokens, more than model {self.name!r} "
+                                     f'takes ({self.max_length}); shorten it or pass "truncate": true')
+                if len(ids) > limit:
+                    ids = ids[-limit:] if left else ids[:limit]
                 out.append(Encoded(ids, [0] * len(ids), len(ids_at[i])))
                 continue
             special = self._special(eb is not None)
-            room = self.max_length - special
             n = len(ea.ids) + (len(eb.ids) if eb is not None else 0)
+            if n > self.max_length - special and not truncate:
+                raise InputError(f"input {i} has {n + special} tokens, more than model {self.name!r} takes "
+                                 f'({self.max_length}); shorten it or pass "truncate": true')
+            room = limit - special
             if n > room:
-                if not truncate:
-                    raise InputError(f"input {i} has {n + special} tokens, more than model {self.name!r} takes "
-                                     f'({self.max_length}); shorten it or pass "truncate": true')
                 side = "left" if left else "right"
                 if eb is None:
                     ea.truncate(max(room, 0), direction=side)
@@ -315,8 +323,9 @@ def load_model(name: str, path, backend: str = "auto", threads: Optional[int] = 
         id2 = runner.config.get("id2label") or {}
         labels = [str(id2[k]) for k in sorted(id2, key=int)] if id2 else \
             [f"LABEL_{i}" for i in range(runner.num_labels or 1)]
+    task_len = md.task_max_length(runner.max_length) if kind in TASK_KINDS else None
     m = ServedModel(name, runner, kind, pooling.mode, max_len, labels, md.meta.task, dim=md.truncate_dim,
-                    prompts=md.prompts)
+                    prompts=md.prompts, task_length=task_len)
     if tok.get_vocab_size() == 0:
         raise CheckpointError(f"--model {name}: {p} has an empty tokenizer")
     if warm:

@@ -34,10 +34,11 @@ def _size(texts) -> int:
     return sum(len(t) if isinstance(t, (str, list)) else 0 for t in texts)
 
 
-def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs, direction: str, prompt: str) -> list:
+def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs, direction: str, prompt: str,
+                cut_at=None) -> list:
     from ..engine.kernels.allocator import trim
     try:
-        out, err = model.encode(texts, truncate, pairs, direction, prompt), None
+        out, err = model.encode(texts, truncate, pairs, direction, prompt, cut_at), None
     except InputError as e:
         out, err = None, str(e)
     # only here, after the except block, are the exception's frames — and the huge input's token buffers
@@ -49,12 +50,12 @@ def _encode_big(model: ServedModel, texts: list, truncate: bool, pairs, directio
 
 
 async def _encode(model: ServedModel, texts: list, truncate: bool, pairs=None, direction: str = "right",
-                  prompt: str = "") -> list:
+                  prompt: str = "", cut_at=None) -> list:
     try:
         if _size(texts) + _size(p for p in pairs or () if p) > INLINE_CHARS:
             return await asyncio.get_running_loop().run_in_executor(_BIG, _encode_big, model, texts, truncate,
-                                                                    pairs, direction, prompt)
-        return model.encode(texts, truncate, pairs, direction, prompt)
+                                                                    pairs, direction, prompt, cut_at)
+        return model.encode(texts, truncate, pairs, direction, prompt, cut_at)
     except InputError as e:
         raise invalid(str(e)) from None
 
@@ -162,7 +163,7 @@ async def predict(st, req: S.PredictRequest):
     pairs_in = [(x, None) if isinstance(x, str) else (x[0], x[1] if len(x) == 2 else None) for x in seqs_in]
     model = st.model_for(req.model, "predict")
     seqs = await _encode(model, [a for a, _ in pairs_in], _truncate(st, req.truncate), [b for _, b in pairs_in],
-                         req.truncation_direction)
+                         req.truncation_direction, cut_at=model.task_length)  # read as `predict` reads it
     # per input its labels ranked by score; a multi-label model's each with "predicted" (its saved threshold)
     out = model.adapter.decode(await st.run(model, seqs, "logits"), raw=req.raw_scores)
     return out[0] if one else out
@@ -180,7 +181,7 @@ async def rerank(st, req: S.RerankRequest):
         if len(model.labels or ()) != 1:
             raise invalid(f"model {model.name!r} is a {len(model.labels)}-label classifier; /rerank needs a "
                           f"one-output cross-encoder (scores) or an embedding model (cosine)", "model")
-        seqs = await _encode(model, [req.query] * len(texts), truncate, texts, side)
+        seqs = await _encode(model, [req.query] * len(texts), truncate, texts, side, cut_at=model.task_length)
         z = [float(np.asarray(x).reshape(-1)[0]) for x in await st.run(model, seqs, "logits")]
         scores = z if req.raw_scores else [_sigmoid(x) for x in z]
     else:  # an embedding model: the cosine of the dir's default-prompted vectors, as /embed gives them
@@ -222,7 +223,8 @@ async def ner(st, req: S.NerRequest):
     adapter = model.adapter
     with model.lock:
         encoded = adapter.encode(texts)
-    check_windows(encoded, len(texts), f"a text needs {{n}} windows of {model.max_length} tokens")
+    length = model.task_length or model.max_length
+    check_windows(encoded, len(texts), f"a text needs {{n}} windows of {length} tokens")
     logits = await st.run(model, [Encoded(w["input_ids"], w["token_type_ids"]) for w in encoded], "token_logits")
     out = [p["entities"] for p in adapter.decode(logits, encoded, aggregation=req.aggregation)]
     return out[0] if single else out
