@@ -134,3 +134,14 @@ def test_embedding_shards_report_texts_with_rate_and_eta(workspace, tmp_path, mo
     got = _progress_lines(buf.getvalue(), "embed")
     assert got and all(m["unit"] == "text" and m["total"] == "40" for m in got), buf.getvalue()
     assert int(got[-1]["n"]) == 40 and got[-1]["end"] == "done"
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
+def test_a_bad_interval_warns_once_and_falls_back(raw, monkeypatch, capsys):
+    from bertforge import progress
+    monkeypatch.setenv(progress.EVERY_ENV, raw)
+    monkeypatch.setattr(progress, "_warned", set())
+    assert progress.progress_every() == progress.DEFAULT_EVERY
+    assert progress.progress_every() == progress.DEFAULT_EVERY
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and progress.EVERY_ENV in err[0] and repr(raw) in err[0], err

@@ -28,15 +28,27 @@ DEFAULT_EVERY = 30.0
 EVERY_ENV = "BERTFORGE_PROGRESS_EVERY"
 
 
+_warned: set = set()
+
+
 def progress_every() -> float:
-    """Seconds between plain progress lines: ``$BERTFORGE_PROGRESS_EVERY`` or :data:`DEFAULT_EVERY` (an unset,
-    empty, unreadable or negative value gives the default)."""
+    """Seconds between plain progress lines: ``$BERTFORGE_PROGRESS_EVERY`` or :data:`DEFAULT_EVERY` (unset or
+    empty gives the default; a value that is not a number of seconds ≥ 0 gives it too, with one warning line on
+    stderr naming the variable)."""
     raw = os.environ.get(EVERY_ENV, "").strip()
-    try:
-        v = float(raw) if raw else DEFAULT_EVERY
-    except ValueError:
+    if not raw:
         return DEFAULT_EVERY
-    return v if v >= 0 else DEFAULT_EVERY
+    try:
+        v = float(raw)
+    except ValueError:
+        v = float("nan")
+    if v >= 0:
+        return v
+    if raw not in _warned:
+        _warned.add(raw)
+        print(f"bertforge: warning: ${EVERY_ENV}={raw!r} is not a number of seconds ≥ 0; progress lines come "
+              f"every {DEFAULT_EVERY:g} s", file=sys.stderr, flush=True)
+    return DEFAULT_EVERY
 
 
 def _is_terminal(stream) -> bool:
