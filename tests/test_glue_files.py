@@ -221,8 +221,12 @@ _TAB = "remove the stray tab (a tab inside a text splits it into fields)"
     ("rte", "index\tsentence1\tsentence2\n0\tA man sleeps.\tA man\nrests.\n",
      "{f}:3 has 1 field where the header has 3; fill in the missing fields (a line break inside a text cuts "
      "its row in two)"),
+    ("sst2", "sentence\tlabel\ngood film\t1\n   \t0\n",
+     "{f}:3 has an empty text in column 'sentence'; give the example's text or remove the row"),
+    ("rte", "index\tsentence1\tsentence2\n0\tA man sleeps.\t\n",
+     "{f}:2 has an empty text in column 'sentence2'; give the example's text or remove the row"),
 ], ids=["extra-field-after-label", "extra-field-inside", "pair-tab-inside-sentence", "test-file-tab-inside",
-        "line-break-cuts-a-row"])
+        "line-break-cuts-a-row", "blank-text", "empty-second-text"])
 def test_rows_with_a_stray_field_are_refused(task, text, message, models, tmp_path, cli_error):
     f = tmp_path / "data.tsv"
     f.write_text(text)

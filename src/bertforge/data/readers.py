@@ -3,7 +3,7 @@
 Every reader returns a list of :class:`Example` and raises :class:`~bertforge.errors.DataError`
 naming the file (and line) and the fix for: a missing or empty file, non-UTF-8 bytes, missing columns,
 a row with more or fewer fields than the header (or, without a header, than the file's other rows: a
-stray tab or comma inside a text would otherwise shift or cut it), and labels outside the task's label set.
+stray tab or comma inside a text would otherwise shift or cut it), an empty or blank text, and labels outside the task's label set.
 
 Each example carries an ``id``: its value in the task's id column (a column named ``id``, ``idx``, ``index``
 or ``guid`` when the task names none; as the file writes it), else its 1-based line number (JSON arrays:
@@ -257,6 +257,10 @@ def _rows_to_examples(rows, header, task, path: Path, max_samples, require_label
             texts = [row[i] for i in text_idx]
             raw_label = row[label_idx] if label_idx is not None and label_idx < len(row) else None
             row_id = row[id_idx].strip() if id_idx is not None and id_idx < len(row) else lineno
+        blank = next((c for c, t in zip(task.text_columns, texts) if not t.strip()), None)
+        if blank is not None:  # as `embed` and the server refuse it: a model given no text answers its bias
+            raise DataError(f"{path}:{lineno} has an empty text in column {str(blank)!r}; give the example's "
+                            f"text or remove the row")
         label = None
         if raw_label is not None:
             label = _parse_label(raw_label, task, label_map, path, lineno)
