@@ -35,7 +35,7 @@ Rows (``--rows``; each row's result is kept in ``--work`` so rows can be run apa
 Measured: NDCG@10 (bertforge's Embedder → exact search, benchmarks/bench_retrieval.py's path), texts/s encoding
 eval paragraphs at ``--max-seq-len`` (256) with ``--threads`` for every model (interleaved rounds, median),
 parameters. The teacher's embeddings of the distillation text are computed once per run dir (the memory-mapped
-teacher cache of bertforge.distill.cache) — that is the cost: 1–2 paragraphs of 256 tokens/s on 2 cores.
+teacher cache of bertforge.distillation.cache) — that is the cost: 1–2 paragraphs of 256 tokens/s on 2 cores.
 
   python benchmarks/bench_base_teacher.py --rows teacher minilm --threads 2 --work /tmp/bbt
   python benchmarks/bench_base_teacher.py --rows search distilbert tinybert sts --distill-texts 4000 --work /tmp/bbt
@@ -202,7 +202,7 @@ def minilm_layers(src: str, layers: list, out: Path) -> None:
     as a model dir at ``out`` (DistilBERT's initialisation, taken from the pretrained small model)."""
     from bertforge.checkpoint.layout import carry_declarations
     from bertforge.checkpoint.read import load_pretrained
-    from bertforge.distill.student import copy_layers
+    from bertforge.distillation.student import copy_layers
     model = load_pretrained(src, notes=False)
     copy_layers(model, layers).save_pretrained(out, tokenizer_dir=src)
     carry_declarations(src, out, hidden_size=model.config.hidden_size)

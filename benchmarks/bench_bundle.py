@@ -124,7 +124,7 @@ def build_models(scratch: Path, student_dir) -> dict:
     import bertforge
     from bertforge.checkpoint.layout import carry_declarations
     from bertforge.checkpoint.read import load_pretrained
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.student import build_student
     from bertforge.tokenizer import load_tokenizer
     fp32 = scratch / "student-a"
     if not (fp32 / "config.json").is_file():

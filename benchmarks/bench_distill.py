@@ -32,10 +32,10 @@ def main(argv=None) -> int:
     from bertforge.tasks import adapter_for
     from bertforge.checkpoint.modeldir import resolve_model_dir
     from bertforge.tasks import get_task
-    from bertforge.distill.cache import TeacherCache
-    from bertforge.distill.data import DistillCollator, IndexedDataset
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.cache import TeacherCache
+    from bertforge.distillation.data import DistillCollator, IndexedDataset
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
                           token_type_ids=b["token_type_ids"], **wants)
             so = hf_s(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                       token_type_ids=b["token_type_ids"], **wants)
-            from bertforge.distill import losses as L
+            from bertforge.distillation import losses as L
             loss = 0.0
             for term in terms:
                 if term.spec.feature == "logits":

@@ -146,7 +146,7 @@ def untrained(args, spec: str, name: str) -> Path:
         sys.path.insert(0, str(ROOT / "src"))
         from bertforge.checkpoint.modeldir import resolve_model_dir
         from bertforge.checkpoint.read import load_pretrained
-        from bertforge.distill.student import build_student
+        from bertforge.distillation.student import build_student
         teacher = load_pretrained("minilm", head="sequence_classification", num_labels=2, notes=False)
         model = teacher if spec == "teacher" else build_student(spec, teacher, head="sequence_classification")
         model.save_pretrained(out, tokenizer_dir=resolve_model_dir("minilm"))

@@ -61,7 +61,7 @@ def scan_students(teacher, specs: list, beir_dir, work, threads: int, max_seq_le
     import random
 
     from bertforge.data.beir import read_beir
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import read_pooling
     tr = read_beir(beir_dir, "train")

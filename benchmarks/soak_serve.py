@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 HOST = "127.0.0.1"
 
 #: seconds without requests before each RSS reading: an idle server gives its freed heap pages back after
-#: half a second (serve/batching.py TRIM_IDLE_S), so both readings are of a settled server
+#: half a second (server/batching.py TRIM_IDLE_S), so both readings are of a settled server
 SETTLE_S = 1.0
 
 EXPECTED = {"malformed-json": {422}, "wrong-type": {422}, "empty-string": {422}, "huge-text": {413, 422},

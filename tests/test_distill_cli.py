@@ -88,7 +88,7 @@ def test_task_stage_kd_copied_student_with_cache_and_augmentation(tiny, capsys):
 
 def test_general_then_task_chain(tiny, capsys, monkeypatch):
     from safetensors.torch import load_file
-    from bertforge.distill.distiller import PROJECTIONS_FILE, Distiller
+    from bertforge.distillation.distiller import PROJECTIONS_FILE, Distiller
     g = tiny / "general"
     assert main(["distill", "--stage", "general", "--teacher", str(tiny / "teacher"), "--student",
                  "2L-16H-2A-32I", "--method", "tinybert", "--corpus", str(tiny / "corpus.txt"),
@@ -186,8 +186,8 @@ def test_distilbert_general_trains_all_three_terms_with_bert_masking(tiny, capsy
     (the hard L_mlm term included), and without --mlm-prob the inputs are masked at BERT's 15%."""
     import yaml
     import bertforge.checkpoint.read  # noqa: F401  (registers the mlm head)
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     torch.manual_seed(0)
     tdir = tiny / "mlm-teacher"
@@ -234,7 +234,7 @@ def test_augment_mlm_gives_single_piece_words_the_masked_lms_candidates(tiny, ca
     embedding neighbours and a note says so."""
     import yaml
     import bertforge.checkpoint.read  # noqa: F401  (registers the mlm head)
-    from bertforge.distill.augment import MaskedLMPredictor, default_augmenter
+    from bertforge.distillation.augment import MaskedLMPredictor, default_augmenter
     from bertforge.checkpoint import load_pretrained
     from bertforge.tokenizer import load_tokenizer
     torch.manual_seed(1)

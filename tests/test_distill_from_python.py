@@ -29,7 +29,7 @@ for opts in ({"max_stpes": 3}, {"dim": 64}):
     except ConfigError as e:
         said.append(str(e))
 loaded = "torch" in sys.modules
-import bertforge.distill.distiller  # the control: a heavy module does load torch, and the probe sees it
+import bertforge.distillation.distiller  # the control: a heavy module does load torch, and the probe sees it
 print(json.dumps({"said": said, "loaded": loaded, "control": "torch" in sys.modules}))
 """
 

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from bertforge.distill import losses as L
-from bertforge.distill.mapping import pkd_last_map, pkd_skip_map, resolve_map, uniform_map
+from bertforge.distillation import losses as L
+from bertforge.distillation.mapping import pkd_last_map, pkd_skip_map, resolve_map, uniform_map
 from bertforge.errors import ConfigError
 
 KL_34_VS_HALF = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)  # KL([3/4,1/4] ‖ [1/2,1/2]) = 0.130812…
@@ -188,7 +188,7 @@ def test_shipped_recipes_build():
     from pathlib import Path
 
     from bertforge.config import load_recipe
-    from bertforge.distill.distiller import build_terms
+    from bertforge.distillation.distiller import build_terms
     paths = sorted((Path(__file__).resolve().parents[1] / "recipes" / "distill").glob("*.yaml"))
     assert len(paths) >= 5
     for p in paths:

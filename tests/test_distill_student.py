@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from bertforge.config import ModelConfig
-from bertforge.distill.augment import Augmenter, EmbeddingLexicon, MaskedLMPredictor, augment_examples
-from bertforge.distill.cache import TeacherCache
-from bertforge.distill.distiller import Distiller, build_terms, method_terms
-from bertforge.distill.features import combined_logits
-from bertforge.distill.student import build_student, parse_shape
+from bertforge.distillation.augment import Augmenter, EmbeddingLexicon, MaskedLMPredictor, augment_examples
+from bertforge.distillation.cache import TeacherCache
+from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+from bertforge.distillation.features import combined_logits
+from bertforge.distillation.student import build_student, parse_shape
 from bertforge.errors import ConfigError
 from bertforge.models.output import Features
 from bertforge.task_model import TaskModel
@@ -100,7 +100,7 @@ def test_projection_and_training_reduces_loss():
     d = Distiller(student, [teacher], terms)
     # TinyBERT eq. 8–9: one W_h shared by every hidden-layer pair, and W_e for the embeddings
     assert set(d.proj) == {"embedding_mse", "hidden_mse"}
-    from bertforge.distill.losses import hidden_mse_loss
+    from bertforge.distillation.losses import hidden_mse_loss
     with torch.no_grad():
         bt0 = batch(b=2, t=6)
         hs = student(**bt0, features=Features(hidden_states=True)).hidden_states
@@ -214,7 +214,7 @@ def test_augmenter_tinybert_rules():
 
 
 def test_layer_map_with_an_empty_item_is_refused():
-    from bertforge.distill.mapping import resolve_map
+    from bertforge.distillation.mapping import resolve_map
     from bertforge.errors import ConfigError
     assert resolve_map("1:2,2:4", 2, 4) == [(1, 2), (2, 4)]
     with pytest.raises(ConfigError, match="neither a strategy"):
@@ -262,7 +262,7 @@ def test_saved_projections_load_only_where_their_shape_fits(tmp_path):
 
 def test_student_layer_specs_with_an_empty_entry_are_refused():
     """``layers:0,,5`` is a typo, not a 2-layer student; spaces after commas are fine."""
-    from bertforge.distill.student import parse_layers
+    from bertforge.distillation.student import parse_layers
     assert parse_layers("layers:0, 4,5", 6) == [0, 4, 5]
     for spec in ("layers:0,,5", "layers:0,4,", "layers:,4"):
         with pytest.raises(ConfigError, match="empty entry"):

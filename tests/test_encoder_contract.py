@@ -173,9 +173,9 @@ def test_a_new_distillation_feature_is_one_table_line(monkeypatch):
     """A feature the distiller has never named — the last block's states, unpadded positions included — as one
     row of FEATURES plus one loss naming it: the distiller requests, reads and compares it, and the term equals
     the MSE of the two models' last_hidden_state computed here."""
-    from bertforge.distill import features as F
-    from bertforge.distill.distiller import Distiller, build_terms
-    from bertforge.distill.losses import LOSSES, LossSpec
+    from bertforge.distillation import features as F
+    from bertforge.distillation.distiller import Distiller, build_terms
+    from bertforge.distillation.losses import LOSSES, LossSpec
 
     def mse(a, b, **_):
         return ((a.float() - b.float()) ** 2).mean()
@@ -195,8 +195,8 @@ def test_a_new_distillation_feature_is_one_table_line(monkeypatch):
 
 
 def test_every_distillation_loss_reads_a_row_of_the_features_table():
-    from bertforge.distill.features import FEATURES
-    from bertforge.distill.losses import LOSSES
+    from bertforge.distillation.features import FEATURES
+    from bertforge.distillation.losses import LOSSES
     assert {spec.feature for spec in LOSSES.values()} <= set(FEATURES)
     for spec in LOSSES.values():  # a loss applied to layer pairs reads a layer-wise feature, and the other way
         assert spec.layerwise == FEATURES[spec.feature].layerwise, spec.name

@@ -12,8 +12,8 @@ import yaml
 
 from bertforge.cli import main
 from bertforge.config import ModelConfig
-from bertforge.distill.distiller import Distiller, build_terms
-from bertforge.distill.losses import LOSSES, LossSpec
+from bertforge.distillation.distiller import Distiller, build_terms
+from bertforge.distillation.losses import LOSSES, LossSpec
 from bertforge.models.output import Features
 from bertforge.objectives.collate import PretrainCollator
 from bertforge.objectives.pretrain import OBJECTIVES, resolve_options

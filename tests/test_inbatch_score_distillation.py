@@ -34,7 +34,7 @@ def _np_inbatch_kl(e_s, e_t, alpha=1.0, t=1.0):
 
 
 def test_inbatch_kl_equals_the_hand_computed_loss():
-    from bertforge.distill.losses import get_loss
+    from bertforge.distillation.losses import get_loss
     fn = get_loss("inbatch_kl").fn
     g = np.random.default_rng(0)
     e_s, e_t = g.normal(size=(5, 3, 8)), g.normal(size=(5, 3, 12))  # widths differ: scores are compared

@@ -24,7 +24,7 @@ FOLDER_LAYER = {
     "checkpoint": "core",
     "compress": "core",
     "data": "core",
-    "distill": "core",
+    "distillation": "core",
     "metrics": "core",
     "models": "core",
     "objectives": "core",
@@ -33,7 +33,7 @@ FOLDER_LAYER = {
     "runtime": "runtime",
     "pipelines": "pipelines",  # the Python API the CLI calls
     "cli": "cli",
-    "serve": "cli",  # the HTTP front end, beside the command line (cli/)
+    "server": "cli",  # the HTTP front end, beside the command line (cli/)
 }
 
 #: the one module at the top that is not core: ``python -m bertforge`` needs ``bertforge/__main__.py``
@@ -123,7 +123,7 @@ def test_imports_point_down():
 
 
 def test_nothing_outside_cli_imports_cli():
-    """cli/ is the top: not even serve/ (the other front end, same layer) imports it."""
+    """cli/ is the top: not even server/ (the other front end, same layer) imports it."""
     mods = modules(SRC)
     offenders = [(a, layer_of(a, mods), b, "cli") for a in sorted(mods) if mods[a][1] != "cli"
                  and a != "bertforge.__main__" for b in sorted(imports(a, mods)) if mods[b][1] == "cli"]

@@ -50,7 +50,7 @@ def test_low_bit_dir_records_bits_within_the_budget_and_equals_the_torch_model(l
 def test_low_bit_dir_runs_in_the_runner_evaluate_and_serve_use(lowbit, capsys):
     from bertforge.cli import main
     from bertforge.runtime import load_runner
-    from bertforge.serve.models import load_model
+    from bertforge.server.models import load_model
     ws, out = lowbit
     r = load_runner(out)
     assert r.backend == "onnxruntime" and r.precision == "low-bit"

@@ -94,7 +94,7 @@ def test_pruned_heads_equal_zeroed_output_columns(tmp_path):
 
 
 def test_layers_student_runs_the_teacher_blocks():
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.student import build_student
     teacher = _model()
     student = build_student("layers:0,2", teacher, head="sequence_classification")
     assert student.config.model_type == "mobilebert" and student.config.num_hidden_layers == 2

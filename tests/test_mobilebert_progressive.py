@@ -10,10 +10,10 @@ import torch
 
 
 from bertforge.config import ModelConfig, load_recipe
-from bertforge.distill.distiller import build_terms, method_terms
-from bertforge.distill.losses import attention_kl_loss, feature_map_mse_loss
-from bertforge.distill.progressive import ProgressiveDistiller
-from bertforge.distill.student import build_student, parse_mobilebert_shape
+from bertforge.distillation.distiller import build_terms, method_terms
+from bertforge.distillation.losses import attention_kl_loss, feature_map_mse_loss
+from bertforge.distillation.progressive import ProgressiveDistiller
+from bertforge.distillation.student import build_student, parse_mobilebert_shape
 from bertforge.engine.train.trainer import Trainer
 from bertforge.errors import ConfigError
 from bertforge.models.output import Features
@@ -116,7 +116,7 @@ def test_bad_shapes_and_a_teacher_of_another_width_are_refused():
         parse_mobilebert_shape("2L-32H-16B-3A")
     with pytest.raises(ConfigError, match="gives L twice"):  # the last one used to win silently
         parse_mobilebert_shape("1L-2L-8F-1F")
-    from bertforge.distill.student import parse_shape
+    from bertforge.distillation.student import parse_shape
     with pytest.raises(ConfigError, match="gives H twice"):
         parse_shape("4L-312H-128h")
     shape = parse_mobilebert_shape("", teacher_hidden=384, teacher_heads=12, teacher_layers=6)
@@ -132,7 +132,7 @@ def test_a_student_too_big_for_memory_is_refused_before_any_tensor_is_allocated(
     """A typo like 99999999999L used to build layers until the host swapped: the size estimate (16 bytes per
     weight: weights, gradients, AdamW's two moments) refuses it at once, and the estimate tracks the real count."""
     import time
-    from bertforge.distill.student import cross_family_config, estimate_parameters, parse_shape, student_config
+    from bertforge.distillation.student import cross_family_config, estimate_parameters, parse_shape, student_config
     teacher = _teacher()
     for spec in ("mobilebert:99999999999L-32H-8B-2A", "99999999999L-32H", "2L-4000000H-1A-1I"):
         t0 = time.perf_counter()

@@ -89,8 +89,8 @@ def test_pruned_heads_and_units_equal_zeroed_weights(tmp_path):
 
 
 def test_cross_family_students_and_the_local_window_rule():
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     teacher = TaskModel(ModelConfig(vocab_size=120, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
                                     intermediate_size=64, max_position_embeddings=64, num_labels=2),
                         head="sequence_classification").eval()

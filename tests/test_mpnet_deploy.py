@@ -74,7 +74,7 @@ def test_pruned_heads_keep_their_own_position_bias(tmp_path):
 
 
 def test_layers_students_copy_blocks_and_the_shared_bias():
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.student import build_student
     teacher = _model("base")
     student = build_student("layers:0,2", teacher, head="base")
     assert student.config.model_type == "mpnet" and student.config.num_hidden_layers == 2
@@ -93,8 +93,8 @@ def test_layers_students_copy_blocks_and_the_shared_bias():
 
 
 def test_cross_family_students_of_an_mpnet_teacher():
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     teacher = _model("sequence_classification")
     ids, mask = padded_batch([20, 9, 14], seed=5)
     for spec in ("bert:2L-32H-2A-64I", "modernbert:2L-32H-2A-48I"):

@@ -141,7 +141,7 @@ def test_thresholds_tuned_on_hand_made_scores():
 
 def test_multilabel_kd_drives_student_to_a_constant_teacher(tmp_path):
     from bertforge.config import ModelConfig
-    from bertforge.distill.distiller import Distiller, build_terms
+    from bertforge.distillation.distiller import Distiller, build_terms
     from bertforge.task_model import TaskModel
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -431,7 +431,7 @@ def test_qa_finetune_evaluate_predict_cli(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------- distillation
 @pytest.mark.parametrize("head,num_labels", [("token_classification", 5), ("question_answering", 2)])
 def test_kd_on_token_and_span_logits_ignores_padding(tmp_path, head, num_labels):
-    from bertforge.distill.losses import kd_loss
+    from bertforge.distillation.losses import kd_loss
     cfg = ModelConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=64, num_labels=num_labels,
                       add_pooling_layer=False)

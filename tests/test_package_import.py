@@ -67,8 +67,8 @@ def test_light_names_equal_the_registries():
     """:mod:`bertforge.cli.names` (what the parsers offer without importing torch) lists exactly the keys of each
     registry, in its order."""
     from bertforge.cli import names
-    from bertforge.distill.distiller import METHODS
-    from bertforge.distill.mapping import STRATEGIES
+    from bertforge.distillation.distiller import METHODS
+    from bertforge.distillation.mapping import STRATEGIES
     from bertforge.objectives.pretrain import OBJECTIVES, SIZES
     from bertforge.runtime.base import BACKENDS
     from bertforge.tasks import TASKS
@@ -96,3 +96,25 @@ def test_choices_take_registry_entries_added_from_user_code_without_importing_it
     monkeypatch.setitem(pretrain.OBJECTIVES, "mlm40", object())
     assert "mlm40" in c and list(c)[0] == "bert" and "mlm40" in list(c)
     assert "x" not in Choices(("a",), "bertforge.no_such_module:TABLE") and list(Choices(("a",), "m.n:T")) == ["a"]
+
+
+def test_no_public_name_is_both_a_module_and_a_function():
+    """``bertforge.distill`` and ``bertforge.serve`` are functions; the distillation subpackage and the server
+    package have their own names; no module of the package swaps its class (issue 50, step 4). Independent
+    truth: ``inspect`` and ``types`` in a fresh interpreter, and the source text of every module."""
+    import ast
+    from pathlib import Path
+    code = ("import bertforge, inspect, types, importlib; "
+            "print(inspect.isfunction(bertforge.distill), inspect.isfunction(bertforge.serve), "
+            "type(importlib.import_module('bertforge.distillation')) is types.ModuleType, "
+            "type(importlib.import_module('bertforge.server')) is types.ModuleType, "
+            "bertforge.distill.__module__, bertforge.serve.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "True", "True", "bertforge.pipelines.distill", "bertforge.server.background"]
+    swaps = []
+    for path in (Path(__file__).resolve().parents[1] / "src" / "bertforge").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "attr", getattr(b, "id", "")) == "ModuleType"
+                                                      for b in node.bases):
+                swaps.append(f"{path.name}: class {node.name}(ModuleType)")
+    assert swaps == []

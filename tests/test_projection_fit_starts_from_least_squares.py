@@ -45,7 +45,7 @@ def _embed(model_dir, texts):
 def _projection(out):
     from safetensors.numpy import load_file
 
-    from bertforge.distill.distiller import PROJECTIONS_FILE
+    from bertforge.distillation.distiller import PROJECTIONS_FILE
     t = load_file(str(out / PROJECTIONS_FILE))
     w = next(v for k, v in t.items() if k.endswith("weight"))
     b = next(v for k, v in t.items() if k.endswith("bias"))

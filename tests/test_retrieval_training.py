@@ -95,7 +95,7 @@ def test_finetune_retrieval_learns_a_known_answer_set(search_ws, capsys):
     cos = (ref * ours).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(ours, axis=1)
     assert cos.min() > 0.9999
     # the server pools the same way and keeps the same 16 coordinates
-    from bertforge.serve.models import load_model
+    from bertforge.server.models import load_model
     served = load_model("m", out, warm=False)
     enc = served.encode(texts, truncate=True)
     ids = np.zeros((2, max(len(e.ids) for e in enc)), dtype=np.int64)
@@ -130,7 +130,7 @@ def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws,
     assert rc == 0, capsys.readouterr().err
     assert (out / "modules.json").is_file()  # the student is an embedding dir
 
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     from bertforge.tasks.retrieval import embed_texts
     from bertforge.tokenizer import load_tokenizer
@@ -149,8 +149,8 @@ def test_margin_mse_distillation_moves_student_margins_to_the_teacher(search_ws,
 
 
 def test_embedding_mse_through_a_projection_equals_the_hand_computed_loss(search_ws):
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import pool
     _, tiny, _, _ = search_ws
@@ -191,8 +191,8 @@ def test_truncate_dim_zero_is_refused_not_ignored(search_ws, capsys):
 def test_embedding_mse_of_a_normalising_teacher_compares_unit_vectors(search_ws):
     """A teacher whose dir normalises (sentence-transformers' Normalize) is matched in direction: the loss is
     (2 − 2·cos(W e_S, e_T)) / H_T, whatever the vectors' norms."""
-    from bertforge.distill.distiller import Distiller, build_terms, method_terms
-    from bertforge.distill.student import build_student
+    from bertforge.distillation.distiller import Distiller, build_terms, method_terms
+    from bertforge.distillation.student import build_student
     from bertforge.checkpoint import load_pretrained
     from bertforge.models.pooling import pool
     _, tiny, _, _ = search_ws

@@ -328,7 +328,7 @@ def test_health_info_metrics(main_server):
     assert kinds["int8"] == ("base", "torch", "int8") and kinds["ner"][0] == "token_classification"
     assert kinds["onnx"] == ("base", "onnxruntime", "fp32")
     assert info["limits"]["max_client_batch_size"] == 8 and "api_key" not in info["limits"]
-    from bertforge.serve.routes import POST_ROUTES  # every path a model answers is listed, and exists
+    from bertforge.server.routes import POST_ROUTES  # every path a model answers is listed, and exists
     emb = next(m for m in info["models"] if m["name"] == "emb")
     assert set(emb["paths"]) >= {"/embed", "/v1/embeddings", "/similarity", "/embed_all", "/tokenize", "/decode"}
     assert all(path in POST_ROUTES for m in info["models"] for path in m["paths"])

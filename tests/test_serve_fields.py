@@ -158,7 +158,7 @@ def test_token_id_inputs(srv, truth, emb_dir):
     st, err = post(srv.url, "/embed", {"inputs": [10 ** 6]})
     assert st == 422 and "vocabulary" in err["error"]
     # without a prompt they are taken as given: no special tokens added, cut at the chosen end
-    from bertforge.serve.models import load_model
+    from bertforge.server.models import load_model
     m = load_model("emb", emb_dir, threads=1, warm=False)
     long_ids = list(range(5, 5 + MAX_LEN + 3))
     assert m.encode([ids], False)[0].ids == ids
@@ -258,8 +258,8 @@ def test_openai_unknown_model_among_several_is_404_model_not_found(two):
 
 # ------------------------------------------------------------------------------------------ the document
 def test_openapi_describes_every_route_with_the_validating_models(srv):
-    from bertforge.serve.app import GET_ROUTES
-    from bertforge.serve.routes import POST_ROUTES
+    from bertforge.server.app import GET_ROUTES
+    from bertforge.server.routes import POST_ROUTES
     spec = json.loads(get(srv.url, "/openapi.json")[1])
     assert set(spec["paths"]) == set(POST_ROUTES) | set(GET_ROUTES)
     schemas = spec["components"]["schemas"]

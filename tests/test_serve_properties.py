@@ -192,8 +192,8 @@ def test_random_texts_tokenize_to_byte_slices_of_themselves(srv, spec):
 # ------------------------------------------------------------------------------------------ schemathesis
 def _schema():
     from bertforge import __version__
-    from bertforge.serve.openapi import build_spec
-    from bertforge.serve.routes import POST_ROUTES
+    from bertforge.server.openapi import build_spec
+    from bertforge.server.routes import POST_ROUTES
     return schemathesis.openapi.from_dict(build_spec(POST_ROUTES, __version__))
 
 

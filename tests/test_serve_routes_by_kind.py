@@ -1,6 +1,6 @@
 """Which routes a served model answers, by its kind: /rerank for embedding models (cosine) and one-output
 cross-encoders (scores), never for a classifier with several labels (it has no pair score)."""
-from bertforge.serve.models import ServedModel
+from bertforge.server.models import ServedModel
 
 
 class _Runner:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 from tokenizers import Tokenizer, models
 
-from bertforge.serve import batching
+from bertforge.server import batching
 
 
 class _Runner:

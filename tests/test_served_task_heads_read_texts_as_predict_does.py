@@ -42,20 +42,28 @@ def test_predict_route_cuts_a_long_text_where_predict_does(workspace, tmp_path):
         top = s[0]
         assert top["label"] == o["label"]
         assert abs(top["score"] - o["prob"]) < 1e-5, (top, o)
-    # sharper, on logits: the long text's served logits are the runner's on its first `trained` tokens, not on
-    # the `positions` the server accepts (the two truths differ well beyond the float noise of batch padding)
+    # sharper, on logits, against the server itself: the long text answers exactly what the same text cut by the
+    # tokenizer at `trained` tokens answers (the same ids through the same runner); that the two lengths give two
+    # answers at all is checked on the runner (cut at `trained` vs at `positions`, what the server read before)
     from bertforge.runtime import load_runner
     from bertforge.tokenizer import encode_texts
     runner = load_runner(workspace.run)
 
-    def logits(n):
+    def runner_logits(n):
         e = encode_texts(runner.tokenizer, [long_text], max_length=n)[0]
         return runner(np.array([e.ids]), np.ones((1, len(e.ids)), dtype=np.int64))["logits"][0].astype(float)
 
-    at_trained, at_positions = logits(trained), logits(positions)
-    assert np.abs(at_trained - at_positions).max() > 1e-5
+    assert np.abs(runner_logits(trained) - runner_logits(positions)).max() > 5e-6
+    tok = md.tokenizer()
+    pieces = tok.encode(long_text, add_special_tokens=False).ids
+    cut_trained = tok.decode(pieces[: trained - tok.num_special_tokens_to_add(False)])
+    assert len(tok.encode(cut_trained).ids) == trained
+    names = md.config["id2label"]
+
+    def logits(answer):
+        return np.array([next(x["score"] for x in answer if x["label"] == names[str(i)]) for i in range(len(names))])
+
     with bertforge.serve(workspace.run, auto_truncate=True) as srv:
-        raw = _post(srv.url + "/predict", {"inputs": long_text, "raw_scores": True})
-    names = runner.config["id2label"]
-    got = np.array([next(x["score"] for x in raw if x["label"] == names[str(i)]) for i in range(len(names))])
-    assert np.abs(got - at_trained).max() < 2e-6, (got, at_trained, at_positions)
+        got, at_trained = (logits(_post(srv.url + "/predict", {"inputs": t, "raw_scores": True}))
+                           for t in (long_text, cut_trained))
+    assert np.abs(got - at_trained).max() < 1e-7, (got, at_trained)

@@ -85,7 +85,7 @@ def test_static_dir_gives_the_same_vectors_in_every_consumer(static, tmp_path, c
     am = (np.arange(t)[None] < np.array([len(e) for e in enc])[:, None]).astype(np.int64)
     pooled = sess.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": am})[0]
     np.testing.assert_allclose(pooled, ours[:3], atol=1e-5)
-    from bertforge.serve.models import load_model  # the server's path: encode → runner → pool
+    from bertforge.server.models import load_model  # the server's path: encode → runner → pool
     served = load_model("static", out, threads=1)
     rows = []
     for e in served.encode(texts[:3], truncate=True):

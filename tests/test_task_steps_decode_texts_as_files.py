@@ -158,7 +158,7 @@ def test_served_ner_and_predict_answer_what_the_adapters_decode_for_the_same_tex
     assert abs(sum(x["score"] for x in ranked) - 1) < 1e-6
 
 
-# ------------------------------------------------------------------------------- bertforge.serve
+# ------------------------------------------------------------------------------- bertforge.server
 def test_bertforge_serve_from_python_answers_and_stop_frees_its_port(tmp_path):
     import bertforge
     from bertforge.errors import ConfigError

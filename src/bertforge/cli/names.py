@@ -20,18 +20,18 @@ OBJECTIVE_NAMES = ("bert", "roberta", "albert", "electra", "spanbert", "modernbe
 #: keys of :data:`bertforge.objectives.pretrain.SIZES` (``pretrain --size``)
 SIZE_NAMES = ("tiny", "small", "base")
 
-#: keys of :data:`bertforge.distill.distiller.METHODS` (``distill --method``)
+#: keys of :data:`bertforge.distillation.distiller.METHODS` (``distill --method``)
 DISTILL_METHODS = ("kd", "distilbert", "pkd", "tinybert", "minilm", "mobilebert", "embedding_mse", "margin_mse",
                   "inbatch_kl")
 
 #: ``distill --method`` choices that train no network and so have no loss set in ``METHODS``:
-#: ``static`` (:mod:`bertforge.distill.static`, one embedding table)
+#: ``static`` (:mod:`bertforge.distillation.static`, one embedding table)
 DISTILL_TABLE_METHODS = ("static",)
 
-#: the stages every method of :data:`bertforge.distill.distiller.METHODS` defines (``distill --stage``)
+#: the stages every method of :data:`bertforge.distillation.distiller.METHODS` defines (``distill --stage``)
 DISTILL_STAGES = ("task", "general")
 
-#: keys of :data:`bertforge.distill.mapping.STRATEGIES` (``distill --layer-map``)
+#: keys of :data:`bertforge.distillation.mapping.STRATEGIES` (``distill --layer-map``)
 LAYER_MAPS = ("uniform", "pkd_skip", "pkd_last", "last")
 
 #: :data:`bertforge.runtime.base.BACKENDS` (``bench --backend``)

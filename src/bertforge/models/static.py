@@ -2,7 +2,7 @@
 
 A static model maps each token id to a fixed vector; a text's embedding is the mean of its tokens' vectors
 (normalised to unit length), so encoding costs one table lookup per token. The table is distilled from a
-sentence encoder by :func:`bertforge.distill.static.distill_static` (every vocabulary token through the
+sentence encoder by :func:`bertforge.distillation.static.distill_static` (every vocabulary token through the
 teacher, PCA, SIF/Zipf weights; Tulkens & van Dongen 2024, model2vec).
 
 A static dir is a model dir like any other — ``config.json`` (``model_type: "static"``; the recipe in its

@@ -151,7 +151,7 @@ class Losses:
 def _run(opts: DistillOptions) -> dict:
     """options → teachers → data → student → losses → run dir → distiller → train; returns the record the
     verb prints (``out`` first)."""
-    from ..distill.data import IndexedDataset
+    from ..distillation.data import IndexedDataset
     from .sources import Sources, require
     recipe = build_recipe(opts, extra_sections=("distill",))
     prov = Sources(recipe, opts.recipe)  # the inputs the recipe recorded; those this run reads
@@ -274,9 +274,9 @@ def _check_stage_options(opts, stage: str) -> None:
 
 
 def _check_method(method: str, stage: str) -> None:
-    """ConfigError for a method no registry entry names (:data:`bertforge.distill.distiller.METHODS`, user
+    """ConfigError for a method no registry entry names (:data:`bertforge.distillation.distiller.METHODS`, user
     entries included), and for margin_mse / inbatch_kl on raw text."""
-    from ..distill.distiller import METHODS
+    from ..distillation.distiller import METHODS
     if method not in METHODS:
         raise ConfigError(f"unknown distillation method {method!r}; choose one of {', '.join(METHODS)} or static")
     if method in _READS_ROWS and stage == "general":
@@ -320,7 +320,7 @@ def _check_student_spec(student_spec: str) -> None:
         raise ConfigError(f"--student {student_spec}: no such checkpoint dir; give an existing dir (e.g. a "
                           f"pruned model), a shape like 4L-312H-12A-1200I, or layers:0,2,4")
     from ..config import FAMILIES
-    from ..distill.student import parse_shape
+    from ..distillation.student import parse_shape
     family, sep, shape = student_spec.partition(":")
     if sep and family.strip().lower() not in FAMILIES:
         raise ConfigError(f"--student {student_spec}: {family!r} is no model family; write FAMILY:SHAPE with "
@@ -339,7 +339,7 @@ def choose_losses(opts, settings: Settings, teacher, teacher_dirs, student) -> L
     Raises:
         ConfigError: no term left without an MLM head; an option no term reads; an mlm term with no masking.
     """
-    from ..distill.distiller import MLM_LOSSES, build_terms, has_mlm_head, method_terms
+    from ..distillation.distiller import MLM_LOSSES, build_terms, has_mlm_head, method_terms
     from ..errors import require_number
     ds, stage, method = settings.section, settings.stage, settings.method
     # an explicit --method names its own loss terms (Hinton KD, DistilBERT, …); a recipe's losses list is the
@@ -384,7 +384,7 @@ def _check_options_used(opts, entries: list, method: str, stage: str) -> None:
     """ConfigError for an option the chosen losses would ignore: ``temperature`` without a soft-logit term,
     ``alpha`` without a ``kd`` term (it weighs that term's hard-label CE), ``layer_map`` without a layer-wise
     term that follows a map, ``mlm_prob`` in the task stage."""
-    from ..distill.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
+    from ..distillation.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
     names = [e["loss"] for e in entries]
     listed = f"--method {method} ({stage} stage) trains {', '.join(names)}"
     if opts.temperature is not None and not any(map(reads_logits, names)):
@@ -415,7 +415,7 @@ def wants_teacher_cache(opts, settings: Settings, recipe, data: Data, losses: Lo
 
 def distill_collator(data: Data, losses: Losses):
     """Pads a batch and, in the general stage, MLM-corrupts it for the masked-LM terms."""
-    from ..distill.data import DistillCollator
+    from ..distillation.data import DistillCollator
     from ..tokenizer import special_tokens
     tok = data.tokenizer
     sp = special_tokens(tok)
@@ -429,7 +429,7 @@ def distill_collator(data: Data, losses: Losses):
 def _applied(entry: dict, term, layer_map) -> dict:
     """A loss entry as the run applied it, for ``recipe.yaml``: the temperature/alpha that the
     ``temperature``/``alpha`` options set on the term, the ``layer_map`` that replaced a named map."""
-    from ..distill.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
+    from ..distillation.distiller import HARD_LABEL_LOSSES, follows_layer_map, reads_logits
     e = dict(entry)
     if reads_logits(e["loss"]):
         e["temperature"] = term.temperature
@@ -474,7 +474,7 @@ def check_teacher_cache_dir(opts, out: Path, inputs: tuple) -> None:
         return
     if opts.no_cache:
         raise ConfigError("--cache-dir names a teacher cache and --no-cache turns it off; pass one of them")
-    from ..distill.cache import is_cache_dir
+    from ..distillation.cache import is_cache_dir
     check_cache_dir(Path(opts.cache_dir), out, inputs, reuse_hint="an earlier distill run's teacher_cache",
                     kind="a teacher cache", is_cache=is_cache_dir, inside_out=True)
 
@@ -510,11 +510,11 @@ def _fingerprint(teacher_dirs, items, max_len) -> dict:
 
 def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses, student, teacher_dirs,
                     work: Path, use_cache: bool) -> tuple:
-    """The :class:`~bertforge.distill.distiller.Distiller` (student + frozen teachers + projections W, an
+    """The :class:`~bertforge.distillation.distiller.Distiller` (student + frozen teachers + projections W, an
     earlier stage's W loaded where the shapes match) and its teacher cache (or None)."""
-    from ..distill.distiller import Distiller
-    from ..distill.progressive import ProgressiveDistiller
-    # MobileBERT's progressive transfer: one layer per stage, then the rest (distill/progressive.py)
+    from ..distillation.distiller import Distiller
+    from ..distillation.progressive import ProgressiveDistiller
+    # MobileBERT's progressive transfer: one layer per stage, then the rest (distillation/progressive.py)
     cls = ProgressiveDistiller if settings.method == "mobilebert" else Distiller
     distiller = cls(student, data.teachers, losses.terms)
     if data.pooling is not None:  # sentence embeddings: pooled as the teacher pools; margins by its similarity
@@ -527,7 +527,7 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
                                                 else "cos")
     fresh = sorted(distiller.proj)
     if Path(settings.student).is_dir():  # an earlier stage's W (TinyBERT: general → task)
-        from ..distill.distiller import PROJECTIONS_FILE
+        from ..distillation.distiller import PROJECTIONS_FILE
         fresh = sorted(set(distiller.proj) - set(distiller.load_projections(settings.student)))
         if fresh and (Path(settings.student) / PROJECTIONS_FILE).is_file() and not opts.resume:
             sys.stderr.write(f"bertforge distill: note: {settings.student}/{PROJECTIONS_FILE} has no W of this "
@@ -535,7 +535,7 @@ def build_distiller(opts, settings: Settings, recipe, data: Data, losses: Losses
                              f"initialised fresh\n")
     cache = None
     if use_cache:
-        from ..distill.cache import TeacherCache
+        from ..distillation.cache import TeacherCache
         max_len = recipe.data.max_seq_len
         root = Path(opts.cache_dir) if opts.cache_dir else work / "teacher_cache"
         shapes = distiller.cache_shapes(max_len)
@@ -556,14 +556,14 @@ PROJECTION_FIT_TEXTS = 1024
 def start_projections(distiller, fresh: list, data: Data, recipe, settings: Settings) -> None:
     """The recipe key ``distill.projection_init``: ``lstsq`` (the default) sets each fresh sentence-embedding
     projection W to the least-squares fit of the teacher's pooled embeddings from the student's on the first
-    :data:`PROJECTION_FIT_TEXTS` training texts (:meth:`~bertforge.distill.distiller.Distiller.fit_projections`,
+    :data:`PROJECTION_FIT_TEXTS` training texts (:meth:`~bertforge.distillation.distiller.Distiller.fit_projections`,
     LP-FT); ``orthogonal`` sets it to the frozen semi-orthogonal W nearest the teacher (Procrustes), so that the
     student's own cosine geometry follows the teacher's; ``random`` keeps the drawn W. Other projections (hidden
     states, attention) stay as drawn."""
     how = settings.section.get("projection_init", "lstsq")
     if how == "random":
         return
-    from ..distill.data import IndexedDataset
+    from ..distillation.data import IndexedDataset
     items = IndexedDataset(data.items)
     n, bs = min(len(items), PROJECTION_FIT_TEXTS), recipe.train.batch_size
     collate = distill_collator(data, Losses([], [], 0.0))

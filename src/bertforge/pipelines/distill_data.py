@@ -17,7 +17,7 @@ from typing import Optional
 from ..checkpoint.modeldir import ModelDir, resolve
 from ..errors import ConfigError
 
-#: the methods of :data:`bertforge.distill.distiller.EMBEDDING_METHODS` (sentence embeddings; docs/search.md)
+#: the methods of :data:`bertforge.distillation.distiller.EMBEDDING_METHODS` (sentence embeddings; docs/search.md)
 EMBEDDING_METHODS = ("embedding_mse", "margin_mse", "inbatch_kl")
 
 
@@ -353,7 +353,7 @@ def _margin_triples(pairs, d, tok, adapter, cross: bool) -> list:
 def _augment(opts, settings, examples: list, tok, teacher, seed: int) -> tuple:
     """TinyBERT's data augmentation (Jiao et al. 2020 §3.3): ``settings.copies`` rewritten copies of every
     example. Returns (examples with the copies, the settings applied for recipe.yaml)."""
-    from ..distill.augment import augment_examples, default_augmenter
+    from ..distillation.augment import augment_examples, default_augmenter
     from ..checkpoint.read import load_pretrained
     aug_cfg = settings.augment
     record = {**aug_cfg, "copies": settings.copies, "prob": opts.augment_prob if opts.augment_prob is not None
@@ -383,8 +383,8 @@ def _has_mlm_head(md) -> bool:
 def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
     """Teachers (a pretraining checkpoint with its MLM head) and fixed-length sequences of the corpus."""
     from ..data.collate import PadCollator
-    from ..distill.data import corpus_sequences
-    from ..distill.distiller import has_mlm_head, mlm_head_name
+    from ..distillation.data import corpus_sequences
+    from ..distillation.distiller import has_mlm_head, mlm_head_name
     from ..checkpoint.read import load_pretrained
     from ..tokenizer import pad_id
     d = recipe.data
@@ -409,10 +409,10 @@ def _corpus_data(opts, recipe, teacher_dirs, tok, inputs) -> Data:
 
 # ------------------------------------------------------------------------------------------- student
 def build_student_model(settings, data: Data, teacher_dirs, seed: int, notes: bool = True):
-    """The student (:func:`bertforge.distill.student.build_student`), seeded so that its fresh weights are
+    """The student (:func:`bertforge.distillation.student.build_student`), seeded so that its fresh weights are
     the same in every run and on every rank; its head follows the teacher's. ``notes``: say which weights
     start fresh (not on ``--resume``, whose checkpoint replaces them)."""
-    from ..distill.student import build_student
+    from ..distillation.student import build_student
     from ..engine.train.rng import set_seed
     set_seed(seed)
     return build_student(settings.student, data.teachers[0], head=data.head, head_config=data.head_config,

@@ -1,5 +1,5 @@
 """``distill(method="static")``: a teacher's vocabulary → a static embedding dir (one table + mean pooling;
-:mod:`bertforge.distill.static`, the model2vec recipe: Tulkens & van Dongen 2024; SIF weights, Arora et al.
+:mod:`bertforge.distillation.static`, the model2vec recipe: Tulkens & van Dongen 2024; SIF weights, Arora et al.
 2017 §4.1; common-component removal, Mu & Viswanath 2018). No training: no student, data or recipe.
 
 Loads without torch; :func:`run_static` imports what it needs.
@@ -43,14 +43,14 @@ def run_static(opts) -> tuple:
 
     Returns:
         (the out dir, the record: ``method``, ``teacher``, ``table`` shape ``[V, dim]``, ``teacher_params``
-        and what :func:`bertforge.distill.static.distill_static` reports).
+        and what :func:`bertforge.distillation.static.distill_static` reports).
     """
     _check_static_only(opts)
     teacher_dir = resolve(opts.teacher[0])
     if not teacher_dir.is_dir():
         raise ConfigError(f"--teacher {opts.teacher[0]} is not a checkpoint directory; pass the dir of a "
                           f"sentence encoder (config.json, weights, tokenizer) or 'minilm'")
-    from ..distill.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
+    from ..distillation.static import REMOVE_TOP, check_teacher_tokenizer, distill_static
     from ..checkpoint.read import load_pretrained
     from ..models.static import save_static, static_config
     from ..checkpoint.modeldir import ModelDir

@@ -194,7 +194,7 @@ def qat(student, teacher, items: list, collate, args, work: Path, pooling) -> di
     """Quantization-aware fine-tuning of ``student`` (fake-quantized) from the FP32 ``teacher`` through the
     one Trainer: KD on logits (T = 1, soft targets only) or, for an encoder, pooled-embedding MSE."""
     from ..config import ImplConfig, Recipe, TrainConfig
-    from ..distill.distiller import Distiller, build_terms
+    from ..distillation.distiller import Distiller, build_terms
     from ..engine.train.trainer import Trainer
     n_s = student.config.num_hidden_layers
     if student.head is not None:

@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
                                      "(modernbert:4L-384H-6A-576I), layers:0,2,4 (copied from the "
                                      "teacher) or a checkpoint dir (an earlier stage)")
     p.add_argument("--method", choices=Choices(DISTILL_METHODS + DISTILL_TABLE_METHODS,
-                                               "bertforge.distill.distiller:METHODS"),
+                                               "bertforge.distillation.distiller:METHODS"),
                    help="named loss set (default kd for --stage task, tinybert for --stage general); static: "
                         "a static embedding table (every vocabulary token through the teacher, PCA to --dim, "
                         "SIF/Zipf weights; no training)")

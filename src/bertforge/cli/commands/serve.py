@@ -60,8 +60,8 @@ def run(args) -> int:
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_PRIMITIVE_CACHE_CAPACITY)  # read lazily
     from ...errors import require_at_least
-    from ...serve.models import parse_model_args
-    from ...serve.server import serve
+    from ...server.models import parse_model_args
+    from ...server.server import serve
     require_at_least("--threads", args.threads, 1)
     models = dict(parse_model_args(args.model))
     key = args.api_key if args.api_key is not None else os.environ.get("BERTFORGE_API_KEY") or None

@@ -88,7 +88,7 @@ def fast_io() -> dict:
 def serve(models: dict, host: str = "127.0.0.1", port: int = 8080, grace: float = 30.0,
           log_level: str = "warning", **limits) -> int:
     """Serve ``models`` (``{name: dir}``) on ``host:port`` until SIGTERM / SIGINT; returns 0 after the drain.
-    ``limits``: see :func:`bertforge.serve.app.build_app`. Raises ConfigError / CheckpointError before
+    ``limits``: see :func:`bertforge.server.app.build_app`. Raises ConfigError / CheckpointError before
     anything listens."""
     import uvicorn
 

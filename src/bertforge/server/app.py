@@ -1,6 +1,6 @@
 """The HTTP API of ``bertforge serve``: an ASGI app (Starlette) over the models' batch workers — the state the
 routes share, the request plumbing (body, auth, limits, metrics) and :func:`build_app`. The routes are in
-:mod:`~bertforge.serve.routes`, the checks of their bodies in :mod:`~bertforge.serve.schemas`.
+:mod:`~bertforge.server.routes`, the checks of their bodies in :mod:`~bertforge.server.schemas`.
 
 Routes (JSON in and out; docs/serve.md has a curl example of each and the field-by-field table):
 
@@ -10,7 +10,7 @@ Routes (JSON in and out; docs/serve.md has a curl example of each and the field-
 * beyond TEI: ``POST /ner`` (entities with character offsets), ``POST /qa`` (answer span with character
   offsets);
 * ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus text), ``GET /openapi.json`` (generated from the
-  request models of :mod:`~bertforge.serve.schemas`), ``GET /docs`` (that document as a page).
+  request models of :mod:`~bertforge.server.schemas`), ``GET /docs`` (that document as a page).
 
 Every POST body may name a model (``"model": NAME``); without it — or with one model served, whatever it names —
 the first served model that answers the route does. Errors are ``{"error": "...", "error_type": "..."}`` (on
@@ -54,7 +54,7 @@ LIMITS = {"max_batch_tokens": 16384, "max_batch_requests": 32, "max_wait_ms": 0.
 #: routes that need no bearer token (load balancers' probes)
 OPEN_PATHS = ("/health", "/openapi.json", "/docs")
 
-#: the routes answered with GET (the POST ones: :data:`~bertforge.serve.routes.POST_ROUTES`)
+#: the routes answered with GET (the POST ones: :data:`~bertforge.server.routes.POST_ROUTES`)
 GET_ROUTES = ("/health", "/info", "/metrics", "/v1/models", "/openapi.json", "/docs")
 
 
@@ -85,7 +85,7 @@ class ServerState:
 
     def arriving(self) -> bool:
         """Whether a request in flight has not queued its items yet (it is being read or tokenized): only
-        then can a batch gain by waiting (see :mod:`bertforge.serve.batching`)."""
+        then can a batch gain by waiting (see :mod:`bertforge.server.batching`)."""
         return self.in_flight > sum(w.inside for w in self.workers.values())
 
     def model_for(self, name, route: str, openai: bool = False) -> ServedModel:
@@ -210,7 +210,7 @@ def _post_endpoint(st: ServerState, path: str, fn, request_model):
             return
         except Exception as e:  # a real failure: logged, answered 500
             import logging
-            logging.getLogger("bertforge.serve").exception("%s failed", scope["path"])
+            logging.getLogger("bertforge.server").exception("%s failed", scope["path"])
             status, obj = fail(500, f"{type(e).__name__}: {str(e)[:200]}", "backend")
         try:
             await _send_json(send, status, obj)

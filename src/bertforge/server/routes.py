@@ -1,12 +1,12 @@
 """The routes of the HTTP API: each takes the server's state and its request, validated
-(:mod:`~bertforge.serve.schemas`), and returns the answer (JSON-ready, or :class:`~bertforge.serve.schemas.
-RawJSON`), or raises :class:`~bertforge.serve.schemas.HTTPError`.
+(:mod:`~bertforge.server.schemas`), and returns the answer (JSON-ready, or :class:`~bertforge.server.schemas.
+RawJSON`), or raises :class:`~bertforge.server.schemas.HTTPError`.
 
 A route picks the model, encodes the texts, runs them through the model's batch worker and shapes the answer,
 with text-embeddings-inference's semantics for every field it documents (docs/serve.md has the table). Task
 routes encode and decode with the model's task adapter (:func:`bertforge.tasks.adapter_for_model`: the same
 ``encode`` / ``decode`` that ``evaluate`` and ``predict`` use on files): ``/ner`` and ``/qa`` entirely,
-``/predict`` for decoding (its tokenization is the server's own, :meth:`~bertforge.serve.models.ServedModel.
+``/predict`` for decoding (its tokenization is the server's own, :meth:`~bertforge.server.models.ServedModel.
 encode`: ``truncate`` per request, 422 when too long).
 """
 from __future__ import annotations
@@ -211,7 +211,7 @@ async def decode(st, req: S.DecodeRequest):
 # ---------------------------------------------------------------------------------------------- ner, qa
 def check_windows(encoded, n_inputs: int, what: str) -> None:
     """413 when one input of ``encoded`` (task windows with ``example_index``) needs more than
-    :data:`~bertforge.serve.schemas.MAX_WINDOWS` windows; ``what`` words it, with ``{n}`` for the count."""
+    :data:`~bertforge.server.schemas.MAX_WINDOWS` windows; ``what`` words it, with ``{n}`` for the count."""
     per_input = np.bincount([w["example_index"] for w in encoded], minlength=n_inputs)
     if per_input.max() > MAX_WINDOWS:
         raise too_many(f"{what.format(n=int(per_input.max()))}, more than {MAX_WINDOWS}; split it")

@@ -3,8 +3,8 @@ text-embeddings-inference's and OpenAI's documented APIs, plus bertforge's ``mod
 and the errors.
 
 The same classes validate every request (:func:`parse`: strict types, unknown fields refused — 422 naming the
-field) and describe it in ``GET /openapi.json`` (:mod:`~bertforge.serve.openapi`), so the document and the
-server cannot disagree. The routes (:mod:`~bertforge.serve.routes`) call :func:`parse` before any model runs: a
+field) and describe it in ``GET /openapi.json`` (:mod:`~bertforge.server.openapi`), so the document and the
+server cannot disagree. The routes (:mod:`~bertforge.server.routes`) call :func:`parse` before any model runs: a
 malformed request costs no tokenization and no forward pass.
 """
 from __future__ import annotations

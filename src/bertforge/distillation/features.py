@@ -1,7 +1,7 @@
 """What each distillation feature asks of the models and how it is read: :data:`FEATURES`, one row per feature.
 
 A distillation loss compares one *feature* of the student with the same feature of the teacher
-(:class:`~bertforge.distill.losses.LossSpec` ``feature`` names a row here). A row says, as data:
+(:class:`~bertforge.distillation.losses.LossSpec` ``feature`` names a row here). A row says, as data:
 
 * what it **requests** from the encoders (a :class:`~bertforge.models.output.Features`; the distiller asks each
   model once, for the union of its terms' requests);
@@ -12,7 +12,7 @@ A distillation loss compares one *feature* of the student with the same feature 
 * which teachers give it (``first``, ``each`` for an ensemble's soft targets, ``none``), which layer pairs
   are allowed (``blocks_only``: no layer 0; ``windowed``: attention maps pair only layers of the same
   attention kind), whether a temperature applies (``soft_targets``), what the models must have (``check``);
-* how it is cached (:class:`~bertforge.distill.cache.TeacherCache`): per-example ``shape``, the axes padded to
+* how it is cached (:class:`~bertforge.distillation.cache.TeacherCache`): per-example ``shape``, the axes padded to
   ``max_len``, float32 or float16 — or why it is not.
 
 A new feature is one row of :data:`FEATURES` (and a loss naming it in ``LOSSES``). Sources of the rows: Hinton

@@ -10,9 +10,9 @@ A distillation setup is a list of *terms* (TextBrewer's "intermediate matches" +
 Each term's weighted value is logged under its name (``terms`` → ``metrics.jsonl``).
 
 What each loss compares — its *feature*: logits, hidden states, attention maps, values, pooled embeddings,
-score margins — is one row of :data:`bertforge.distill.features.FEATURES`, which says what it asks of the encoders,
+score margins — is one row of :data:`bertforge.distillation.features.FEATURES`, which says what it asks of the encoders,
 how it is read and cached and how a term's value is formed; the distiller reads those rows and names no
-feature itself. Teacher features come from the :class:`~bertforge.distill.cache.TeacherCache` when the batch's
+feature itself. Teacher features come from the :class:`~bertforge.distillation.cache.TeacherCache` when the batch's
 rows are cached (``example_index`` in the batch), else from running the teachers under ``no_grad``; the result is
 then written to the cache. With several teachers the soft targets are averaged:
 ``p = (1/K) Σ_k softmax(z_k/T)`` (passed on as logits ``T·log p``); representation losses read the first
@@ -56,7 +56,7 @@ class Term:
 
     @property
     def feature(self) -> Feature:
-        """The row of :data:`~bertforge.distill.features.FEATURES` this term's loss compares."""
+        """The row of :data:`~bertforge.distillation.features.FEATURES` this term's loss compares."""
         return get_feature(self.spec.feature)
 
 
@@ -95,7 +95,7 @@ METHODS: dict = {
                     {"loss": "value_relation_kl", "weight": 1.0, "layers": "last"}],
     },
     "mobilebert": {  # Sun et al. 2020 §3.3-3.5: progressive transfer (one layer per stage, lower ones frozen:
-        # distill/progressive.py) of feature maps (FMT) and attention maps (AT), then pre-training distillation
+        # distillation/progressive.py) of feature maps (FMT) and attention maps (AT), then pre-training distillation
         # α·L_MLM + (1−α)·L_KD (α = 0.5); the task stage ends on logit KD instead
         "task": [{"loss": "feature_map_mse", "weight": 1.0, "layers": "uniform"},
                  {"loss": "attention_kl", "weight": 1.0, "layers": "uniform"},

@@ -45,7 +45,7 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class LossSpec:
-    """``feature``: what the loss reads, the name of its row in :data:`bertforge.distill.features.FEATURES`
+    """``feature``: what the loss reads, the name of its row in :data:`bertforge.distillation.features.FEATURES`
     (``logits`` | ``hidden`` | ``attention_scores`` | ``attentions`` | ``values`` | ``mlm_logits`` |
     ``student_mlm``: the student's MLM logits only | ``embedding``: pooled sentence embeddings | ``margin``: score
     margins of (query, positive, negative) triples | ``columns``: pooled embeddings of each (query, positive,

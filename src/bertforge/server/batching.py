@@ -53,9 +53,9 @@ class Item:
 
 
 class ModelWorker:
-    """The queue, scheduler and inference thread of one :class:`~bertforge.serve.models.ServedModel`.
+    """The queue, scheduler and inference thread of one :class:`~bertforge.server.models.ServedModel`.
 
-    ``metrics``: a :class:`~bertforge.serve.metrics.ServerMetrics` (batch sizes, queue depth, tokens).
+    ``metrics``: a :class:`~bertforge.server.metrics.ServerMetrics` (batch sizes, queue depth, tokens).
     ``arriving``: a callable telling whether a request the server accepted has not queued its items yet
     (default: always True, i.e. batches wait ``max_wait_ms`` to fill); :attr:`inside` counts the requests
     whose items this worker holds. ``executor``: the one-thread executor inference runs on (default: a new
@@ -99,7 +99,7 @@ class ModelWorker:
 
     # ------------------------------------------------------------------------------ requests
     async def run_items(self, seqs: list, kind: str) -> list:
-        """Queue ``seqs`` (:class:`~bertforge.serve.models.Encoded`) and return their outputs in order."""
+        """Queue ``seqs`` (:class:`~bertforge.server.models.Encoded`) and return their outputs in order."""
         loop = asyncio.get_running_loop()
         items = [Item(s.ids, s.type_ids, kind, loop.create_future()) for s in seqs]
         self.pending.extend(items)

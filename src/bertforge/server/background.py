@@ -8,7 +8,7 @@ the calling process (a notebook, a test, a script that serves and calls itself).
     ...     print(json.load(urllib.request.urlopen(req)))
     [{'label': '1', 'score': 0.97…}, {'label': '0', 'score': 0.02…}]
 
-The app, its routes, limits and answers are those of the command (:func:`bertforge.serve.app.build_app`); only
+The app, its routes, limits and answers are those of the command (:func:`bertforge.server.app.build_app`); only
 the process differs: no signal handlers (``stop()`` drains instead of SIGTERM), asyncio's own event loop in the
 thread (the caller's loop and loop policy are left alone), and the process's malloc settings untouched.
 """
@@ -89,7 +89,7 @@ def serve_in_background(models, host: str = "127.0.0.1", port: int = 0, *, grace
         start_timeout: seconds to wait for the server to listen.
         **limits: the server's limits (``max_batch_tokens``, ``max_batch_requests``, ``max_wait_ms``,
             ``max_concurrent_requests``, ``max_client_batch_size``, ``payload_limit``, ``auto_truncate``,
-            ``api_key``): :func:`bertforge.serve.app.build_app`.
+            ``api_key``): :func:`bertforge.server.app.build_app`.
     Returns:
         :class:`ServerHandle` (``.url``, ``.stop()``; a context manager that stops it).
     Raises:
@@ -135,4 +135,11 @@ def serve_in_background(models, host: str = "127.0.0.1", port: int = 0, *, grace
     return handle
 
 
-__all__ = ["ServerHandle", "serve_in_background"]
+def serve(models, host: str = "127.0.0.1", port: int = 0, **options) -> ServerHandle:
+    """``bertforge.serve``: :func:`serve_in_background` (the same arguments, the same :class:`ServerHandle`)."""
+    return serve_in_background(models, host, port, **options)
+
+
+serve.__doc__ = serve_in_background.__doc__
+
+__all__ = ["ServerHandle", "serve", "serve_in_background"]

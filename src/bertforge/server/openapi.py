@@ -1,5 +1,5 @@
 """``GET /openapi.json`` and ``GET /docs``: the OpenAPI 3.1 document of the server, generated from the request and
-answer models of :mod:`~bertforge.serve.schemas` — the classes every request is validated with — so that the
+answer models of :mod:`~bertforge.server.schemas` — the classes every request is validated with — so that the
 document cannot drift from what the server takes; and a page that renders it.
 
 The page is one self-contained HTML file (no script or style from a CDN: the server may have no network, and a
@@ -29,7 +29,7 @@ def _json(ref: str, description: str) -> dict:
 
 def build_spec(post_routes: dict, version: str) -> dict:
     """The OpenAPI 3.1 document of a server whose POST routes are ``post_routes`` (path → (route, request
-    model, answer model, summary): :data:`bertforge.serve.routes.POST_ROUTES`)."""
+    model, answer model, summary): :data:`bertforge.server.routes.POST_ROUTES`)."""
     models = [(m, "validation") for _, req, ans, _ in post_routes.values() for m in (req, ans)]
     models += [(m, "validation") for m in (S.ErrorResponse, S.OpenAIError, S.OpenAIModels)]
     refs, defs = models_json_schema(models, ref_template=_REF)

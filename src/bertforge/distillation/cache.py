@@ -6,7 +6,7 @@ per feature, padded to ``max_len``; a ``filled`` byte per example records what i
 (and resumed runs) read them back and only the student runs. ``meta.json`` holds a fingerprint of the
 teacher, data and features: a cache made for other inputs is discarded and rebuilt.
 
-Storage, as each feature's row of :data:`~bertforge.distill.features.FEATURES` says (``shape``, ``seq_axes``,
+Storage, as each feature's row of :data:`~bertforge.distillation.features.FEATURES` says (``shape``, ``seq_axes``,
 ``float32``): logits float32 (n, C); pooled embeddings float32 (n, H); score margins float32 (n, 1); hidden
 (n, T, H), attention maps (n, heads, T, T), values (n, heads, T, d_k) float16. Valid only for deterministic
 inputs (no dynamic masking).
@@ -24,7 +24,7 @@ from .features import get_feature
 
 
 def _row(name: str):
-    """The :class:`~bertforge.distill.features.Feature` of a cached feature name ``"<row>.<index>"``."""
+    """The :class:`~bertforge.distillation.features.Feature` of a cached feature name ``"<row>.<index>"``."""
     return get_feature(name.split(".")[0])
 
 
