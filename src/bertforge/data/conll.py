@@ -364,16 +364,14 @@ def aggregate_pieces(pieces, aggregation: str = "first"):
 
     Raises ValueError for another ``aggregation``."""
     import numpy as np
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
     if aggregation == "first" or len(pieces) == 1:
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
         return pieces[0]
     p = _softmax(np.stack([np.asarray(z) for z in pieces]))
     if aggregation == "average":
         return np.log(np.maximum(p.mean(0), 1e-30)).astype(np.float32)
-    if aggregation == "max":
-        return pieces[int(p.max(-1).argmax())]
-    raise ValueError(f"aggregation {aggregation!r}: choose one of {', '.join(AGGREGATIONS)}")
+    return pieces[int(p.max(-1).argmax())]  # max
 
 
 def words_from_windows(windows: list, window_logits: list, n_words: list, aggregation: str = "first") -> list:

@@ -234,6 +234,11 @@ class VectorIndex:
 IVF_MIN_POINTS_PER_CELL = 39
 
 
+def ivf_nprobe(nlist: int) -> int:
+    """The IVF cells a query visits by default: min(nlist, 16)."""
+    return min(nlist, 16)
+
+
 def ivf_nlist(n: int) -> int:
     """The IVF cells for an index of ``n`` vectors: min(4·√n, n/39), at least 1 — the usual 4·√n (faiss's
     guidelines: 4·√n … 16·√n), capped so that every cell gets :data:`IVF_MIN_POINTS_PER_CELL` training points
@@ -286,7 +291,7 @@ def build_index(vectors: np.ndarray, kind: str = "flat", score: str = "cos", hns
         if not faiss_warns:
             index.cp.min_points_per_centroid = 1
         index.train(t)
-        index.nprobe = nprobe or min(nl, 16)
+        index.nprobe = nprobe or ivf_nprobe(nl)
     index.add(x)
     return VectorIndex(index, kind, score, keep=(quant,) if kind == "ivf" else ())
 
@@ -305,5 +310,5 @@ def search_index(index, query_vecs: np.ndarray, top_k: int = 100, score: Optiona
     return s.astype(np.float32), i.astype(np.int64)
 
 
-__all__ = ["HEADLINE", "INDEX_KINDS", "IVF_MIN_POINTS_PER_CELL", "VectorIndex", "agreement", "spearman", "ivf_nlist", "build_index", "exact_search", "normalize_rows", "query_metrics",
+__all__ = ["HEADLINE", "INDEX_KINDS", "IVF_MIN_POINTS_PER_CELL", "VectorIndex", "agreement", "spearman", "ivf_nlist", "ivf_nprobe", "build_index", "exact_search", "normalize_rows", "query_metrics",
            "retrieval_metrics", "run_from_topk", "search_index"]

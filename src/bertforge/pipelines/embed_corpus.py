@@ -379,13 +379,13 @@ def build_shard_index(out: Path, plan: dict, kind: str) -> dict:
     import faiss
     import numpy as np
 
-    from ..metrics.retrieval import IVF_MIN_POINTS_PER_CELL, build_index, ivf_nlist, normalize_rows
+    from ..metrics.retrieval import IVF_MIN_POINTS_PER_CELL, build_index, ivf_nlist, ivf_nprobe, normalize_rows
     from ..io import atomic_write_text, owner_tag
     ivf, options = {}, {}
     if kind == "ivf":
         nlist = ivf_nlist(plan["records"])
         train = ivf_training_sample(out, plan, nlist)
-        ivf = {"nlist": nlist, "nprobe": min(nlist, 16), "train_points": int(len(train)),
+        ivf = {"nlist": nlist, "nprobe": ivf_nprobe(nlist), "train_points": int(len(train)),
                "train_seed": IVF_TRAIN_SEED}
         options = {"nlist": nlist, "nprobe": ivf["nprobe"], "train": train, "faiss_warns": False}
         del train  # held by options until the index is trained

@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ...task_model import TaskModel
+
 PARALLEL = ("ddp", "fsdp")
 
 
@@ -93,7 +95,7 @@ def wrap_fsdp(model: nn.Module, ctx: DistContext) -> nn.Module:
     for m in model.modules():
         # a TaskModel inside a wrapper (the distiller's student) is a unit too: evaluation calls it alone, and
         # only a unit's own forward gathers its parameters (as part of the root's they would stay shards)
-        if m is not model and any(c.__name__ == "TaskModel" for c in type(m).__mro__):
+        if m is not model and isinstance(m, TaskModel):
             fully_shard(m, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
